@@ -1,0 +1,1 @@
+"""The `.sw` language grammar (`swauto.lark`), shipped as package data."""

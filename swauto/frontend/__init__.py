@@ -1,0 +1,1 @@
+"""Front end: the `.sw` grammar, the parser into position-carrying AST nodes, and the checker."""

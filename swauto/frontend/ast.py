@@ -1,0 +1,178 @@
+"""Abstract syntax of the `.sw` language: one frozen dataclass per construct, each with its position."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from swauto.frontend.source import Position
+
+# --- integer expressions ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Number:
+    value: int
+    position: Position
+
+
+@dataclass(frozen=True)
+class Name:
+    id: str
+    position: Position
+
+
+@dataclass(frozen=True)
+class BinaryOp:
+    op: str  # one of + - * / %
+    left: Expression
+    right: Expression
+    position: Position
+
+
+@dataclass(frozen=True)
+class Negate:
+    operand: Expression
+    position: Position
+
+
+@dataclass(frozen=True)
+class Function:
+    name: str  # min or max
+    args: tuple[Expression, ...]
+    position: Position
+
+
+Expression = Number | Name | BinaryOp | Negate | Function
+
+# --- declarations ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    default: int | None
+    position: Position
+
+
+@dataclass(frozen=True)
+class Let:
+    name: str
+    value: Expression
+    position: Position
+
+
+@dataclass(frozen=True)
+class TensorDecl:
+    name: str
+    shape: tuple[Expression, ...]
+    position: Position
+
+
+# --- the compute seed -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DimIndex:
+    """`:M` in an operand slice: this axis carries the primitive's dimension M."""
+
+    dim: str
+    position: Position
+
+
+@dataclass(frozen=True)
+class Slice:
+    """`input[cRo + cKr, cCo + cKc]`: leading axes indexed, trailing axes left to the primitive."""
+
+    tensor: str
+    indices: tuple[Expression | DimIndex, ...]
+    position: Position
+
+
+@dataclass(frozen=True)
+class Argument:
+    name: str
+    value: Expression | Slice
+    position: Position
+
+
+@dataclass(frozen=True)
+class Call:
+    primitive: str
+    arguments: tuple[Argument, ...]
+    position: Position
+
+
+@dataclass(frozen=True)
+class ForLoop:
+    var: str
+    start: Expression
+    stop: Expression
+    body: tuple[Statement, ...]
+    position: Position
+
+
+Statement = ForLoop | Call
+
+# --- the schedule block ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """A dotted name: a loop (`cCo`, `cCo.inner`) or a primitive dimension (`gemm.M`, `gemm.M.outer`)."""
+
+    parts: tuple[str, ...]
+    position: Position
+
+    def __str__(self) -> str:
+        return ".".join(self.parts)
+
+
+@dataclass(frozen=True)
+class Split:
+    target: Target
+    factors: tuple[int, ...]
+    position: Position
+
+
+@dataclass(frozen=True)
+class Reorder:
+    order: tuple[Target, ...] | None  # None: any legal order
+    position: Position
+
+
+@dataclass(frozen=True)
+class Fuse:
+    """`fuse a into gemm.M` (into_primitive) or `fuse a, b` (two loops into one)."""
+
+    source: Target
+    into: Target
+    into_primitive: bool
+    position: Position
+
+
+@dataclass(frozen=True)
+class Layout:
+    tensor: str
+    choices: tuple[tuple[str, ...], ...]
+    position: Position
+
+
+@dataclass(frozen=True)
+class Vectorize:
+    primitive: str
+    dims: tuple[str, ...]
+    position: Position
+
+
+Directive = Split | Reorder | Fuse | Layout | Vectorize
+
+
+@dataclass(frozen=True)
+class Operator:
+    name: str
+    params: tuple[Param, ...]
+    lets: tuple[Let, ...]
+    tensors: tuple[TensorDecl, ...]
+    compute: tuple[Statement, ...]
+    schedule: tuple[Directive, ...]
+    position: Position

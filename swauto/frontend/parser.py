@@ -1,0 +1,203 @@
+"""Parse `.sw` text into `swauto.frontend.ast` nodes; syntax errors become `ParseError` with a caret."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import lark
+from lark import Token, Transformer, v_args
+
+from swauto.errors import ParseError
+from swauto.frontend import ast
+from swauto.frontend.source import Position, Source
+
+# How the grammar's regular-expression terminals read in an error message.
+_TERMINAL_WORDS = {"NAME": "a name", "INT": "an integer", "$END": "the end of the file"}
+
+
+@cache
+def _parser() -> lark.Lark:
+    grammar = resources.files("swauto.grammar").joinpath("swauto.lark").read_text()
+    return lark.Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+
+
+def _position(item: Token | lark.Tree | object) -> Position:
+    if isinstance(item, Token):
+        return Position(item.line or 1, item.column or 1)
+    meta = getattr(item, "meta", None)
+    if meta is not None and not meta.empty:
+        return Position(meta.line, meta.column)
+    return Position(getattr(item, "position").line, getattr(item, "position").column)
+
+
+def _describe(terminal: str) -> str:
+    if terminal in _TERMINAL_WORDS:
+        return _TERMINAL_WORDS[terminal]
+    try:
+        pattern = _parser().get_terminal(terminal).pattern
+    except KeyError:
+        return terminal.lower()
+    return f"'{pattern.value}'" if pattern.type == "str" else terminal.lower()
+
+
+def _expected(terminals: set[str]) -> str:
+    words = sorted({_describe(t) for t in terminals if not t.startswith("__")})
+    if not words:
+        return "something else"
+    if len(words) == 1:
+        return words[0]
+    return "one of " + ", ".join(words)
+
+
+def parse(source: str | Path | Source) -> ast.Operator:
+    """Parse one operator. `source` is a path, `.sw` text or a `Source`."""
+    src = source if isinstance(source, Source) else Source.load(source)
+    try:
+        tree = _parser().parse(src.text)
+    except lark.UnexpectedCharacters as error:
+        where = Position(error.line, error.column)
+        found = src.text[error.pos_in_stream] if error.pos_in_stream < len(src.text) else ""
+        raise src.error(
+            ParseError, f"unexpected character {found!r}; expected {_expected(error.allowed)}", where
+        ) from None
+    except lark.UnexpectedToken as error:
+        token = error.token
+        if token.type == "$END":
+            lines = src.text.splitlines() or [""]
+            where = Position(len(lines), len(lines[-1]) + 1)
+            found = "end of file"
+        else:
+            where = Position(token.line, token.column)
+            found = repr(str(token))
+        raise src.error(ParseError, f"unexpected {found}; expected {_expected(error.expected)}", where) from None
+    except lark.UnexpectedEOF as error:  # pragma: no cover - LALR reports end of input as UnexpectedToken
+        lines = src.text.splitlines() or [""]
+        where = Position(len(lines), len(lines[-1]) + 1)
+        raise src.error(ParseError, f"unexpected end of file; expected {_expected(set(error.expected))}", where)
+    return _ToAst().transform(tree)
+
+
+@v_args(meta=True)
+class _ToAst(Transformer):
+    """Turns Lark's parse tree into `ast` dataclasses, keeping each node's position."""
+
+    @staticmethod
+    def _at(meta: lark.tree.Meta) -> Position:
+        return Position(meta.line, meta.column)
+
+    # expressions
+    def number(self, meta, children):
+        return ast.Number(int(children[0]), self._at(meta))
+
+    def name(self, meta, children):
+        return ast.Name(str(children[0]), self._at(meta))
+
+    def _binary(self, op: str, meta, children):
+        return ast.BinaryOp(op, children[0], children[1], self._at(meta))
+
+    def add(self, meta, children):
+        return self._binary("+", meta, children)
+
+    def sub(self, meta, children):
+        return self._binary("-", meta, children)
+
+    def mul(self, meta, children):
+        return self._binary("*", meta, children)
+
+    def floordiv(self, meta, children):
+        return self._binary("/", meta, children)
+
+    def mod(self, meta, children):
+        return self._binary("%", meta, children)
+
+    def neg(self, meta, children):
+        return ast.Negate(children[0], self._at(meta))
+
+    def function(self, meta, children):
+        return ast.Function(str(children[0]), tuple(children[1:]), _position(children[0]))
+
+    # declarations
+    def param(self, meta, children):
+        name, default = children
+        return ast.Param(str(name), None if default is None else int(default), _position(name))
+
+    def let(self, meta, children):
+        return ast.Let(str(children[0]), children[1], _position(children[0]))
+
+    def tensor(self, meta, children):
+        return ast.TensorDecl(str(children[0]), tuple(children[1:]), _position(children[0]))
+
+    # compute
+    def dim_index(self, meta, children):
+        return ast.DimIndex(str(children[0]), self._at(meta))
+
+    def slice(self, meta, children):
+        return ast.Slice(str(children[0]), tuple(children[1:]), self._at(meta))
+
+    def argument(self, meta, children):
+        return ast.Argument(str(children[0]), children[1], _position(children[0]))
+
+    def call(self, meta, children):
+        arguments = tuple(child for child in children[1:] if child is not None)
+        return ast.Call(str(children[0]), arguments, self._at(meta))
+
+    def for_loop(self, meta, children):
+        var, start, stop, *body = children
+        return ast.ForLoop(str(var), start, stop, tuple(body), self._at(meta))
+
+    def compute(self, meta, children):
+        return tuple(children)
+
+    # schedule
+    def target(self, meta, children):
+        return ast.Target(tuple(str(part) for part in children), self._at(meta))
+
+    def int_set(self, meta, children):
+        return tuple(int(child) for child in children)
+
+    def split(self, meta, children):
+        return ast.Split(children[0], children[1], self._at(meta))
+
+    def reorder_any(self, meta, children):
+        return ast.Reorder(None, self._at(meta))
+
+    def reorder(self, meta, children):
+        return ast.Reorder(tuple(children), self._at(meta))
+
+    def fuse(self, meta, children):
+        return ast.Fuse(children[0], children[1], True, self._at(meta))
+
+    def fuse_loops(self, meta, children):
+        return ast.Fuse(children[0], children[1], False, self._at(meta))
+
+    def layout_choice(self, meta, children):
+        return tuple(str(child) for child in children)
+
+    def layout(self, meta, children):
+        return ast.Layout(str(children[0]), tuple(children[1:]), self._at(meta))
+
+    def layout_fixed(self, meta, children):
+        return ast.Layout(str(children[0]), (children[1],), self._at(meta))
+
+    def vectorize(self, meta, children):
+        return ast.Vectorize(str(children[0]), tuple(str(c) for c in children[1:]), self._at(meta))
+
+    vectorize_fixed = vectorize
+
+    def schedule(self, meta, children):
+        return tuple(children)
+
+    def operator(self, meta, children):
+        name, *rest = children
+        params = tuple(child for child in rest if isinstance(child, ast.Param))
+        lets = tuple(child for child in rest if isinstance(child, ast.Let))
+        tensors = tuple(child for child in rest if isinstance(child, ast.TensorDecl))
+        blocks = [child for child in rest if isinstance(child, tuple)]
+        compute = blocks[0]
+        schedule = blocks[1] if len(blocks) > 1 else ()
+        return ast.Operator(str(name), params, lets, tensors, compute, schedule, _position(name))
+
+    def start(self, meta, children):
+        return children[0]

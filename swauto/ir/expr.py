@@ -1,0 +1,263 @@
+"""Integer expressions of the IR: constants, variables, + - * floor-division modulo min max.
+
+Expressions are frozen dataclasses (so they compare and hash structurally) and are simplified as
+they are built: affine parts are kept in a canonical sum-of-terms order, constants fold, and
+`x*1`, `x+0`, `min(c1, c2)` ... disappear. Division and modulo are floor operations (Python's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+
+ExprLike = "Expr | int"
+
+
+class Expr:
+    """Base of all expressions; the arithmetic operators build simplified expressions."""
+
+    __slots__ = ()
+
+    def __add__(self, other: Expr | int) -> Expr:
+        return simplify(BinOp("+", self, as_expr(other)))
+
+    def __radd__(self, other: Expr | int) -> Expr:
+        return simplify(BinOp("+", as_expr(other), self))
+
+    def __sub__(self, other: Expr | int) -> Expr:
+        return simplify(BinOp("-", self, as_expr(other)))
+
+    def __rsub__(self, other: Expr | int) -> Expr:
+        return simplify(BinOp("-", as_expr(other), self))
+
+    def __mul__(self, other: Expr | int) -> Expr:
+        return simplify(BinOp("*", self, as_expr(other)))
+
+    def __rmul__(self, other: Expr | int) -> Expr:
+        return simplify(BinOp("*", as_expr(other), self))
+
+    def __floordiv__(self, other: Expr | int) -> Expr:
+        return simplify(BinOp("/", self, as_expr(other)))
+
+    def __mod__(self, other: Expr | int) -> Expr:
+        return simplify(BinOp("%", self, as_expr(other)))
+
+    def __neg__(self) -> Expr:
+        return simplify(BinOp("*", Const(-1), self))
+
+    def __str__(self) -> str:
+        return to_source(self)
+
+
+@dataclass(frozen=True, eq=True, repr=False)
+class Const(Expr):
+    value: int
+
+    def __repr__(self) -> str:
+        return f"Const({self.value})"
+
+
+@dataclass(frozen=True, eq=True, repr=False)
+class Var(Expr):
+    name: str
+
+    def __repr__(self) -> str:
+        return f"Var({self.name!r})"
+
+
+@dataclass(frozen=True, eq=True, repr=False)
+class BinOp(Expr):
+    """`op` is one of + - * / % min max (`/` is floor division)."""
+
+    op: str
+    left: Expr
+    right: Expr
+
+    def __repr__(self) -> str:
+        return f"BinOp({self.op!r}, {self.left!r}, {self.right!r})"
+
+    @cached_property
+    def _hash(self) -> int:  # expressions are hashed often (caches, golden tests)
+        return hash((self.op, self.left, self.right))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
+def as_expr(value: Expr | int) -> Expr:
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"not an integer expression: {value!r}")
+    return Const(value)
+
+
+def minimum(a: Expr | int, b: Expr | int) -> Expr:
+    return simplify(BinOp("min", as_expr(a), as_expr(b)))
+
+
+def maximum(a: Expr | int, b: Expr | int) -> Expr:
+    return simplify(BinOp("max", as_expr(a), as_expr(b)))
+
+
+# --- affine forms ---------------------------------------------------------------------------------
+
+Linear = tuple[dict[str, int], int]
+
+
+def linear_form(expr: Expr) -> Linear | None:
+    """`expr` as ({variable: coefficient}, constant) if it is affine, else None."""
+    if isinstance(expr, Const):
+        return {}, expr.value
+    if isinstance(expr, Var):
+        return {expr.name: 1}, 0
+    assert isinstance(expr, BinOp)
+    left, right = linear_form(expr.left), linear_form(expr.right)
+    if left is None or right is None:
+        return None
+    (lc, lk), (rc, rk) = left, right
+    if expr.op in "+-":
+        sign = 1 if expr.op == "+" else -1
+        coefficients = dict(lc)
+        for name, c in rc.items():
+            coefficients[name] = coefficients.get(name, 0) + sign * c
+        return {n: c for n, c in coefficients.items() if c}, lk + sign * rk
+    if expr.op == "*":
+        if not lc:
+            return {n: c * lk for n, c in rc.items() if c * lk}, lk * rk
+        if not rc:
+            return {n: c * rk for n, c in lc.items() if c * rk}, lk * rk
+        return None
+    if expr.op == "/" and not lc and not rc and rk != 0:
+        return {}, lk // rk
+    if expr.op == "%" and not lc and not rc and rk != 0:
+        return {}, lk % rk
+    if expr.op in ("min", "max") and not lc and not rc:
+        return {}, (min if expr.op == "min" else max)(lk, rk)
+    return None
+
+
+def from_linear(coefficients: Mapping[str, int], constant: int) -> Expr:
+    """Canonical expression of an affine form: positive terms in name order, the constant, then
+    the negative terms subtracted (`i * 64 + j + 3 - k`)."""
+
+    def term(name: str, c: int) -> Expr:
+        return Var(name) if c == 1 else BinOp("*", Var(name), Const(c))
+
+    result: Expr | None = None
+    for name in sorted(coefficients):
+        if coefficients[name] > 0:
+            t = term(name, coefficients[name])
+            result = t if result is None else BinOp("+", result, t)
+    if result is None:
+        result = Const(constant)
+    elif constant > 0:
+        result = BinOp("+", result, Const(constant))
+    elif constant < 0:
+        result = BinOp("-", result, Const(-constant))
+    for name in sorted(coefficients):
+        if coefficients[name] < 0:
+            t = term(name, -coefficients[name])
+            result = BinOp("-", result, t)
+    return result
+
+
+def simplify(expr: Expr) -> Expr:
+    """Canonical, folded form of `expr` (see the module docstring)."""
+    if not isinstance(expr, BinOp):
+        return expr
+    form = linear_form(expr)
+    if form is not None:
+        return from_linear(*form)
+    left, right = simplify(expr.left), simplify(expr.right)
+    op = expr.op
+    if isinstance(right, Const):
+        if op == "*" and right.value == 1 or op == "/" and right.value == 1:
+            return left
+        if op == "%" and right.value == 1:
+            return Const(0)
+        if op == "/" and isinstance(left, BinOp) and left.op == "*" and left.right == right:
+            return left.left  # (x*c)/c == x
+    if op in ("min", "max") and left == right:
+        return left
+    return BinOp(op, left, right)
+
+
+# --- queries --------------------------------------------------------------------------------------
+
+
+def free_vars(expr: Expr) -> frozenset[str]:
+    if isinstance(expr, Var):
+        return frozenset((expr.name,))
+    if isinstance(expr, BinOp):
+        return free_vars(expr.left) | free_vars(expr.right)
+    return frozenset()
+
+
+def substitute(expr: Expr, mapping: Mapping[str, Expr | int]) -> Expr:
+    """`expr` with each variable named in `mapping` replaced, simplified."""
+    if isinstance(expr, Var):
+        return as_expr(mapping[expr.name]) if expr.name in mapping else expr
+    if isinstance(expr, BinOp):
+        return simplify(BinOp(expr.op, substitute(expr.left, mapping), substitute(expr.right, mapping)))
+    return expr
+
+
+_EVALUATE = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "/": lambda a, b: a // b,
+    "%": lambda a, b: a % b,
+    "min": min,
+    "max": max,
+}
+
+
+def evaluate(expr: Expr, env: Mapping[str, int]) -> int:
+    if isinstance(expr, Const):
+        return expr.value
+    if isinstance(expr, Var):
+        return env[expr.name]
+    assert isinstance(expr, BinOp)
+    return _EVALUATE[expr.op](evaluate(expr.left, env), evaluate(expr.right, env))
+
+
+def bounds(expr: Expr, ranges: Mapping[str, tuple[int, int]]) -> tuple[int, int]:
+    """Smallest and largest value of an affine `expr` when each variable v lies in ranges[v] (inclusive)."""
+    form = linear_form(expr)
+    if form is None:
+        raise ValueError(f"bounds of a non-affine expression: {expr}")
+    coefficients, low = form
+    high = low
+    for name, c in coefficients.items():
+        lo, hi = ranges[name]
+        low += c * (lo if c > 0 else hi)
+        high += c * (hi if c > 0 else lo)
+    return low, high
+
+
+def constant_value(expr: Expr) -> int | None:
+    return expr.value if isinstance(expr, Const) else None
+
+
+# --- printing -------------------------------------------------------------------------------------
+
+_PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2, "%": 2}
+
+
+def to_source(expr: Expr, parent: int = 0) -> str:
+    """Readable infix form; min/max print as calls."""
+    if isinstance(expr, Const):
+        return str(expr.value) if expr.value >= 0 or parent == 0 else f"({expr.value})"
+    if isinstance(expr, Var):
+        return expr.name
+    assert isinstance(expr, BinOp)
+    if expr.op in ("min", "max"):
+        return f"{expr.op}({to_source(expr.left)}, {to_source(expr.right)})"
+    precedence = _PRECEDENCE[expr.op]
+    # The right operand of - / % binds tighter than its own level so `a - (b + c)` keeps its parentheses.
+    right_level = precedence + (1 if expr.op in "-/%" else 0)
+    text = f"{to_source(expr.left, precedence)} {expr.op} {to_source(expr.right, right_level)}"
+    return f"({text})" if precedence < parent else text

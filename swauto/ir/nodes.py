@@ -1,0 +1,171 @@
+"""Statement nodes of the IR (thesis 6.2.4.1) and the module that registers tensors and buffers once.
+
+Every node is a frozen dataclass: two IRs are equal when they print the same, and hash alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from swauto.ir.expr import Expr
+
+# --- tensors, buffers and the boxes of them that statements touch ---------------------------------
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A tensor in main memory, row-major (C order) in its declared shape."""
+
+    name: str
+    shape: tuple[int, ...]  # logical shape, as declared in the .sw file
+    dtype: str = "float32"
+    is_output: bool = False
+
+
+@dataclass(frozen=True)
+class LocalBuffer:
+    """A buffer in the mesh's local memories (on the host: a packed, aligned scratch buffer).
+
+    `shape` is the whole mesh's tile, row-major; the primitive spreads it over the 64 CPEs.
+    `offset` is its place in each CPE's local memory (per-CPE bytes), set by `plan_local_memory`.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    offset: int | None = None
+
+
+@dataclass(frozen=True)
+class Access:
+    """A rectangular box of a tensor or local buffer.
+
+    Per axis: the first index `starts[i]` and the number of elements `extents[i]`; `dims[i]` names
+    the primitive dimension that axis carries ('M', 'N', 'K') or is None for an axis the box holds
+    at a single index.
+    """
+
+    name: str
+    starts: tuple[Expr, ...]
+    extents: tuple[int, ...]
+    dims: tuple[str | None, ...]
+
+
+# --- statements -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class For:
+    """`for var in start..stop step stride` (half-open)."""
+
+    var: str
+    start: Expr
+    stop: Expr
+    stride: int
+    body: Stmt
+
+
+@dataclass(frozen=True)
+class Seq:
+    """Statements run left to right."""
+
+    stmts: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True)
+class Compare:
+    op: str  # < <= == !=
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True)
+class If:
+    cond: Compare
+    then: Stmt
+    otherwise: Stmt | None = None
+
+
+@dataclass(frozen=True)
+class Let:
+    """`var = value`, visible to the statements after it in the enclosing Seq."""
+
+    var: str
+    value: Expr
+
+
+@dataclass(frozen=True)
+class Alloc:
+    """Reserve a local buffer (declared in the module's buffer table) for the whole kernel."""
+
+    buffer: str
+
+
+@dataclass(frozen=True)
+class Dma:
+    """An asynchronous DMA between a box of a tensor and a box of a local buffer of the same shape.
+
+    `direction` is 'get' (memory to local) or 'put' (local to memory); `reply` names the counter
+    a `DmaWait` waits on.
+    """
+
+    direction: str
+    tensor: Access
+    buffer: Access
+    reply: str
+
+
+@dataclass(frozen=True)
+class DmaWait:
+    reply: str
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """The mesh-wide GEMM primitive `C += A x B` with sizes m, n, k on the given operands.
+
+    `vectorize` is the free dimension ('M' or 'N') the primitive vectorizes, None until chosen.
+    """
+
+    m: int
+    n: int
+    k: int
+    a: Access
+    b: Access
+    c: Access
+    vectorize: str | None = None
+
+    @property
+    def operands(self) -> tuple[tuple[str, Access], ...]:
+        return (("A", self.a), ("B", self.b), ("C", self.c))
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k
+
+
+Stmt = For | Seq | If | Let | Alloc | Dma | DmaWait | Gemm
+
+
+@dataclass(frozen=True)
+class Module:
+    """One kernel: its tensors (arguments, in order), local buffers and body."""
+
+    name: str
+    tensors: tuple[Tensor, ...]
+    buffers: tuple[LocalBuffer, ...]
+    body: Stmt
+
+    def tensor(self, name: str) -> Tensor:
+        return next(t for t in self.tensors if t.name == name)
+
+    def buffer(self, name: str) -> LocalBuffer:
+        return next(b for b in self.buffers if b.name == name)
+
+
+def seq(*stmts: Stmt) -> Stmt:
+    """A Seq with nested Seqs flattened; a single statement stays itself."""
+    flat: list[Stmt] = []
+    for stmt in stmts:
+        flat.extend(stmt.stmts if isinstance(stmt, Seq) else (stmt,))
+    return flat[0] if len(flat) == 1 else Seq(tuple(flat))

@@ -1,0 +1,85 @@
+"""The IR as readable pseudo-code: what `--dump-ir` shows and what golden tests compare."""
+
+from __future__ import annotations
+
+from swauto.ir.memory import dma_pattern
+from swauto.ir.nodes import (
+    Access,
+    Alloc,
+    Dma,
+    DmaWait,
+    For,
+    Gemm,
+    If,
+    Let,
+    Module,
+    Seq,
+    Stmt,
+)
+
+_DTYPE_BYTES = {"float32": 4, "float64": 8}
+
+
+def format_access(access: Access, with_dims: bool = True) -> str:
+    axes = []
+    for start, extent, dim in zip(access.starts, access.extents, access.dims, strict=True):
+        axes.append(str(start) if dim is None else f"{start}:+{extent}")
+    dims = ", ".join(d for d in access.dims if d is not None)
+    return f"{access.name}[{', '.join(axes)}]" + (f" ({dims})" if dims and with_dims else "")
+
+
+def _format_dma(stmt: Dma, module: Module | None) -> str:
+    source, target = (stmt.tensor, stmt.buffer) if stmt.direction == "get" else (stmt.buffer, stmt.tensor)
+    text = (f"dma {stmt.direction} {format_access(source, False)} -> {format_access(target, False)}"
+            f" reply {stmt.reply}")
+    if module is not None:
+        tensor = module.tensor(stmt.tensor.name)
+        size = _DTYPE_BYTES[tensor.dtype]
+        pattern = dma_pattern(tensor.shape, stmt.tensor.extents)
+        shape = f"{pattern.count} x {pattern.block * size} B"
+        if pattern.stride is not None:
+            shape += f", stride {pattern.stride * size} B"
+        text += f"  # {shape}"
+    return text
+
+
+def format_stmt(stmt: Stmt, module: Module | None = None, indent: int = 0) -> list[str]:
+    pad = "  " * indent
+    if isinstance(stmt, For):
+        step = "" if stmt.stride == 1 else f" step {stmt.stride}"
+        head = f"{pad}for {stmt.var} in {stmt.start}..{stmt.stop}{step}:"
+        return [head, *format_stmt(stmt.body, module, indent + 1)]
+    if isinstance(stmt, Seq):
+        return [line for child in stmt.stmts for line in format_stmt(child, module, indent)]
+    if isinstance(stmt, If):
+        cond = f"{stmt.cond.left} {stmt.cond.op} {stmt.cond.right}"
+        lines = [f"{pad}if {cond}:", *format_stmt(stmt.then, module, indent + 1)]
+        if stmt.otherwise is not None:
+            lines += [f"{pad}else:", *format_stmt(stmt.otherwise, module, indent + 1)]
+        return lines
+    if isinstance(stmt, Let):
+        return [f"{pad}{stmt.var} = {stmt.value}"]
+    if isinstance(stmt, Alloc):
+        return [f"{pad}alloc {stmt.buffer}"]
+    if isinstance(stmt, Dma):
+        return [pad + _format_dma(stmt, module)]
+    if isinstance(stmt, DmaWait):
+        return [f"{pad}dma wait {stmt.reply}"]
+    if isinstance(stmt, Gemm):
+        vec = stmt.vectorize or "?"
+        operands = ", ".join(f"{name}={format_access(access)}" for name, access in stmt.operands)
+        return [f"{pad}gemm(M={stmt.m}, N={stmt.n}, K={stmt.k}, {operands}, vectorize={vec})"]
+    raise TypeError(f"not a statement: {stmt!r}")
+
+
+def format_module(module: Module) -> str:
+    lines = [f"kernel {module.name}"]
+    for tensor in module.tensors:
+        role = "  # output" if tensor.is_output else ""
+        lines.append(f"  tensor {tensor.name}[{', '.join(map(str, tensor.shape))}] {tensor.dtype}{role}")
+    for buffer in module.buffers:
+        where = "" if buffer.offset is None else f" at {buffer.offset}"
+        lines.append(f"  local {buffer.name}[{', '.join(map(str, buffer.shape))}] {buffer.dtype}{where}")
+    lines.append("body:")
+    lines.extend(format_stmt(module.body, module, 1))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""IR passes, one per module, each a function `Module -> Module` documented with what it guarantees."""
