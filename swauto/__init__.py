@@ -4,7 +4,10 @@ The pipeline, one package each: `frontend` (grammar, parser, checks) -> `schedul
 candidates) -> `ir` and `passes` -> `tuner` (cost models) -> `backends` (sw26010 simulator, host JIT).
 """
 
-from swauto.api import Kernel, compile, schedules
+from __future__ import annotations
+
+from typing import Any
+
 from swauto.errors import (
     ArgumentError,
     CheckError,
@@ -32,3 +35,12 @@ __all__ = [
     "schedules",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # The API pulls in the backends (llvmlite); load it on first use so `import swauto.ir` stays light.
+    if name in ("Kernel", "compile", "schedules"):
+        from swauto import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'swauto' has no attribute {name!r}")
