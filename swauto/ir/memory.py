@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
+import numpy as np
+
 
 def row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     """Element strides of a C-order array of `shape`."""
@@ -48,3 +50,35 @@ def dma_pattern(shape: tuple[int, ...], extents: tuple[int, ...]) -> DmaPattern:
         even = all(outer[i][1] == outer[i + 1][0] * outer[i + 1][1] for i in range(len(outer) - 1))
         stride = outer[-1][1] if even else None
     return DmaPattern(block, count, stride)
+
+
+def box_slices(access_starts: tuple[int, ...], extents: tuple[int, ...]) -> tuple[slice, ...]:
+    """NumPy slices of a box given its evaluated starts."""
+    return tuple(slice(s, s + e) for s, e in zip(access_starts, extents, strict=True))
+
+
+def matrix_view(box: np.ndarray, dims: tuple[str | None, ...], rows: str, columns: str) -> np.ndarray:
+    """The box as a (rows x columns) matrix: point axes dropped, the axes carrying `rows` first.
+
+    Several axes may carry one dimension (fused loops); they merge outermost-first. The result is a
+    view when NumPy can make one, else a copy (callers write results back explicitly).
+    """
+    kept = [axis for axis, dim in enumerate(dims) if dim is not None]
+    row_axes = [axis for axis in kept if dims[axis] == rows]
+    column_axes = [axis for axis in kept if dims[axis] == columns]
+    squeezed = box.reshape([box.shape[axis] for axis in kept])
+    order = [kept.index(axis) for axis in row_axes + column_axes]
+    moved = squeezed.transpose(order)
+    n_rows = prod(box.shape[axis] for axis in row_axes)
+    return moved.reshape(n_rows, -1)
+
+
+def store_matrix(box: np.ndarray, dims: tuple[str | None, ...], rows: str, columns: str, matrix: np.ndarray) -> None:
+    """Write a (rows x columns) matrix into `box` (a view), inverting `matrix_view`."""
+    target = matrix_view(box, dims, rows, columns)
+    if np.shares_memory(target, box):
+        target[...] = matrix
+        return
+    # matrix_view had to copy: find where each matrix element lives in the box and scatter there.
+    where = matrix_view(np.arange(box.size).reshape(box.shape), dims, rows, columns).ravel()
+    box[np.unravel_index(where, box.shape)] = matrix.ravel()

@@ -1,0 +1,73 @@
+"""Emit the final IR as an athread-style CPE program of primitive calls (the kernel's `.code`)."""
+
+from __future__ import annotations
+
+from swauto.ir import expr as ex
+from swauto.ir.memory import dma_pattern, row_major_strides
+from swauto.ir.nodes import Access, Alloc, Dma, DmaWait, For, Gemm, If, Let, Module, Seq, Stmt
+from swauto.machine import DTYPE_BYTES, SW26010
+
+C_TYPES = {"float32": "float", "float64": "double"}
+from swauto.passes.plan_local_memory import per_cpe_bytes
+
+
+def _address(access: Access, shape: tuple[int, ...]) -> str:
+    """C expression of the element offset of the box's first element."""
+    offset = ex.Const(0)
+    for start, stride in zip(access.starts, row_major_strides(shape), strict=True):
+        offset = offset + start * stride
+    return str(offset)
+
+
+def _lines(stmt: Stmt, module: Module, indent: int) -> list[str]:
+    pad = "  " * indent
+    if isinstance(stmt, Seq):
+        return [line for child in stmt.stmts for line in _lines(child, module, indent)]
+    if isinstance(stmt, For):
+        v = stmt.var
+        head = f"{pad}for (long {v} = {stmt.start}; {v} < {stmt.stop}; {v} += {stmt.stride}) {{"
+        return [head, *_lines(stmt.body, module, indent + 1), pad + "}"]
+    if isinstance(stmt, If):
+        lines = [f"{pad}if ({stmt.cond.left} {stmt.cond.op} {stmt.cond.right}) {{",
+                 *_lines(stmt.then, module, indent + 1)]
+        if stmt.otherwise is not None:
+            lines += [pad + "} else {", *_lines(stmt.otherwise, module, indent + 1)]
+        return [*lines, pad + "}"]
+    if isinstance(stmt, Let):
+        return [f"{pad}long {stmt.var} = {stmt.value};"]
+    if isinstance(stmt, Alloc):
+        return []  # buffers are declared once, at the top of the program
+    if isinstance(stmt, Dma):
+        tensor = module.tensor(stmt.tensor.name)
+        size = DTYPE_BYTES[tensor.dtype]
+        pattern = dma_pattern(tensor.shape, stmt.tensor.extents)
+        stride = 0 if pattern.stride is None else pattern.stride * size
+        memory = f"{tensor.name} + {_address(stmt.tensor, tensor.shape)}"
+        return [
+            f"{pad}dma_{stmt.direction}({stmt.buffer.name}, {memory}, /* block */ {pattern.block * size}, "
+            f"/* stride */ {stride}, /* count */ {pattern.count}, &{stmt.reply});"
+        ]
+    if isinstance(stmt, DmaWait):
+        return [f"{pad}dma_wait(&{stmt.reply}, 1);"]
+    if isinstance(stmt, Gemm):
+        layouts = ", ".join(f"{name}={access.name}/{''.join(d or '_' for d in access.dims)}"
+                            for name, access in stmt.operands)
+        return [f"{pad}gemm_op(M={stmt.m}, N={stmt.n}, K={stmt.k}, {layouts}, vec={stmt.vectorize});"]
+    raise TypeError(f"not a statement: {stmt!r}")
+
+
+def emit_program(module: Module, machine: SW26010, title: str = "") -> str:
+    """The CPE program: per-CPE buffer declarations with their LDM offsets, then the loop nest."""
+    lines = [f"/* swauto SW26010 program: {module.name}{' - ' + title if title else ''} */",
+             f"/* runs on one core group: {machine.mesh_rows} x {machine.mesh_columns} CPEs; "
+             "every buffer below is one CPE's share of the mesh-wide tile */"]
+    for buffer in module.buffers:
+        lines.append(
+            f"__thread_local {C_TYPES[buffer.dtype]} {buffer.name}[{per_cpe_bytes(buffer, machine) // DTYPE_BYTES[buffer.dtype]}]"
+            f"; /* tile {'x'.join(map(str, buffer.shape))}, LDM offset {buffer.offset} */"
+        )
+    arguments = ", ".join(f"{C_TYPES[t.dtype]} *{t.name}" for t in module.tensors)
+    lines.append(f"void {module.name}_cpe({arguments}) {{")
+    lines.extend(_lines(module.body, module, 1))
+    lines.append("}")
+    return "\n".join(lines) + "\n"

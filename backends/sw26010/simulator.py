@@ -1,0 +1,200 @@
+"""A functional simulator of one SW26010 core group running a candidate's final IR.
+
+It holds real data: every local buffer is a NumPy array (the whole mesh's tile; each CPE owns an
+8 x 8 block of it), DMAs copy real boxes between main memory and those buffers, and the GEMM
+primitive computes in float64 as the real one does after its single-to-double conversion. It
+enforces what the machine enforces: local-memory capacity, DMA bounds, and that no primitive
+touches a buffer whose DMA has not been waited for. It counts DMA bytes, 128-byte memory
+transactions (from the blocks each CPE moves and their real start addresses) and flops.
+
+It never calls the tuner's cost model: it is the machine the model is judged against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from swauto.errors import SimulationError
+from swauto.ir import expr as ex
+from swauto.ir.memory import box_slices, matrix_view, row_major_strides, store_matrix
+from swauto.ir.nodes import Access, Alloc, Dma, DmaWait, For, Gemm, If, Let, Module, Seq, Stmt
+from swauto.ir.printer import format_stmt
+from swauto.machine import DTYPE_BYTES, SW26010
+from swauto.passes.plan_local_memory import per_cpe_bytes
+
+_COMPARE = {"<": np.less, "<=": np.less_equal, "==": np.equal, "!=": np.not_equal}
+
+
+@dataclass
+class Counters:
+    """What one run moved and computed."""
+
+    dma_get_bytes: int = 0
+    dma_put_bytes: int = 0
+    dma_requests: int = 0  # one per CPE per DMA statement executed
+    dma_transactions: int = 0  # 128-byte memory transactions
+    flops: int = 0
+    gemm_calls: int = 0
+    ldm_bytes_per_cpe: int = 0
+    seconds_estimate: float = 0.0  # rough: transactions over bandwidth against flops over peak
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class _State:
+    arrays: dict[str, np.ndarray]
+    buffers: dict[str, np.ndarray]
+    in_flight: dict[str, set[str]] = field(default_factory=dict)  # reply -> buffers it is moving
+    counters: Counters = field(default_factory=Counters)
+
+
+class _Machine:
+    def __init__(self, module: Module, machine: SW26010) -> None:
+        self.module = module
+        self.machine = machine
+        self.tensors = {t.name: t for t in module.tensors}
+
+    # --- local memory ----------------------------------------------------------------------------
+
+    def allocate(self) -> tuple[dict[str, np.ndarray], int]:
+        used = 0
+        ranges = []
+        for buffer in self.module.buffers:
+            size = per_cpe_bytes(buffer, self.machine)
+            start = buffer.offset if buffer.offset is not None else used
+            ranges.append((start, start + size, buffer.name))
+            used = max(used, start + size)
+        ranges.sort()
+        for (_, end, first), (start, _, second) in zip(ranges, ranges[1:], strict=False):
+            if start < end:
+                raise SimulationError(f"local buffers {first} and {second} overlap in LDM")
+        if used > self.machine.ldm_usable_bytes:
+            raise SimulationError(
+                f"the program needs {used} B of local memory per CPE; a CPE has "
+                f"{self.machine.ldm_usable_bytes} B besides its reserve"
+            )
+        buffers = {b.name: np.zeros(b.shape, dtype=b.dtype) for b in self.module.buffers}
+        return buffers, used
+
+    # --- execution --------------------------------------------------------------------------------
+
+    def run(self, stmt: Stmt, env: dict[str, int], state: _State) -> None:
+        if isinstance(stmt, Seq):
+            for child in stmt.stmts:
+                if isinstance(child, Let):
+                    env = {**env, child.var: ex.evaluate(child.value, env)}
+                else:
+                    self.run(child, env, state)
+        elif isinstance(stmt, For):
+            start, stop = ex.evaluate(stmt.start, env), ex.evaluate(stmt.stop, env)
+            for i in range(start, stop, stmt.stride):
+                self.run(stmt.body, {**env, stmt.var: i}, state)
+        elif isinstance(stmt, If):
+            cond = stmt.cond
+            if _COMPARE[cond.op](ex.evaluate(cond.left, env), ex.evaluate(cond.right, env)):
+                self.run(stmt.then, env, state)
+            elif stmt.otherwise is not None:
+                self.run(stmt.otherwise, env, state)
+        elif isinstance(stmt, Dma):
+            self.dma(stmt, env, state)
+        elif isinstance(stmt, DmaWait):
+            state.in_flight.pop(stmt.reply, None)
+        elif isinstance(stmt, Gemm):
+            self.gemm(stmt, env, state)
+        elif isinstance(stmt, (Alloc, Let)):
+            pass
+        else:
+            raise TypeError(f"not a statement: {stmt!r}")
+
+    def box(self, access: Access, env: dict[str, int], shape: tuple[int, ...], what: str, stmt: Stmt) -> tuple:
+        starts = tuple(ex.evaluate(s, env) for s in access.starts)
+        for axis, (start, extent, size) in enumerate(zip(starts, access.extents, shape, strict=True)):
+            if start < 0 or start + extent > size:
+                where = ", ".join(f"{k}={v}" for k, v in env.items())
+                raise SimulationError(
+                    f"DMA out of bounds: {format_stmt(stmt)[0].split('  #')[0]} (with {where}) touches "
+                    f"{what} axis {axis} at {start}..{start + extent - 1}, outside 0..{size - 1}"
+                )
+        return starts
+
+    def dma(self, stmt: Dma, env: dict[str, int], state: _State) -> None:
+        tensor = self.tensors[stmt.tensor.name]
+        array = state.arrays[tensor.name]
+        buffer = state.buffers[stmt.buffer.name]
+        for moving in state.in_flight.values():
+            if stmt.buffer.name in moving:
+                raise SimulationError(f"DMA into {stmt.buffer.name} while another DMA on it is in flight")
+        tensor_starts = self.box(stmt.tensor, env, tensor.shape, f"tensor {tensor.name}", stmt)
+        buffer_starts = self.box(stmt.buffer, env, buffer.shape, f"buffer {stmt.buffer.name}", stmt)
+        memory = array[box_slices(tensor_starts, stmt.tensor.extents)]
+        local = buffer[box_slices(buffer_starts, stmt.buffer.extents)]
+        if stmt.direction == "get":
+            local[...] = memory.reshape(local.shape)
+            state.counters.dma_get_bytes += memory.nbytes
+        else:
+            memory[...] = local.reshape(memory.shape)
+            state.counters.dma_put_bytes += memory.nbytes
+        state.in_flight.setdefault(stmt.reply, set()).add(stmt.buffer.name)
+        requests, transactions = self.transactions(tensor_starts, stmt.tensor.extents, tensor.shape,
+                                                   DTYPE_BYTES[tensor.dtype])
+        state.counters.dma_requests += requests
+        state.counters.dma_transactions += transactions
+
+    def transactions(self, starts: tuple[int, ...], extents: tuple[int, ...], shape: tuple[int, ...],
+                     element_bytes: int) -> tuple[int, int]:
+        """DMA requests and 128-byte transactions of a box moved by the whole mesh.
+
+        The box's contiguous runs are its rows along the last axis; each is split evenly across the
+        mesh columns (each CPE moves its own block), and every piece costs the transactions of the
+        128-byte lines it touches from its real start address (tensors start 128-byte aligned).
+        """
+        strides = row_major_strides(shape)
+        row_starts = np.zeros(1, dtype=np.int64)
+        for start, extent, stride in zip(starts[:-1], extents[:-1], strides[:-1], strict=True):
+            row_starts = (row_starts[:, None] + (start + np.arange(extent)) * stride).ravel()
+        row_starts = row_starts + starts[-1]
+        columns = self.machine.mesh_columns
+        run = extents[-1]
+        pieces = columns if run % columns == 0 and run >= columns else 1
+        piece = run // pieces
+        first = (row_starts[:, None] + np.arange(pieces) * piece).ravel() * element_bytes
+        last = first + piece * element_bytes - 1
+        line = self.machine.dma_transaction_bytes
+        requests = min(first.size, self.machine.cpes)
+        return requests, int((last // line - first // line + 1).sum())
+
+    def gemm(self, stmt: Gemm, env: dict[str, int], state: _State) -> None:
+        for name, access in stmt.operands:
+            for moving in state.in_flight.values():
+                if access.name in moving:
+                    raise SimulationError(f"gemm reads {name} from {access.name} before its DMA was waited for")
+        views = {}
+        for name, access in stmt.operands:
+            buffer = state.buffers[access.name]
+            starts = self.box(access, env, buffer.shape, f"buffer {access.name}", stmt)
+            views[name] = buffer[box_slices(starts, access.extents)]
+        a = matrix_view(views["A"], stmt.a.dims, "M", "K").astype(np.float64)
+        b = matrix_view(views["B"], stmt.b.dims, "K", "N").astype(np.float64)
+        c = matrix_view(views["C"], stmt.c.dims, "M", "N").astype(np.float64)
+        store_matrix(views["C"], stmt.c.dims, "M", "N", (c + a @ b).astype(np.float32))
+        state.counters.flops += stmt.flops
+        state.counters.gemm_calls += 1
+
+
+def simulate(module: Module, arrays: dict[str, np.ndarray], machine: SW26010) -> Counters:
+    """Run `module` on `arrays` (outputs updated in place) and return what it moved and computed."""
+    sim = _Machine(module, machine)
+    buffers, used = sim.allocate()
+    state = _State(arrays, buffers)
+    state.counters.ldm_bytes_per_cpe = used
+    sim.run(module.body, {}, state)
+    if state.in_flight:
+        raise SimulationError(f"the program ends with DMAs never waited for: {', '.join(sorted(state.in_flight))}")
+    counters = state.counters
+    memory_seconds = counters.dma_transactions * machine.dma_transaction_bytes / machine.peak_bandwidth
+    counters.seconds_estimate = max(memory_seconds, counters.flops / machine.peak_flops)
+    return counters

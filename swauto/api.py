@@ -1,0 +1,194 @@
+"""The Python API: `compile` a `.sw` operator into a callable `Kernel`, list its `schedules`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from swauto.errors import ArgumentError, Rejected, ScheduleError
+from swauto.frontend.check import BoundOperator, check
+from swauto.frontend.parser import parse
+from swauto.frontend.source import Source
+from swauto.ir.nodes import Module
+from swauto.ir.printer import format_module
+from swauto.machine import SUNWAY
+from swauto.pipeline import lower
+from swauto.schedule.candidate import Candidate
+from swauto.schedule.space import Space, explore
+from swauto.tuner.cost_model import estimate, peak_flops
+from swauto.tuner.model_tuner import rank
+
+TARGETS = ("host", "sw26010")
+TUNERS = ("model",)
+
+
+def load(source: str | Path, params: Mapping[str, object] | None = None) -> BoundOperator:
+    """Parse and check a `.sw` file (path or text) with its size parameters bound."""
+    src = Source.load(source)
+    return check(parse(src), src, params or {})
+
+
+def schedules(source: str | Path, params: Mapping[str, object] | None = None) -> list[Candidate]:
+    """Every legal candidate schedule of the operator at these sizes, in the space's stable order."""
+    return explore(load(source, params), SUNWAY).candidates
+
+
+def _resolve(op: BoundOperator, schedule: Candidate | str | Mapping[str, Any], space: Space | None):
+    """The stages of the candidate the user named: a Candidate, its id, or its JSON form."""
+    if isinstance(schedule, str) and not schedule.lstrip().startswith("{"):
+        space = space or explore(op, SUNWAY)
+        for candidate, stages in space.legal:
+            if candidate.id == schedule:
+                return candidate, stages
+        raise ScheduleError(
+            f"no legal candidate has id {schedule} for operator {op.name} with {op.params}; "
+            f"`swauto schedules` lists them"
+        )
+    candidate = schedule if isinstance(schedule, Candidate) else Candidate.from_json(schedule)  # type: ignore[arg-type]
+    try:
+        return candidate, lower(op, candidate, SUNWAY)
+    except Rejected as rejection:
+        raise ScheduleError(f"candidate {candidate.id} is not legal here: {rejection}") from None
+
+
+def _check_choice(value: object, allowed: tuple[str, ...], what: str) -> str:
+    if value not in allowed:
+        raise ArgumentError(f"unknown {what} {value!r}; choose one of {', '.join(allowed)}")
+    return value  # type: ignore[return-value]
+
+
+def compile(  # noqa: A001 - the public name users expect
+    source: str | Path,
+    params: Mapping[str, object] | None = None,
+    target: str = "host",
+    schedule: Candidate | str | Mapping[str, Any] | None = None,
+    tuner: str = "model",
+    threads: int | None = None,
+) -> Kernel:
+    """Compile the operator in `source` (a path or `.sw` text) for `target`.
+
+    Without `schedule`, the tuner picks the candidate; with one (a Candidate from `schedules`, its id,
+    or its JSON form) that candidate is compiled. `threads` is accepted for the host target; this
+    version of the host backend runs on one thread.
+    """
+    _check_choice(target, TARGETS, "target")
+    _check_choice(tuner, TUNERS, "tuner")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ArgumentError(f"threads must be a positive integer, got {threads!r}")
+    started = time.perf_counter()
+    op = load(source, params)
+    if schedule is None:
+        best = rank(explore(op, SUNWAY), target)[0]
+        candidate, stages = best.candidate, best.stages
+    else:
+        candidate, stages = _resolve(op, schedule, None)
+    tuning_seconds = time.perf_counter() - started
+    return Kernel(op, candidate, stages, target, tuning_seconds)
+
+
+@dataclass
+class Kernel:
+    """A compiled operator: call it with NumPy arrays named after its tensors (outputs are updated in
+    place); `.schedule`, `.ir`, `.code` and `.report` tell what was built."""
+
+    operator: BoundOperator
+    schedule: Candidate
+    stages: list[tuple[str, Module]]
+    target: str
+    tuning_seconds: float
+    report: dict[str, Any] = field(init=False)
+    code: str = field(init=False, repr=False)
+    _program: Any = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        module = self.module
+        predicted = estimate(module, self.target)
+        if self.target == "host":
+            from swauto.backends.host import compile_module
+
+            self._program = compile_module(module)
+            self.code = self._program.llvm_ir
+        else:
+            from swauto.backends.sw26010 import emit_program
+
+            self._program = None
+            self.code = emit_program(module, SUNWAY, str(self.schedule))
+        self.report = {
+            "operator": self.operator.name,
+            "params": dict(self.operator.params),
+            "target": self.target,
+            "candidate": self.schedule.id,
+            "schedule": self.schedule.describe(),
+            "flops": predicted.flops,
+            "dma_bytes": predicted.dma_bytes,
+            "predicted_s": predicted.seconds,
+            "predicted_gflops": predicted.flops / predicted.seconds / 1e9,
+            "predicted_peak_fraction": predicted.flops / predicted.seconds / peak_flops(self.target),
+            "tuning_s": self.tuning_seconds,
+        }
+
+    @property
+    def module(self) -> Module:
+        """The final IR."""
+        return self.stages[-1][1]
+
+    @property
+    def ir(self) -> str:
+        """The final IR, printed."""
+        return format_module(self.module)
+
+    @property
+    def tensors(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.module.tensors)
+
+    def _validate(self, arrays: Mapping[str, object]) -> dict[str, np.ndarray]:
+        names = self.tensors
+        unknown = sorted(set(arrays) - set(names))
+        if unknown:
+            raise ArgumentError(f"{self.operator.name} has no tensor {unknown[0]}; it takes {', '.join(names)}")
+        checked: dict[str, np.ndarray] = {}
+        for tensor in self.module.tensors:
+            if tensor.name not in arrays:
+                raise ArgumentError(f"missing array for tensor {tensor.name} (the kernel takes {', '.join(names)})")
+            array = arrays[tensor.name]
+            if not isinstance(array, np.ndarray):
+                raise ArgumentError(f"tensor {tensor.name} must be a NumPy array, got {type(array).__name__}")
+            if array.dtype != np.dtype(tensor.dtype):
+                raise ArgumentError(
+                    f"tensor {tensor.name} is {array.dtype}; this kernel takes {tensor.dtype} "
+                    f"(convert with .astype(numpy.{tensor.dtype}))"
+                )
+            if array.shape != tensor.shape:
+                raise ArgumentError(f"tensor {tensor.name} has shape {array.shape}; expected {tensor.shape}")
+            if not array.flags.c_contiguous:
+                raise ArgumentError(
+                    f"tensor {tensor.name} is not C-contiguous; pass numpy.ascontiguousarray(...) of it"
+                )
+            if tensor.is_output and not array.flags.writeable:
+                raise ArgumentError(f"output tensor {tensor.name} is read-only")
+            checked[tensor.name] = array
+        for output in (t for t in self.module.tensors if t.is_output):
+            for name, array in checked.items():
+                if name != output.name and np.shares_memory(array, checked[output.name]):
+                    raise ArgumentError(f"output {output.name} shares memory with {name}; pass separate arrays")
+        return checked
+
+    def __call__(self, **arrays: np.ndarray) -> None:
+        checked = self._validate(arrays)
+        started = time.perf_counter()
+        if self.target == "host":
+            self._program.run(checked)
+        else:
+            from swauto.backends.sw26010 import simulate
+
+            counters = simulate(self.module, checked, SUNWAY)
+            self.report["simulated"] = counters.as_dict()
+        self.report["last_call_s"] = time.perf_counter() - started
+
+    def __repr__(self) -> str:
+        return f"<swauto.Kernel {self.operator.name} {self.operator.params} {self.target} {self.schedule}>"

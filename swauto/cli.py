@@ -1,0 +1,161 @@
+"""The `swauto` command: compile, schedules, run. User errors print one sentence and exit with 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from swauto.errors import SwautoError
+
+TOLERANCE = 1e-4  # max |error| / max |reference| that `swauto run` accepts
+
+
+def _define(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    try:
+        return name, int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"the value of {name} must be an integer, got {value!r}") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="swauto", description="A tensor compiler for deep-learning operators.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def operator_command(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub.add_argument("file", type=Path, help="the operator's .sw file")
+        sub.add_argument("-D", dest="defines", action="append", type=_define, default=[], metavar="NAME=VALUE",
+                         help="bind a size parameter (repeatable)")
+        return sub
+
+    def target_options(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--target", choices=("host", "sw26010"), default="host")
+        sub.add_argument("--schedule", metavar="ID", help="compile this candidate (an id from `swauto schedules`)")
+        sub.add_argument("--tuner", choices=("model",), default="model")
+        sub.add_argument("--threads", type=int, default=None, help="host threads (this version uses one)")
+
+    compile_cmd = operator_command("compile", "compile an operator; print the chosen candidate and its report")
+    target_options(compile_cmd)
+    compile_cmd.add_argument("--dump-ir", action="store_true", help="print the IR after each pass")
+    compile_cmd.add_argument("-o", dest="output", type=Path, help="write the generated code here")
+
+    operator_command("schedules", "count the schedule space, the rejections by reason, and list the candidates")
+
+    run_cmd = operator_command("run", "compile, run on random inputs and compare with the NumPy reference")
+    target_options(run_cmd)
+    run_cmd.add_argument("--repeat", type=int, default=5, help="timed calls on the host (median is shown)")
+    run_cmd.add_argument("--seed", type=int, default=0, help="random seed of the inputs")
+    return parser
+
+
+def _params(args: argparse.Namespace) -> dict[str, int]:
+    return dict(args.defines)
+
+
+def _print_report(report: dict) -> None:
+    print(f"candidate  {report['candidate']}  {report['schedule']}")
+    print(f"target     {report['target']}   params {report['params']}")
+    print(f"flops      {report['flops']:.4g}   DMA bytes {report['dma_bytes']:.4g}")
+    print(f"predicted  {report['predicted_s'] * 1e3:.4g} ms  {report['predicted_gflops']:.1f} GFLOPS  "
+          f"{100 * report['predicted_peak_fraction']:.1f}% of peak  (first analytic cost)")
+    print(f"tuning     {report['tuning_s']:.3f} s")
+
+
+def _compile(args: argparse.Namespace) -> int:
+    import swauto
+    from swauto.ir.printer import format_module
+
+    kernel = swauto.compile(args.file, _params(args), target=args.target, schedule=args.schedule,
+                            tuner=args.tuner, threads=args.threads)
+    if args.dump_ir:
+        for stage, module in kernel.stages:
+            print(f"=== IR after {stage} ===")
+            print(format_module(module))
+    _print_report(kernel.report)
+    if args.output is not None:
+        args.output.write_text(kernel.code)
+        print(f"wrote      {args.output}")
+    return 0
+
+
+def _schedules(args: argparse.Namespace) -> int:
+    from swauto.api import load
+    from swauto.machine import SUNWAY
+    from swauto.schedule.space import explore
+    from swauto.tuner.cost_model import estimate
+
+    op = load(args.file, _params(args))
+    space = explore(op, SUNWAY)
+    print(f"operator {op.name} {op.params}: {space.total} candidates, {len(space.legal)} legal")
+    for reason, count in space.rejected.most_common():
+        print(f"  rejected {count:6d}  {reason}")
+    print(f"{'id':8}  {'sw26010 ms':>10}  schedule")
+    for candidate, stages in space.legal:
+        seconds = estimate(stages[-1][1], "sw26010").seconds
+        print(f"{candidate.id}  {seconds * 1e3:10.4f}  {candidate.describe()}")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    import swauto
+    from swauto.reference import reference
+
+    kernel = swauto.compile(args.file, _params(args), target=args.target, schedule=args.schedule,
+                            tuner=args.tuner, threads=args.threads)
+    _print_report(kernel.report)
+    rng = np.random.default_rng(args.seed)
+    arrays = {t.name: rng.standard_normal(t.shape, dtype=np.float32) for t in kernel.module.tensors}
+    expected = reference(kernel.operator, arrays)
+    outputs = {name: arrays[name].copy() for name in expected}
+    kernel(**{**arrays, **outputs})
+    worst = max(float(np.abs(outputs[n] - expected[n]).max() / max(np.abs(expected[n]).max(), 1e-30))
+                for n in expected)
+    if args.target == "host":
+        times = []
+        for _ in range(max(args.repeat, 1)):
+            scratch = {name: arrays[name].copy() for name in expected}
+            started = time.perf_counter()
+            kernel(**{**arrays, **scratch})
+            times.append(time.perf_counter() - started)
+        seconds = float(np.median(times))
+        print(f"measured   {seconds * 1e3:.4g} ms  {kernel.report['flops'] / seconds / 1e9:.2f} GFLOPS "
+              f"(median of {len(times)} calls on the host)")
+    else:
+        counters = kernel.report["simulated"]
+        seconds = counters["seconds_estimate"]
+        print(f"simulated  {counters['dma_get_bytes'] + counters['dma_put_bytes']} DMA bytes in "
+              f"{counters['dma_transactions']} transactions, {counters['flops']} flops, "
+              f"{counters['ldm_bytes_per_cpe']} B LDM per CPE")
+        print(f"estimate   {seconds * 1e3:.4g} ms  {kernel.report['flops'] / seconds / 1e9:.1f} GFLOPS "
+              "(rough: transactions over bandwidth against flops over peak; not a timed simulation)")
+    verdict = "ok" if worst <= TOLERANCE else "MISMATCH"
+    print(f"max error  {worst:.3g} relative to the NumPy float64 reference: {verdict}")
+    return 0 if worst <= TOLERANCE else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    command = {"compile": _compile, "schedules": _schedules, "run": _run}[args.command]
+    try:
+        return command(args)
+    except SwautoError as error:
+        print(f"swauto: error: {error}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # the reader (e.g. `| head`) went away: not an error of ours
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        print("swauto: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

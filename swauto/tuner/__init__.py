@@ -1,0 +1,1 @@
+"""Tuners and cost models: rank the legal candidates of a schedule space."""

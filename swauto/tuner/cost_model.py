@@ -1,0 +1,60 @@
+"""A first analytic cost: DMA bytes over memory bandwidth against flops over peak, the larger wins.
+
+It reads only the final IR (what each DMA and primitive call moves or computes, times the trip
+counts of the loops around it), never a simulation or a measurement. The thesis' detailed model
+(per-transfer latency and transaction waste, fitted primitive time) replaces it in a later issue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+from swauto.ir import expr as ex
+from swauto.ir.nodes import Dma, For, Gemm, Module
+from swauto.ir.visitor import walk
+from swauto.machine import DTYPE_BYTES, HOST, SUNWAY
+
+
+@dataclass(frozen=True)
+class Estimate:
+    dma_bytes: int
+    flops: int
+    memory_seconds: float
+    compute_seconds: float
+
+    @property
+    def seconds(self) -> float:
+        return max(self.memory_seconds, self.compute_seconds)
+
+
+def _trips(loops: tuple[For, ...]) -> int:
+    return prod(
+        (ex.evaluate(loop.stop - loop.start, {}) + loop.stride - 1) // loop.stride for loop in loops
+    )
+
+
+def traffic(module: Module) -> tuple[int, int]:
+    """Bytes moved by DMA and flops computed by one run of `module`."""
+    dma_bytes = flops = 0
+    for node, loops in walk(module.body):
+        if isinstance(node, Dma):
+            size = DTYPE_BYTES[module.tensor(node.tensor.name).dtype] * prod(node.tensor.extents)
+            dma_bytes += size * _trips(loops)
+        elif isinstance(node, Gemm):
+            flops += node.flops * _trips(loops)
+    return dma_bytes, flops
+
+
+def estimate(module: Module, target: str, threads: int = 1) -> Estimate:
+    """Predicted run time of `module` on `target` ('sw26010': one core group; 'host': `threads` cores)."""
+    dma_bytes, flops = traffic(module)
+    if target == "sw26010":
+        bandwidth, peak = SUNWAY.peak_bandwidth, SUNWAY.peak_flops
+    else:
+        bandwidth, peak = HOST.memory_bandwidth, HOST.peak_flops_per_core * threads
+    return Estimate(dma_bytes, flops, dma_bytes / bandwidth, flops / peak)
+
+
+def peak_flops(target: str, threads: int = 1) -> float:
+    return SUNWAY.peak_flops if target == "sw26010" else HOST.peak_flops_per_core * threads
