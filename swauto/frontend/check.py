@@ -366,6 +366,8 @@ class _Checker:
             raise self.fail(f"a split creates loop {duplicate}, which already exists", self.operator.position)
         if order is not None and sorted(order) != sorted(all_loops):
             position = next(d.position for d in self.operator.schedule if isinstance(d, ast.Reorder))
+            if not all_loops:
+                raise self.fail("there are no loops to reorder (split a dimension first)", position)
             raise self.fail(f"reorder must list every loop exactly once: {', '.join(all_loops)}", position)
         return ScheduleSpace(tuple(splits), order, reorder_any, vectorize or signature.vectorizable)
 

@@ -1,0 +1,35 @@
+"""Shared helpers: the example operator, random inputs and the float64 reference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+GEMM_SW = EXAMPLES / "gemm.sw"
+
+
+def gemm_inputs(m: int, n: int, k: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "A": rng.standard_normal((m, k), dtype=np.float32),
+        "B": rng.standard_normal((k, n), dtype=np.float32),
+        "C": rng.standard_normal((m, n), dtype=np.float32),
+    }
+
+
+def gemm_reference(arrays: dict[str, np.ndarray]) -> np.ndarray:
+    """C + A B in float64, computed by NumPy directly (independent of swauto's own reference)."""
+    return arrays["C"].astype(np.float64) + arrays["A"].astype(np.float64) @ arrays["B"].astype(np.float64)
+
+
+def relative_error(result: np.ndarray, expected: np.ndarray) -> float:
+    return float(np.abs(result - expected).max() / np.abs(expected).max())
+
+
+@pytest.fixture
+def gemm_source() -> Path:
+    return GEMM_SW

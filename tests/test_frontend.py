@@ -1,0 +1,157 @@
+"""Parser and checker: the example parses; every bad input gets its message at its position."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from swauto.errors import CheckError, ParameterError, ParseError
+from swauto.frontend.check import check
+from swauto.frontend.parser import parse
+from swauto.frontend.source import Source
+from swauto.ir.nodes import Gemm
+
+
+def load(text: str, params: dict | None = None):
+    source = Source("t.sw", textwrap.dedent(text).strip("\n"))
+    return check(parse(source), source, params or {})
+
+
+GOOD = """
+operator g(M = 256, N = 128, K = 64) {
+  tensor A[M, K]
+  tensor B[K, N]
+  tensor C[M, N]
+  compute { gemm(M = M, N = N, K = K, A = A, B = B, C = C) }
+  schedule { split gemm.M by {128} }
+}
+"""
+
+
+def test_example_parses_with_positions(gemm_source):
+    operator = parse(gemm_source)
+    assert operator.name == "gemm"
+    assert [p.name for p in operator.params] == ["M", "N", "K"]
+    assert operator.tensors[0].position.line == 7
+    assert operator.compute[0].primitive == "gemm"
+
+
+def test_good_operator_binds_defaults_and_overrides():
+    op = load(GOOD, {"N": 256})
+    assert op.params == {"M": 256, "N": 256, "K": 64}
+    assert op.seed.tensor("B").shape == (64, 256)
+    assert [t.is_output for t in op.seed.tensors] == [False, False, True]
+
+
+def test_axes_are_matched_by_name_even_when_sizes_are_equal():
+    op = load(GOOD, {"M": 128, "N": 128, "K": 128})
+    call = op.seed.body
+    assert isinstance(call, Gemm)
+    assert call.a.dims == ("M", "K") and call.b.dims == ("K", "N")
+
+
+def test_explicit_dimension_indices_give_a_transposed_operand():
+    op = load(GOOD.replace("tensor A[M, K]", "tensor A[K, M]").replace("A = A,", "A = A[:K, :M],"))
+    assert op.seed.body.a.dims == ("K", "M")
+
+
+def test_loop_nest_with_affine_indices():
+    op = load("""
+    operator conv(B = 32, Ni = 8, No = 8, Ri = 6, Kr = 3) {
+      let Ro = Ri - Kr + 1
+      tensor input[Ri, Ni, B]
+      tensor weight[Kr, No, Ni]
+      tensor output[Ro, No, B]
+      compute {
+        for r in 0..Ro {
+          for kr in 0..Kr {
+            gemm(M = B, N = No, K = Ni, A = input[r + kr, :K, :M], B = weight[kr], C = output[r, :N, :M])
+          }
+        }
+      }
+    }
+    """)
+    assert op.params["Ri"] == 6
+    assert str(op.seed.body.body.body.a.starts[0]) == "kr + r"
+
+
+BAD = [
+    # (text, error class, message fragment, line, column)
+    ("operator g(M) { tensor A[M] compute { gemm(M=M A=A) } }", ParseError, "expected one of", 1, 48),
+    ("operator g(M) {\n  tensor A[M]\n  compute {", ParseError, "unexpected end of file", 3, 12),
+    ("operator g(M) { tensor A[M$] }", ParseError, "unexpected character '$'", 1, 27),
+    ("operator g(M) { tensor A[M] compute {} schedule { split x by {} } }", ParseError, "expected an integer",
+     1, 63),
+    (GOOD.replace("tensor C[M, N]", "tensor C[M, Q]"), CheckError, "unknown name Q", 4, 15),
+    (GOOD.replace("tensor B[K, N]", "tensor A[K, N]"), CheckError, "tensor A is already declared", 3, 10),
+    (GOOD.replace("gemm(M = M", "gemmm(M = M"), CheckError, "unknown primitive gemmm", 5, 13),
+    (GOOD.replace("K = K, A", "L = K, A"), CheckError, "gemm has no argument L", 5, 32),
+    (GOOD.replace("K = K, A", "A = A, A"), CheckError, "argument A is given twice", 5, 39),
+    (GOOD.replace("K = 64", "K = 128").replace("C = C)", "C = A)"), CheckError, "both read as A and written", 5,
+     39),
+    (GOOD.replace("C = C)", "C = C[0])"), CheckError, "leaves no axis for M", 5, 57),
+    (GOOD.replace("B = B,", "B = X,"), CheckError, "operand B must be a tensor", 5, 46),
+    (GOOD.replace("tensor A[M, K]", "tensor A[M, N]"), CheckError, "axis 1 of tensor A (128 elements) matches none",
+     5, 43),
+    (GOOD.replace("split gemm.M", "split gemm.Q"), CheckError, "cannot split gemm.Q", 6, 20),
+    (GOOD.replace("split gemm.M by {128}", "split i by {2}"), CheckError, "no loop named i", 6, 20),
+    (GOOD.replace("split gemm.M by {128}", "split gemm.M by {0}"), CheckError, "must be positive", 6, 14),
+    (GOOD.replace("split gemm.M by {128}", "vectorize gemm over {K}"), CheckError,
+     "can be vectorized over M or N, not K", 6, 14),
+    (GOOD.replace("{128}", "{128} reorder {a, b}"), CheckError, "reorder must list every loop exactly once: M_outer",
+     6, 36),
+    (GOOD.replace("split gemm.M by {128}", "fuse a into gemm.M"), CheckError, "fuse directive is not supported",
+     6, 14),
+    (GOOD.replace("compute { gemm", "compute { for i in 0..M { for i in 0..N { gemm").replace("C = C) }", "C = C) } } }"),
+     CheckError, "loop variable i is already used", 5, 29),
+    (GOOD.replace("compute { gemm", "compute { for i in 0..4 { gemm").replace("A = A,", "A = A[:M, i * i],")
+     .replace("C = C) }", "C = C) } }"), CheckError, "not affine", 5, 65),
+    (GOOD.replace("tensor A[M, K]", "tensor A[M, K, 2]").replace("compute { gemm", "compute { for i in 0..4 { gemm")
+     .replace("A = A,", "A = A[:M, :K, i],").replace("C = C) }", "C = C) } }"), CheckError,
+     "takes values 0..3, outside 0..1", 5, 69),
+    ("operator g(M = 4) {\n  let R = M - 9\n  tensor A[R]\n  compute { gemm(M=R,N=R,K=R,A=A,B=A,C=A) }\n}",
+     CheckError, "R is -5 for these parameters", 2, 11),
+]
+
+
+@pytest.mark.parametrize(("text", "kind", "fragment", "line", "column"), BAD)
+def test_bad_input_is_reported_at_its_position(text, kind, fragment, line, column):
+    with pytest.raises(kind) as info:
+        load(text)
+    error = info.value
+    assert fragment in error.message
+    assert (error.location.line, error.location.column) == (line, column)
+    rendered = str(error).splitlines()
+    assert rendered[0].startswith(f"t.sw:{line}:{column}: ")
+    assert rendered[2].index("^") - 4 == column - 1  # the caret sits under the column
+
+
+@pytest.mark.parametrize(
+    ("params", "fragment"),
+    [
+        ({"Q": 3}, "unknown parameter Q: operator g takes M, N, K"),
+        ({"M": 0}, "parameter M must be a positive integer, got 0"),
+        ({"M": -4}, "must be a positive integer"),
+        ({"M": 2.5}, "parameter M must be an integer"),
+        ({"M": True}, "parameter M must be an integer"),
+    ],
+)
+def test_bad_parameters(params, fragment):
+    with pytest.raises(ParameterError, match=fragment):
+        load(GOOD, params)
+
+
+def test_missing_parameter_says_how_to_give_it():
+    with pytest.raises(ParameterError, match="parameter N of operator g has no value; give it with -D N=VALUE"):
+        load(GOOD.replace("N = 128,", "N,"))
+
+
+@given(st.text(alphabet="operator g(M){}[]tensor compute gemm=,.:+-*/0123456789 \n#", max_size=80))
+def test_parser_never_fails_with_anything_but_a_parse_error(text):
+    try:
+        parse(Source("fuzz.sw", text))
+    except ParseError as error:
+        assert error.location.line >= 1 and error.location.column >= 1
