@@ -9,10 +9,11 @@ Raises `Rejected` when the buffers do not fit.
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import takewhile
 from math import ceil
 
 from swauto.errors import Rejected
-from swauto.ir.nodes import Alloc, Gemm, LocalBuffer, Module, seq
+from swauto.ir.nodes import Alloc, Gemm, LocalBuffer, Module, Seq, seq
 from swauto.ir.visitor import walk
 from swauto.machine import DTYPE_BYTES, SW26010
 
@@ -47,5 +48,7 @@ def plan_local_memory(module: Module, machine: SW26010) -> Module:
             "local memory overflow",
             f"{offset} B per CPE needed, {machine.ldm_usable_bytes} B available",
         )
-    body = seq(*(Alloc(twin.name) for twin in twins), module.body)
+    statements = module.body.stmts if isinstance(module.body, Seq) else (module.body,)
+    allocs = len(list(takewhile(lambda stmt: isinstance(stmt, Alloc), statements)))
+    body = seq(*statements[:allocs], *(Alloc(twin.name) for twin in twins), *statements[allocs:])
     return replace(module, buffers=tuple(placed), body=body)

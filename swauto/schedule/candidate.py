@@ -12,12 +12,16 @@ from swauto.errors import SwautoError
 
 @dataclass(frozen=True)
 class Candidate:
-    """Split factors (per split target, in directive order), the loop order (outermost first) and the
+    """Split factors (per split target), the loop order (outermost first) and the
     vectorized dimension. Its `id` is a stable hash of its JSON form, the same for every shape."""
 
     splits: tuple[tuple[str, int], ...]
     order: tuple[str, ...]
     vectorize: str
+
+    def __post_init__(self) -> None:
+        # Splits commute: keep them sorted so equal choices make equal candidates (and ids).
+        object.__setattr__(self, "splits", tuple(sorted(self.splits)))
 
     def to_dict(self) -> dict[str, Any]:
         return {"splits": dict(self.splits), "order": list(self.order), "vectorize": self.vectorize}

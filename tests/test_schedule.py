@@ -1,0 +1,108 @@
+"""The schedule space of the GEMM example: its size, its rejections, stable ids, JSON round trips,
+and the printed IR of one candidate after each pass (golden file)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import swauto
+from swauto.api import load
+from swauto.errors import ScheduleError
+from swauto.ir.nodes import Dma, For
+from swauto.ir.printer import format_module
+from swauto.ir.visitor import walk
+from swauto.machine import SUNWAY
+from swauto.pipeline import lower
+from swauto.schedule.candidate import Candidate
+from swauto.schedule.space import explore
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def test_space_is_the_product_of_the_choices(gemm_source):
+    space = explore(load(gemm_source, {"M": 512, "N": 512, "K": 512}), SUNWAY)
+    assert space.total == 3 * 3 * 4 * 6 * 2  # M, N, K tile sets x loop orders x vectorized dimension
+    assert len(space.legal) + sum(space.rejected.values()) == space.total
+    assert space.rejected == {"local memory overflow": 24}
+
+
+def test_rejection_reasons_are_counted(gemm_source):
+    space = explore(load(gemm_source, {"M": 256, "N": 384, "K": 128}), SUNWAY)
+    assert set(space.rejected) == {
+        "tile larger than its dimension",
+        "tile does not divide its dimension (boundary handling not implemented yet)",
+    }
+
+
+def test_primitive_constraints_reject_small_vectorized_tiles():
+    text = (Path(__file__).parent.parent / "examples" / "gemm.sw").read_text()
+    text = text.replace("{128, 256, 512}", "{32, 64, 128}", 1)  # the M tile set
+    space = explore(load(text, {"M": 128, "N": 128, "K": 64}), SUNWAY)
+    reasons = space.rejected
+    assert reasons["primitive constraint"] > 0
+    for candidate in space.candidates:
+        m_tile = dict(candidate.splits)["M"]
+        assert m_tile % (128 if candidate.vectorize == "M" else 32) == 0
+
+
+@given(st.sampled_from(swauto.schedules(Path(__file__).parent.parent / "examples" / "gemm.sw")))
+@settings(max_examples=30, deadline=None)
+def test_candidate_json_round_trip_keeps_id(candidate):
+    again = Candidate.from_json(candidate.to_json())
+    assert again == candidate and again.id == candidate.id
+
+
+def test_ids_are_stable_across_shapes(gemm_source):
+    small = {c.id for c in swauto.schedules(gemm_source, {"M": 256, "N": 256, "K": 128})}
+    large = {c.id for c in swauto.schedules(gemm_source, {"M": 1024, "N": 1024, "K": 1024})}
+    assert small < large
+
+
+def test_dma_sits_in_the_innermost_loop_its_address_uses(gemm_source):
+    """Algorithm 7: each get is the first child of the innermost loop whose iterator it uses."""
+    op = load(gemm_source, {"M": 512, "N": 512, "K": 512})
+    candidate = Candidate((("M", 128), ("N", 128), ("K", 64)), ("K_outer", "M_outer", "N_outer"), "N")
+    final = lower(op, candidate, SUNWAY)[-1][1]
+    homes = {}
+    for node, loops in walk(final.body):
+        if isinstance(node, Dma) and node.direction == "get":
+            homes[node.tensor.name] = loops[-1].var if loops else None
+    assert homes == {"A": "M_outer", "B": "N_outer", "C": "N_outer"}
+    n_loop = next(node for node, _ in walk(final.body) if isinstance(node, For) and node.var == "N_outer")
+    first = n_loop.body.stmts[0]
+    assert isinstance(first, Dma) and first.tensor.name == "B"
+
+
+def test_unknown_schedule_id_is_a_clear_error(gemm_source):
+    with pytest.raises(ScheduleError, match="no legal candidate has id deadbeef"):
+        swauto.compile(gemm_source, target="sw26010", schedule="deadbeef")
+
+
+def test_illegal_candidate_is_refused_with_its_reason(gemm_source):
+    candidate = Candidate((("M", 512), ("N", 512), ("K", 256)), ("M_outer", "N_outer", "K_outer"), "N")
+    with pytest.raises(ScheduleError, match="local memory overflow"):
+        swauto.compile(gemm_source, target="sw26010", schedule=candidate)
+
+
+@pytest.mark.parametrize(("m", "fragment"), [(500, "M = 500 is not a multiple of any tile size"),
+                                             (64, "M = 64 is smaller than every tile size")])
+def test_sizes_the_tiles_cannot_handle_are_refused(gemm_source, m, fragment):
+    with pytest.raises(ScheduleError, match=fragment):
+        swauto.schedules(gemm_source, {"M": m})
+
+
+def test_golden_ir_after_each_pass(gemm_source):
+    op = load(gemm_source, {"M": 256, "N": 384, "K": 128})
+    candidate = Candidate((("M", 128), ("N", 128), ("K", 64)), ("M_outer", "N_outer", "K_outer"), "N")
+    text = f"# candidate {candidate}\n"
+    for stage, module in lower(op, candidate, SUNWAY):
+        text += f"=== IR after {stage} ===\n{format_module(module)}"
+    golden = GOLDEN / "gemm_256x384x128.txt"
+    if os.environ.get("SWAUTO_UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text(), "printed IR changed; rerun with SWAUTO_UPDATE_GOLDEN=1 if intended"
