@@ -9,9 +9,9 @@ from functools import cache
 import numpy as np
 import pytest
 from conftest import GEMM_SW, gemm_inputs, gemm_reference, relative_error
-
 from swauto.backends.host import HostProgram, compile_module
 from swauto.backends.host.codegen import generate
+
 from swauto.errors import CodegenError
 from swauto.frontend.check import check
 from swauto.frontend.parser import parse
@@ -103,8 +103,10 @@ def transposed_gemm_module(m: int, n: int, k: int, tile_k: int) -> Module:
         Dma("get", _box("C", (0, 0), (m, n), "MN"), _box("C_tile", (0, 0), (m, n), "MN"), "c"),
         DmaWait("c"),
         For("k_outer", Const(0), Const(k // tile_k), 1, Seq((
-            Dma("get", _box("AT", (k0, 0), (tile_k, m), "KM"), _box("A_tile", (0, 0), (tile_k, m), "KM"), "a"),
-            Dma("get", _box("B", (k0, 0), (tile_k, n), "KN"), _box("B_tile", (0, 0), (tile_k, n), "KN"), "b"),
+            Dma("get", _box("AT", (k0, 0), (tile_k, m), "KM"),
+                _box("A_tile", (0, 0), (tile_k, m), "KM"), "a"),
+            Dma("get", _box("B", (k0, 0), (tile_k, n), "KN"),
+                _box("B_tile", (0, 0), (tile_k, n), "KN"), "b"),
             DmaWait("a"), DmaWait("b"),
             Gemm(m, n, tile_k,
                  _box("A_tile", (0, 0), (tile_k, m), "KM"),
@@ -118,7 +120,8 @@ def transposed_gemm_module(m: int, n: int, k: int, tile_k: int) -> Module:
     return Module(
         "transposed",
         (Tensor("AT", (k, m)), Tensor("B", (k, n)), Tensor("C", (m, n), is_output=True)),
-        (LocalBuffer("A_tile", (tile_k, m)), LocalBuffer("B_tile", (tile_k, n)), LocalBuffer("C_tile", (m, n))),
+        (LocalBuffer("A_tile", (tile_k, m)), LocalBuffer("B_tile", (tile_k, n)),
+         LocalBuffer("C_tile", (m, n))),
         body,
     )
 
@@ -153,26 +156,24 @@ def gather_module(index: BinOp) -> Module:
     )
 
 
-def _floor_index(h):
-    """An index in [0, 64) built from floor division and modulo of negative and positive values."""
-    return lambda ops: ops["+"](
-        ops["+"](ops["%"](ops["/"](h, 5), 13), ops["+"](ops["%"](h, -7), 6)),
-        ops["max"](ops["min"](ops["/"](h, -3), 20), 0),
-    )
+def _op(op: str, left, right) -> BinOp:
+    return BinOp(op, left, Const(right) if isinstance(right, int) else right)
 
 
 def test_statements_and_floor_arithmetic():
+    # Floor division and modulo of negative and positive values, by positive and negative divisors.
     h = Var("h")
-    build = {op: (lambda op: lambda a, b: BinOp(op, a, b if not isinstance(b, int) else Const(b)))(op)
-             for op in ("+", "/", "%", "min", "max")}
-    python = {"+": lambda a, b: a + b, "/": lambda a, b: a // b, "%": lambda a, b: a % b,
-              "min": min, "max": max}
-    index = _floor_index(h)(build)
+    index = _op("+", _op("+", _op("%", _op("/", h, 5), 13), _op("+", _op("%", h, -7), 6)),
+                _op("max", _op("min", _op("/", h, -3), 20), 0))
+
+    def python_index(h: int) -> int:
+        return (h // 5) % 13 + (h % -7 + 6) + max(min(h // -3, 20), 0)
+
     arrays = {"X": np.arange(64, dtype=np.float32).reshape(1, 64), "Y": np.full((2, 64), -1, np.float32)}
     compile_module(gather_module(index)).run(arrays)
     expected = np.full((2, 64), -1, np.float32)
     for i in range(64):
-        expected[i % 2, i] = _floor_index(i - 32)(python)
+        expected[i % 2, i] = python_index(i - 32)
     np.testing.assert_array_equal(arrays["Y"], expected)
 
 

@@ -20,7 +20,6 @@ from llvmlite import ir
 
 from swauto.errors import CodegenError
 from swauto.ir.expr import BinOp, Const, Expr, Var
-from swauto.ir.printer import format_access
 from swauto.ir.nodes import (
     Access,
     Alloc,
@@ -36,6 +35,7 @@ from swauto.ir.nodes import (
     Seq,
     Stmt,
 )
+from swauto.ir.printer import format_access
 
 F32 = ir.FloatType()
 I64 = ir.IntType(64)
@@ -180,7 +180,8 @@ class _Lowering:
         if stmt.stride == 0:
             raise CodegenError(f"loop {stmt.var} has stride 0 and would never end")
         start, stop = self.expr(stmt.start, env), self.expr(stmt.stop, env)
-        self.loop(start, stop, stmt.stride, stmt.var, lambda index: self.stmt(stmt.body, {**env, stmt.var: index}))
+        self.loop(start, stop, stmt.stride, stmt.var,
+                  lambda index: self.stmt(stmt.body, {**env, stmt.var: index}))
 
     def _if(self, stmt: If, env: Env) -> None:
         condition = self.compare(stmt.cond, env)
@@ -196,7 +197,9 @@ class _Lowering:
 
     def _alloc(self, stmt: Alloc) -> None:
         if stmt.buffer not in self.buffer_names:
-            raise CodegenError(f"alloc of {stmt.buffer}, which is not a local buffer of module {self.module.name}")
+            raise CodegenError(
+                f"alloc of {stmt.buffer}, which is not a local buffer of module {self.module.name}"
+            )
 
     # --- DMA --------------------------------------------------------------------------------------
 
@@ -252,7 +255,8 @@ class _Lowering:
             b = self.builder.load(element("B", index))
             c_address = element("C", index)
             product = self.builder.fmul(a, b, flags=_FP_FLAGS)
-            self.builder.store(self.builder.fadd(self.builder.load(c_address), product, flags=_FP_FLAGS), c_address)
+            total = self.builder.fadd(self.builder.load(c_address), product, flags=_FP_FLAGS)
+            self.builder.store(total, c_address)
 
         order = (outer, "K", inner)
         self.nest(
@@ -295,7 +299,9 @@ class _Lowering:
             raise CodegenError(f"{access.name} is a float64 buffer, which the host backend does not allocate")
         storage = self.storage.get(access.name)
         if storage is None:
-            raise CodegenError(f"{access.name} is neither a tensor nor a local buffer of module {self.module.name}")
+            raise CodegenError(
+                f"{access.name} is neither a tensor nor a local buffer of module {self.module.name}"
+            )
         rank = len(storage.shape)
         if not len(access.starts) == len(access.extents) == len(access.dims) == rank:
             raise CodegenError(f"the access {_box(access)} does not have one start, extent and dim per axis "
@@ -305,15 +311,17 @@ class _Lowering:
                                             strict=True):
             span = extent if dim is not None else 1
             if isinstance(start, Const) and not (0 <= start.value and start.value + span <= size):
-                raise CodegenError(f"the access {_box(access)} leaves {access.name}, of shape {storage.shape}")
+                raise CodegenError(
+                    f"the access {_box(access)} leaves {access.name}, of shape {storage.shape}"
+                )
         return storage
 
     def _box_origin(self, storage: _Storage, access: Access, env: Env) -> ir.Value:
         """Offset (in elements) of the first element of the box: sum of start * stride over axes."""
         offset: ir.Value = _i64(0)
         for start, stride in zip(access.starts, storage.strides, strict=True):
-            offset = self.builder.add(offset, self.builder.mul(self.expr(start, env), _i64(stride), flags=_NSW),
-                                      flags=_NSW)
+            term = self.builder.mul(self.expr(start, env), _i64(stride), flags=_NSW)
+            offset = self.builder.add(offset, term, flags=_NSW)
         return offset
 
     def _element(self, storage: _Storage, origin: ir.Value, moving) -> ir.Value:

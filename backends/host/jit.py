@@ -15,9 +15,10 @@ from functools import cache
 import llvmlite.binding as llvm
 import numpy as np
 
-from swauto.backends.host.codegen import function_name, generate
 from swauto.errors import CodegenError
 from swauto.ir.nodes import Module
+
+from .codegen import function_name, generate
 
 CACHE_SIZE = 512
 

@@ -1,0 +1,93 @@
+"""The Python API: compile, call, report; wrong arrays and arguments raise ArgumentError."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import gemm_inputs, gemm_reference, relative_error
+
+import swauto
+from swauto.errors import ArgumentError, SwautoError
+
+PARAMS = {"M": 256, "N": 128, "K": 64}
+
+
+@pytest.fixture(scope="module", params=["host", "sw26010"])
+def kernel(request):
+    from conftest import GEMM_SW
+
+    return swauto.compile(GEMM_SW, PARAMS, target=request.param)
+
+
+def test_kernel_computes_and_reports(kernel):
+    arrays = gemm_inputs(256, 128, 64)
+    expected = gemm_reference(arrays)
+    kernel(**arrays)
+    assert relative_error(arrays["C"], expected) <= 1e-5
+    report = kernel.report
+    assert report["candidate"] == kernel.schedule.id
+    assert report["flops"] == 2 * 256 * 128 * 64
+    assert report["predicted_s"] > 0
+    assert "gemm(M=" in kernel.ir
+    assert kernel.code
+
+
+def test_compile_accepts_text_and_a_chosen_schedule(gemm_source):
+    text = gemm_source.read_text()
+    candidates = swauto.schedules(text, PARAMS)
+    chosen = candidates[-1]
+    for schedule in (chosen, chosen.id, chosen.to_json()):
+        kernel = swauto.compile(text, PARAMS, target="sw26010", schedule=schedule)
+        assert kernel.schedule == chosen
+
+
+def test_sw26010_report_gains_simulated_counters(gemm_source):
+    kernel = swauto.compile(gemm_source, PARAMS, target="sw26010")
+    kernel(**gemm_inputs(256, 128, 64))
+    assert kernel.report["simulated"]["flops"] == 2 * 256 * 128 * 64
+    assert kernel.report["simulated"]["dma_transactions"] > 0
+
+
+def _bad_calls():
+    good = gemm_inputs(256, 128, 64)
+    yield {k: v for k, v in good.items() if k != "B"}, "missing array for tensor B"
+    yield {**good, "D": good["A"]}, "gemm has no tensor D; it takes A, B, C"
+    yield {**good, "A": good["A"].astype(np.float64)}, "tensor A is float64; this kernel takes float32"
+    yield {**good, "A": good["A"][:128]}, r"tensor A has shape \(128, 64\); expected \(256, 64\)"
+    yield {**good, "A": np.asfortranarray(good["A"])}, "tensor A is not C-contiguous"
+    yield {**good, "B": good["B"].tolist()}, "tensor B must be a NumPy array, got list"
+    read_only = good["C"].copy()
+    read_only.flags.writeable = False
+    yield {**good, "C": read_only}, "output tensor C is read-only"
+
+
+@pytest.mark.parametrize(("arrays", "message"), list(_bad_calls()))
+def test_wrong_arrays_raise_argument_error(kernel, arrays, message):
+    with pytest.raises(ArgumentError, match=message):
+        kernel(**arrays)
+
+
+def test_output_aliasing_an_input_is_refused(gemm_source):
+    kernel = swauto.compile(gemm_source.read_text().replace("{128, 256, 512}", "{128}"),
+                            {"M": 128, "N": 128, "K": 128}, target="sw26010")
+    shared = gemm_inputs(128, 128, 128)
+    with pytest.raises(ArgumentError, match="output C shares memory with A"):
+        kernel(A=shared["C"], B=shared["B"], C=shared["C"])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"target": "gpu"}, "unknown target 'gpu'; choose one of host, sw26010"),
+        ({"tuner": "random"}, "unknown tuner 'random'"),
+        ({"threads": 0}, "threads must be a positive integer"),
+    ],
+)
+def test_wrong_compile_arguments(gemm_source, kwargs, message):
+    with pytest.raises(ArgumentError, match=message):
+        swauto.compile(gemm_source, PARAMS, **kwargs)
+
+
+def test_missing_file_is_a_swauto_error(tmp_path):
+    with pytest.raises(SwautoError, match="cannot read"):
+        swauto.compile(tmp_path / "nope.sw")
