@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import gemm_inputs, gemm_reference, relative_error
 
 import swauto
+from conftest import gemm_inputs, gemm_reference, relative_error
 from swauto.errors import ArgumentError, SwautoError
 
 PARAMS = {"M": 256, "N": 128, "K": 64}

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from conftest import GEMM_SW
-
-
-from pathlib import Path
 
 # The installed console script when there is one (as a user runs it), else the module.
 SCRIPT = Path(sys.executable).with_name("swauto")

@@ -105,8 +105,8 @@ BAD = [
      6, 36),
     (GOOD.replace("split gemm.M by {128}", "fuse a into gemm.M"), CheckError, "fuse directive is not supported",
      6, 14),
-    (GOOD.replace("compute { gemm", "compute { for i in 0..M { for i in 0..N { gemm").replace("C = C) }", "C = C) } } }"),
-     CheckError, "loop variable i is already used", 5, 29),
+    (GOOD.replace("compute { gemm", "compute { for i in 0..M { for i in 0..N { gemm")
+     .replace("C = C) }", "C = C) } } }"), CheckError, "loop variable i is already used", 5, 29),
     (GOOD.replace("compute { gemm", "compute { for i in 0..4 { gemm").replace("A = A,", "A = A[:M, i * i],")
      .replace("C = C) }", "C = C) } }"), CheckError, "not affine", 5, 65),
     (GOOD.replace("tensor A[M, K]", "tensor A[M, K, 2]").replace("compute { gemm", "compute { for i in 0..4 { gemm")

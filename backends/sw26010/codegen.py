@@ -6,9 +6,9 @@ from swauto.ir import expr as ex
 from swauto.ir.memory import dma_pattern, row_major_strides
 from swauto.ir.nodes import Access, Alloc, Dma, DmaWait, For, Gemm, If, Let, Module, Seq, Stmt
 from swauto.machine import DTYPE_BYTES, SW26010
+from swauto.passes.plan_local_memory import per_cpe_bytes
 
 C_TYPES = {"float32": "float", "float64": "double"}
-from swauto.passes.plan_local_memory import per_cpe_bytes
 
 
 def _address(access: Access, shape: tuple[int, ...]) -> str:
@@ -62,8 +62,9 @@ def emit_program(module: Module, machine: SW26010, title: str = "") -> str:
              f"/* runs on one core group: {machine.mesh_rows} x {machine.mesh_columns} CPEs; "
              "every buffer below is one CPE's share of the mesh-wide tile */"]
     for buffer in module.buffers:
+        elements = per_cpe_bytes(buffer, machine) // DTYPE_BYTES[buffer.dtype]
         lines.append(
-            f"__thread_local {C_TYPES[buffer.dtype]} {buffer.name}[{per_cpe_bytes(buffer, machine) // DTYPE_BYTES[buffer.dtype]}]"
+            f"__thread_local {C_TYPES[buffer.dtype]} {buffer.name}[{elements}]"
             f"; /* tile {'x'.join(map(str, buffer.shape))}, LDM offset {buffer.offset} */"
         )
     arguments = ", ".join(f"{C_TYPES[t.dtype]} *{t.name}" for t in module.tensors)

@@ -29,7 +29,7 @@ def _position(item: Token | lark.Tree | object) -> Position:
     meta = getattr(item, "meta", None)
     if meta is not None and not meta.empty:
         return Position(meta.line, meta.column)
-    return Position(getattr(item, "position").line, getattr(item, "position").column)
+    return Position(item.position.line, item.position.column)
 
 
 def _describe(terminal: str) -> str:
@@ -64,7 +64,7 @@ def parse(source: str | Path | Source) -> ast.Operator:
         ) from None
     except lark.UnexpectedToken as error:
         token = error.token
-        if token.type == "$END":
+        if token.type == "$END":  # LALR reports the end of input as this token
             lines = src.text.splitlines() or [""]
             where = Position(len(lines), len(lines[-1]) + 1)
             found = "end of file"
@@ -72,10 +72,6 @@ def parse(source: str | Path | Source) -> ast.Operator:
             where = Position(token.line, token.column)
             found = repr(str(token))
         raise src.error(ParseError, f"unexpected {found}; expected {_expected(error.expected)}", where) from None
-    except lark.UnexpectedEOF as error:  # pragma: no cover - LALR reports end of input as UnexpectedToken
-        lines = src.text.splitlines() or [""]
-        where = Position(len(lines), len(lines[-1]) + 1)
-        raise src.error(ParseError, f"unexpected end of file; expected {_expected(set(error.expected))}", where)
     return _ToAst().transform(tree)
 
 
