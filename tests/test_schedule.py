@@ -106,3 +106,25 @@ def test_golden_ir_after_each_pass(gemm_source):
     if os.environ.get("SWAUTO_UPDATE_GOLDEN"):
         golden.write_text(text)
     assert text == golden.read_text(), "printed IR changed; rerun with SWAUTO_UPDATE_GOLDEN=1 if intended"
+
+
+def test_ir_compares_structurally_and_hashes_stably(gemm_source):
+    import subprocess
+    import sys
+
+    from swauto.ir.nodes import fingerprint
+
+    op = load(gemm_source, {"M": 256, "N": 384, "K": 128})
+    candidate = Candidate((("M", 128), ("N", 128), ("K", 64)), ("M_outer", "N_outer", "K_outer"), "N")
+    first, second = lower(op, candidate, SUNWAY)[-1][1], lower(op, candidate, SUNWAY)[-1][1]
+    assert first == second and first is not second and hash(first) == hash(second)
+    other = lower(op, Candidate(candidate.splits, candidate.order, "M"), SUNWAY)[-1][1]
+    assert other != first and fingerprint(other) != fingerprint(first)
+    script = (
+        "from swauto.api import load; from swauto.pipeline import lower; from swauto.machine import SUNWAY;"
+        "from swauto.schedule.candidate import Candidate; from swauto.ir.nodes import fingerprint;"
+        f"op = load({str(gemm_source)!r}, {{'M': 256, 'N': 384, 'K': 128}});"
+        f"print(fingerprint(lower(op, Candidate.from_json({candidate.to_json()!r}), SUNWAY)[-1][1]))"
+    )
+    other_process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert other_process.stdout.strip() == fingerprint(first)

@@ -12,7 +12,7 @@ The module carries no target triple or data layout: the JIT sets them for the ho
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from math import prod
 
@@ -96,6 +96,7 @@ class _Lowering:
         self.storage: dict[str, _Storage] = {}
         self.ignored_buffers: set[str] = set()
         self.buffer_names = {buffer.name for buffer in module.buffers}
+        self._unroll_disable: ir.MDValue | None = None
         self._check_dtypes()
         arguments = ir.FunctionType(ir.VoidType(), [F32.as_pointer() for _ in module.tensors])
         self.function = ir.Function(self.ir_module, arguments, function_name(module))
@@ -180,8 +181,10 @@ class _Lowering:
         if stmt.stride == 0:
             raise CodegenError(f"loop {stmt.var} has stride 0 and would never end")
         start, stop = self.expr(stmt.start, env), self.expr(stmt.stop, env)
+        # Tile loops stay rolled: their bodies are whole DMA and GEMM nests, so unrolling them
+        # multiplies compile time and gains nothing.
         self.loop(start, stop, stmt.stride, stmt.var,
-                  lambda index: self.stmt(stmt.body, {**env, stmt.var: index}))
+                  lambda index: self.stmt(stmt.body, {**env, stmt.var: index}), unroll=False)
 
     def _if(self, stmt: If, env: Env) -> None:
         condition = self.compare(stmt.cond, env)
@@ -227,7 +230,9 @@ class _Lowering:
             source, target = (at_tensor, at_buffer) if stmt.direction == "get" else (at_buffer, at_tensor)
             self.builder.store(self.builder.load(source), target)
 
-        self.nest(extents, f"{stmt.direction}.{stmt.tensor.name}", copy)
+        # Rolled: each row becomes one memcpy, which codegen expands inline; unrolling the rows made
+        # kernels compile 2-3 times slower and run no faster.
+        self.nest(extents, f"{stmt.direction}.{stmt.tensor.name}", copy, unroll=[False] * len(extents))
 
     # --- GEMM -------------------------------------------------------------------------------------
 
@@ -259,11 +264,10 @@ class _Lowering:
             self.builder.store(total, c_address)
 
         order = (outer, "K", inner)
-        self.nest(
-            [sizes[dim] for dim in order],
-            "gemm",
-            lambda indices: update(dict(zip(order, indices, strict=True))),
-        )
+        # Unrolling the innermost loop into straight vector code doubles its speed; unrolling the
+        # other two only costs compile time.
+        self.nest([sizes[dim] for dim in order], "gemm",
+                  lambda indices: update(dict(zip(order, indices, strict=True))), unroll=(False, False, True))
 
     def _gemm_operand(
         self, stmt: Gemm, name: str, access: Access, sizes: Mapping[str, int]
@@ -324,7 +328,7 @@ class _Lowering:
             offset = self.builder.add(offset, term, flags=_NSW)
         return offset
 
-    def _element(self, storage: _Storage, origin: ir.Value, moving) -> ir.Value:
+    def _element(self, storage: _Storage, origin: ir.Value, moving: Iterable[tuple[int, ir.Value]]) -> ir.Value:
         """Address of the element `origin + sum(index * stride[axis])` over (axis, index) in `moving`."""
         offset = origin
         for axis, index in moving:
@@ -335,9 +339,10 @@ class _Lowering:
     # --- control flow -----------------------------------------------------------------------------
 
     def loop(self, start: ir.Value, stop: ir.Value, step: int, name: str,
-             body: Callable[[ir.Value], None]) -> None:
+             body: Callable[[ir.Value], None], unroll: bool = True) -> None:
         """`for index = start; index < stop (> if step < 0); index += step: body(index)`, with the
-        index an i64 phi, in the shape LLVM's loop passes recognise."""
+        index an i64 phi, in the shape LLVM's loop passes recognise; `unroll=False` forbids LLVM
+        to unroll it."""
         builder = self.builder
         header = self.function.append_basic_block(f"{name}.header")
         body_block = self.function.append_basic_block(f"{name}.body")
@@ -351,18 +356,30 @@ class _Lowering:
         builder.position_at_end(body_block)
         body(index)
         index.add_incoming(builder.add(index, _i64(step), flags=_NSW), builder.block)
-        builder.branch(header)
+        latch = builder.branch(header)
+        if not unroll:
+            latch.set_metadata("llvm.loop", self._no_unroll_id())
         builder.position_at_end(exit_block)
 
-    def nest(self, extents: list[int], name: str, body: Callable[[list[ir.Value]], None]) -> None:
-        """Loops from 0 to each extent, the first outermost; `body` gets the indices in that order."""
+    def _no_unroll_id(self) -> ir.MDValue:
+        """A new loop ID (each loop needs its own) saying `llvm.loop.unroll.disable`."""
+        if self._unroll_disable is None:
+            disable = ir.MetaDataString(self.ir_module, "llvm.loop.unroll.disable")
+            self._unroll_disable = self.ir_module.add_metadata([disable])
+        return _LoopID(self.ir_module, self._unroll_disable)
+
+    def nest(self, extents: list[int], name: str, body: Callable[[list[ir.Value]], None],
+             unroll: Sequence[bool] | None = None) -> None:
+        """Loops from 0 to each extent, the first outermost; `body` gets the indices in that order.
+        `unroll[d]` False forbids unrolling loop d (all may be unrolled by default)."""
 
         def level(depth: int, indices: list[ir.Value]) -> None:
             if depth == len(extents):
                 body(indices)
             else:
                 self.loop(_i64(0), _i64(extents[depth]), 1, f"{name}.{depth}",
-                          lambda index: level(depth + 1, [*indices, index]))
+                          lambda index: level(depth + 1, [*indices, index]),
+                          unroll=True if unroll is None else unroll[depth])
 
         level(0, [])
 
@@ -414,6 +431,24 @@ class _Lowering:
         if op == "/":
             return builder.sub(quotient, builder.zext(adjust, I64))
         return builder.select(adjust, builder.add(remainder, right), remainder)
+
+
+class _LoopID(ir.MDValue):
+    """A loop ID: a distinct metadata node whose first operand is itself, as LLVM requires, then
+    the loop's properties. (llvmlite's uniqued `add_metadata` cannot build a self-reference.)"""
+
+    def __init__(self, module: ir.Module, *properties: ir.MDValue) -> None:
+        super().__init__(module, (), name=str(len(module.metadata)))
+        self.operands = (self, *properties)
+
+    def descr(self, buf: list[str]) -> None:
+        buf.append("distinct ")
+        super().descr(buf)
+
+    # Identity, not structure: the operands contain the node itself.
+    __eq__ = object.__eq__
+    __ne__ = object.__ne__
+    __hash__ = object.__hash__
 
 
 def _moving_axes(access: Access) -> list[int]:

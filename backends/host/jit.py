@@ -20,7 +20,8 @@ from swauto.ir.nodes import Module
 
 from .codegen import function_name, generate
 
-CACHE_SIZE = 512
+# Each program holds about 1 MB (its LLVM module, machine code and local buffers).
+CACHE_SIZE = 128
 
 # llvmlite shares one LLVM context between threads and LLVM's is not thread-safe: every use of
 # LLVM (and of the cache) happens under this lock.

@@ -5,6 +5,7 @@ Every node is a frozen dataclass: two IRs are equal when they print the same, an
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from swauto.ir.expr import Expr
@@ -169,3 +170,9 @@ def seq(*stmts: Stmt) -> Stmt:
     for stmt in stmts:
         flat.extend(stmt.stmts if isinstance(stmt, Seq) else (stmt,))
     return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+
+
+def fingerprint(node: Module | Stmt) -> str:
+    """A hash of the IR that is the same in every process (Python's `hash` of strings is salted per
+    process): for caches kept on disk and for naming golden files."""
+    return hashlib.sha256(repr(node).encode()).hexdigest()[:16]
