@@ -71,6 +71,9 @@ class Host:
 
     peak_flops_per_core: float = 117e9
     memory_bandwidth: float = 20e9
+    # float32 lanes of one vector FMA (AVX-512); a primitive whose vectorized dimension is not the
+    # contiguous axis of its output runs scalar, this many times slower.
+    vector_lanes: int = 16
 
 
 SUNWAY = SW26010()

@@ -46,14 +46,27 @@ def traffic(module: Module) -> tuple[int, int]:
     return dma_bytes, flops
 
 
+def _host_scalar_flops(module: Module) -> int:
+    """Flops of primitive calls whose vectorized dimension is not the contiguous axis of C: the host
+    cannot vectorize those loops (the SW26010 primitive can, with its own layout inside LDM)."""
+    return sum(
+        node.flops * _trips(loops)
+        for node, loops in walk(module.body)
+        if isinstance(node, Gemm) and node.c.dims[-1] != node.vectorize
+    )
+
+
 def estimate(module: Module, target: str, threads: int = 1) -> Estimate:
     """Predicted run time of `module` on `target` ('sw26010': one core group; 'host': `threads` cores)."""
     dma_bytes, flops = traffic(module)
     if target == "sw26010":
         bandwidth, peak = SUNWAY.peak_bandwidth, SUNWAY.peak_flops
+        compute = flops / peak
     else:
         bandwidth, peak = HOST.memory_bandwidth, HOST.peak_flops_per_core * threads
-    return Estimate(dma_bytes, flops, dma_bytes / bandwidth, flops / peak)
+        scalar = _host_scalar_flops(module)
+        compute = (flops - scalar) / peak + scalar * HOST.vector_lanes / peak
+    return Estimate(dma_bytes, flops, dma_bytes / bandwidth, compute)
 
 
 def peak_flops(target: str, threads: int = 1) -> float:
