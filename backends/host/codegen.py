@@ -36,6 +36,7 @@ from swauto.ir.nodes import (
     Stmt,
 )
 from swauto.ir.printer import format_access
+from swauto.primitives import GEMM
 
 F32 = ir.FloatType()
 I64 = ir.IntType(64)
@@ -47,8 +48,7 @@ _FP_FLAGS = ("contract",)
 # vectorizer reason about addresses.
 _NSW = ("nsw",)
 
-_ICMP = {"<": "<", "<=": "<=", "==": "==", "!=": "!=", ">": ">", ">=": ">="}
-_GEMM_OPERAND_DIMS = {"A": ("M", "K"), "B": ("K", "N"), "C": ("M", "N")}
+_COMPARISONS = ("<", "<=", "==", "!=", ">", ">=")
 
 Env = Mapping[str, ir.Value]
 
@@ -276,10 +276,10 @@ class _Lowering:
         primitive expects, each once, with the primitive's size."""
         storage = self._access_storage(access)
         carried = [dim for dim in access.dims if dim is not None]
-        if sorted(carried) != sorted(_GEMM_OPERAND_DIMS[name]):
+        if sorted(carried) != sorted(GEMM.operand_dims(name)):
             raise CodegenError(
                 f"gemm operand {name}={_box(access)} carries dimensions {carried}; "
-                f"it must carry {' and '.join(_GEMM_OPERAND_DIMS[name])} once each"
+                f"it must carry {' and '.join(GEMM.operand_dims(name))} once each"
             )
         for extent, dim in zip(access.extents, access.dims, strict=True):
             if dim is not None and extent != sizes[dim]:
@@ -387,9 +387,9 @@ class _Lowering:
 
     def compare(self, cond: Compare, env: Env) -> ir.Value:
         """The i1 value of `cond` (signed comparison)."""
-        if cond.op not in _ICMP:
+        if cond.op not in _COMPARISONS:
             raise CodegenError(f"unknown comparison {cond.op!r}")
-        return self.builder.icmp_signed(_ICMP[cond.op], self.expr(cond.left, env), self.expr(cond.right, env))
+        return self.builder.icmp_signed(cond.op, self.expr(cond.left, env), self.expr(cond.right, env))
 
     def expr(self, expr: Expr, env: Env) -> ir.Value:
         """The i64 value of `expr`, with Python's floor semantics for `/` and `%`."""
