@@ -6,6 +6,7 @@ candidates) -> `ir` and `passes` -> `tuner` (cost models) -> `backends` (sw26010
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from swauto.errors import (
@@ -35,6 +36,12 @@ __all__ = [
     "schedules",
 ]
 __version__ = "0.1.0"
+
+# Installed, setuptools maps the top-level grammar/ and backends/ folders inside this package. Run
+# from a source checkout without installing, let `swauto.grammar` and `swauto.backends` resolve there.
+_checkout = Path(__file__).resolve().parent.parent
+if not (Path(__file__).parent / "grammar").exists() and (_checkout / "grammar" / "swauto.lark").is_file():
+    __path__.append(str(_checkout))
 
 
 def __getattr__(name: str) -> Any:
