@@ -64,7 +64,8 @@ def test_syntax_error_exits_2_with_caret(tmp_path):
 
 def test_user_errors_exit_2_without_traceback():
     for args, message in [
-        (["compile", str(GEMM_SW), "-D", "M=0"], "parameter M must be a positive integer"),
+        (["compile", str(GEMM_SW), "-D", "M=-1"], "parameter M must be a non-negative integer"),
+        (["compile", str(GEMM_SW), "-D", "M=0"], "axis of tensor A is 0 for these parameters"),
         (["compile", str(GEMM_SW), "-D", "Q=4"], "unknown parameter Q"),
         (["compile", str(GEMM_SW), "-D", "M=500"], "M = 500 is not a multiple of any tile size"),
         (["compile", "missing.sw"], "cannot read missing.sw"),

@@ -103,7 +103,7 @@ BAD = [
      "can be vectorized over M or N, not K", 6, 14),
     (GOOD.replace("{128}", "{128} reorder {a, b}"), CheckError, "reorder must list every loop exactly once: M_outer",
      6, 36),
-    (GOOD.replace("split gemm.M by {128}", "fuse a into gemm.M"), CheckError, "fuse directive is not supported",
+    (GOOD.replace("split gemm.M by {128}", "fuse a into gemm.M"), CheckError, "no loop a to fuse; the nest has no",
      6, 14),
     (GOOD.replace("compute { gemm", "compute { for i in 0..M { for i in 0..N { gemm")
      .replace("C = C) }", "C = C) } } }"), CheckError, "loop variable i is already used", 5, 29),
@@ -133,8 +133,7 @@ def test_bad_input_is_reported_at_its_position(text, kind, fragment, line, colum
     ("params", "fragment"),
     [
         ({"Q": 3}, "unknown parameter Q: operator g takes M, N, K"),
-        ({"M": 0}, "parameter M must be a positive integer, got 0"),
-        ({"M": -4}, "must be a positive integer"),
+        ({"M": -4}, "parameter M must be a non-negative integer, got -4"),
         ({"M": 2.5}, "parameter M must be an integer"),
         ({"M": True}, "parameter M must be an integer"),
     ],
@@ -142,6 +141,11 @@ def test_bad_input_is_reported_at_its_position(text, kind, fragment, line, colum
 def test_bad_parameters(params, fragment):
     with pytest.raises(ParameterError, match=fragment):
         load(GOOD, params)
+
+
+def test_zero_sized_tensor_is_reported_where_the_size_is_used():
+    with pytest.raises(CheckError, match="axis of tensor A is 0 for these parameters; sizes must be positive"):
+        load(GOOD, {"M": 0})
 
 
 def test_missing_parameter_says_how_to_give_it():

@@ -65,6 +65,7 @@ class Let:
 class TensorDecl:
     name: str
     shape: tuple[Expression, ...]
+    padded: bool  # reads outside the tensor give 0
     position: Position
 
 

@@ -30,6 +30,25 @@ class SplitChoice:
 
 
 @dataclass(frozen=True)
+class FuseChoice:
+    """Fuse loop `loop` into primitive dimension `into_dim`, or with the loop `with_loop` into one
+    loop named `fused` (both IR names)."""
+
+    loop: str
+    into_dim: str | None = None
+    with_loop: str | None = None
+    fused: str | None = None
+
+
+@dataclass(frozen=True)
+class LayoutChoice:
+    """The memory layouts a tensor may take: each lists the declared axes in memory order."""
+
+    tensor: str
+    permutations: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True)
 class ScheduleSpace:
     """The choices of a schedule block, resolved to IR names. The space is their product."""
 
@@ -37,6 +56,8 @@ class ScheduleSpace:
     order: tuple[str, ...] | None  # a given loop order, or None with `reorder_any`
     reorder_any: bool
     vectorize: tuple[str, ...]
+    fuses: tuple[FuseChoice, ...] = ()
+    layouts: tuple[LayoutChoice, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -123,8 +144,8 @@ class _Checker:
             if isinstance(value, bool) or not hasattr(value, "__index__"):
                 raise ParameterError(f"parameter {name} must be an integer, got {value!r}")
             value = op.index(value)
-            if value <= 0:
-                raise ParameterError(f"parameter {name} must be a positive integer, got {value}")
+            if value < 0:  # 0 is a valid pad; sizes built from parameters are checked to be positive
+                raise ParameterError(f"parameter {name} must be a non-negative integer, got {value}")
             bound[name] = value
             self.sizes[name] = value
             self.size_exprs[name] = ex.Var(name)
@@ -219,7 +240,7 @@ class _Checker:
             sizes[name] = self.size(value, f"{call.primitive}'s {name}")
             symbolic[name] = self.expression(value, symbolic=True)
         operands = {
-            name: self.operand(arguments[name], dims, sizes, symbolic, ranges)
+            name: self.operand(arguments[name], dims, sizes, symbolic, ranges, name in signature.outputs)
             for name, dims in signature.operands
         }
         written = {operands[name].name for name in signature.outputs}
@@ -233,7 +254,7 @@ class _Checker:
         return Gemm(sizes["M"], sizes["N"], sizes["K"], operands["A"], operands["B"], operands["C"])
 
     def operand(self, argument: ast.Argument, dims: tuple[str, ...], sizes: Mapping[str, int],
-                symbolic: Mapping[str, ex.Expr], ranges: Mapping[str, tuple[int, int]]) -> Access:
+                symbolic: Mapping[str, ex.Expr], ranges: Mapping[str, tuple[int, int]], writes: bool) -> Access:
         value = argument.value
         if isinstance(value, ast.Name) and value.id in self.tensors:
             value = ast.Slice(value.id, (), value.position)
@@ -263,10 +284,11 @@ class _Checker:
                 raise self.fail(f"index {start} is not affine in the loop variables", ast_position(index))
             low, high = ex.bounds(start, ranges)
             extent = self.sizes_of(tensor)[axis]
-            if low < 0 or high >= extent:
+            if (low < 0 or high >= extent) and (writes or not tensor.padded):
+                hint = "" if writes else f" (declare `tensor {tensor.name}[...] padded` to read zeros there)"
                 raise self.fail(
                     f"index {start} of tensor {tensor.name} axis {axis} takes values {low}..{high}, "
-                    f"outside 0..{extent - 1}",
+                    f"outside 0..{extent - 1}{hint}",
                     ast_position(index),
                 )
             starts[axis] = start
@@ -321,39 +343,40 @@ class _Checker:
 
     # --- the schedule block ---------------------------------------------------------------------
 
-    def schedule(self, call: ast.Call, loops: list[ast.ForLoop], signature: PrimitiveSignature) -> ScheduleSpace:
+    def schedule(self, call: ast.Call, loops: list[ast.ForLoop], signature: PrimitiveSignature,
+                 seed_call: Gemm) -> ScheduleSpace:
         loop_names = [loop.var for loop in loops]
         splits: list[SplitChoice] = []
-        order: tuple[str, ...] | None = None
-        reorder_any = False
-        vectorize: tuple[str, ...] | None = None
+        fuses: list[tuple[FuseChoice, ast.Fuse]] = []
+        layouts: list[LayoutChoice] = []
+        reorders = [d for d in self.operator.schedule if isinstance(d, ast.Reorder)]
+        vectorizes = [d for d in self.operator.schedule if isinstance(d, ast.Vectorize)]
+        for extra in (reorders[1:2], vectorizes[1:2]):
+            for directive in extra:
+                word = "reorder" if isinstance(directive, ast.Reorder) else "vectorize"
+                raise self.fail(f"the schedule has two {word} directives", directive.position)
         for directive in self.operator.schedule:
             if isinstance(directive, ast.Split):
                 splits.append(self.split(directive, call, loop_names, splits))
-            elif isinstance(directive, ast.Reorder):
-                if order is not None or reorder_any:
-                    raise self.fail("the schedule has two reorder directives", directive.position)
-                if directive.order is None:
-                    reorder_any = True
-                else:
-                    order = tuple(self.loop_target(t, call) for t in directive.order)
-            elif isinstance(directive, ast.Vectorize):
-                if vectorize is not None:
-                    raise self.fail("the schedule has two vectorize directives", directive.position)
-                if directive.primitive != call.primitive:
-                    raise self.fail(f"the compute block calls {call.primitive}, not {directive.primitive}",
-                                    directive.position)
-                for dim in directive.dims:
-                    if dim not in signature.vectorizable:
-                        raise self.fail(
-                            f"{call.primitive} can be vectorized over {' or '.join(signature.vectorizable)}, "
-                            f"not {dim}",
-                            directive.position,
-                        )
-                vectorize = tuple(dict.fromkeys(directive.dims))
-            else:
-                word = "fuse" if isinstance(directive, ast.Fuse) else "layout"
-                raise self.fail(f"the {word} directive is not supported yet", directive.position)
+            elif isinstance(directive, ast.Fuse):
+                fuses.append((self.fuse(directive, call, signature), directive))
+            elif isinstance(directive, ast.Layout):
+                if any(layout.tensor == directive.tensor for layout in layouts):
+                    raise self.fail(f"tensor {directive.tensor} has two layout directives", directive.position)
+                layouts.append(self.layout(directive, seed_call))
+        vectorize = signature.vectorizable
+        if vectorizes:
+            directive = vectorizes[0]
+            if directive.primitive != call.primitive:
+                raise self.fail(f"the compute block calls {call.primitive}, not {directive.primitive}",
+                                directive.position)
+            for dim in directive.dims:
+                if dim not in signature.vectorizable:
+                    raise self.fail(
+                        f"{call.primitive} can be vectorized over {' or '.join(signature.vectorizable)}, not {dim}",
+                        directive.position,
+                    )
+            vectorize = tuple(dict.fromkeys(directive.dims))
         all_loops = list(loop_names)
         for split in splits:
             if split.on_primitive:
@@ -364,12 +387,65 @@ class _Checker:
         if len(set(all_loops)) != len(all_loops):
             duplicate = next(name for name in all_loops if all_loops.count(name) > 1)
             raise self.fail(f"a split creates loop {duplicate}, which already exists", self.operator.position)
-        if order is not None and sorted(order) != sorted(all_loops):
-            position = next(d.position for d in self.operator.schedule if isinstance(d, ast.Reorder))
-            if not all_loops:
-                raise self.fail("there are no loops to reorder (split a dimension first)", position)
-            raise self.fail(f"reorder must list every loop exactly once: {', '.join(all_loops)}", position)
-        return ScheduleSpace(tuple(splits), order, reorder_any, vectorize or signature.vectorizable)
+        for fuse, directive in fuses:
+            for name in (fuse.loop, fuse.with_loop):
+                if name is not None and name not in all_loops:
+                    known = f"the loops are {', '.join(all_loops)}" if all_loops else "the nest has no loops"
+                    raise self.fail(f"no loop {name} to fuse; {known}", directive.position)
+            if fuse.into_dim is not None:
+                all_loops.remove(fuse.loop)
+            else:
+                assert fuse.with_loop is not None and fuse.fused is not None
+                all_loops.remove(fuse.with_loop)
+                all_loops[all_loops.index(fuse.loop)] = fuse.fused
+        order = None
+        if reorders and reorders[0].order is not None:
+            order = tuple(self.loop_target(t, call) for t in reorders[0].order)
+            if sorted(order) != sorted(all_loops):
+                if not all_loops:
+                    raise self.fail("there are no loops to reorder (split a dimension first)", reorders[0].position)
+                raise self.fail(f"reorder must list every loop exactly once: {', '.join(all_loops)}",
+                                reorders[0].position)
+        reorder_any = bool(reorders) and reorders[0].order is None
+        return ScheduleSpace(tuple(splits), order, reorder_any, vectorize, tuple(f for f, _ in fuses), tuple(layouts))
+
+    def fuse(self, directive: ast.Fuse, call: ast.Call, signature: PrimitiveSignature) -> FuseChoice:
+        loop = self.loop_target(directive.source, call)
+        if not directive.into_primitive:
+            other = self.loop_target(directive.into, call)
+            return FuseChoice(loop, with_loop=other, fused=f"{loop}_{other}")
+        parts = directive.into.parts
+        if len(parts) != 2 or parts[0] != call.primitive or parts[1] not in signature.sizes:
+            dims = ", ".join(f"{call.primitive}.{size}" for size in signature.sizes)
+            raise self.fail(f"cannot fuse into {directive.into}: expected one of {dims}", directive.into.position)
+        return FuseChoice(loop, into_dim=parts[1])
+
+    def layout(self, directive: ast.Layout, seed_call: Gemm) -> LayoutChoice:
+        tensor = self.tensors.get(directive.tensor)
+        if tensor is None:
+            raise self.fail(f"unknown tensor {directive.tensor}", directive.position)
+        names = [axis.id if isinstance(axis, ast.Name) else None for axis in tensor.shape]
+        if None in names or len(set(names)) != len(names):
+            raise self.fail(
+                f"a layout names the axes of {tensor.name} by their declared sizes, which must be distinct names",
+                directive.position,
+            )
+        # Axes indexed by loops stay in front, in order: only the primitive's axes may be permuted.
+        accesses = [access for _, access in seed_call.operands if access.name == tensor.name]
+        fixed = {axis for access in accesses for axis, dim in enumerate(access.dims) if dim is None}
+        permutations = []
+        for choice in directive.choices:
+            if sorted(choice) != sorted(names):  # type: ignore[type-var]
+                raise self.fail(f"a layout of {tensor.name} lists each of {', '.join(names)} once",  # type: ignore
+                                directive.position)
+            permutation = tuple(names.index(name) for name in choice)
+            if any(permutation[axis] != axis for axis in fixed):
+                raise self.fail(
+                    f"axes of {tensor.name} indexed by loops must keep their place; only the primitive's axes move",
+                    directive.position,
+                )
+            permutations.append(permutation)
+        return LayoutChoice(tensor.name, tuple(dict.fromkeys(permutations)))
 
     def split(self, directive: ast.Split, call: ast.Call, loops: list[str], done: list[SplitChoice]) -> SplitChoice:
         parts = directive.target.parts
@@ -433,7 +509,7 @@ def check(operator: ast.Operator, source: Source, params: Mapping[str, object] |
     tensors = tuple(
         Tensor(t.name, checker.sizes_of(t), "float32", t.name in outputs) for t in operator.tensors
     )
-    space = checker.schedule(call, loops, signature)
+    space = checker.schedule(call, loops, signature, body_gemm(body))
     return BoundOperator(operator.name, source, bound, Module(operator.name, tensors, (), body), space, signature)
 
 

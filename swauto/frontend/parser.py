@@ -123,7 +123,11 @@ class _ToAst(Transformer):
         return ast.Let(str(children[0]), children[1], _position(children[0]))
 
     def tensor(self, meta, children):
-        return ast.TensorDecl(str(children[0]), tuple(children[1:]), _position(children[0]))
+        *shape, padded = children[1:]
+        return ast.TensorDecl(str(children[0]), tuple(shape), padded is not None, _position(children[0]))
+
+    def padded(self, meta, children):
+        return True
 
     # compute
     def dim_index(self, meta, children):

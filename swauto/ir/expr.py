@@ -238,6 +238,29 @@ def bounds(expr: Expr, ranges: Mapping[str, tuple[int, int]]) -> tuple[int, int]
     return low, high
 
 
+def simplify_in(expr: Expr, ranges: Mapping[str, tuple[int, int]]) -> Expr:
+    """`expr` simplified knowing each variable v lies in ranges[v] (inclusive): a min or max whose
+    operands' difference has a known sign is replaced by the smaller or larger operand."""
+    if not isinstance(expr, BinOp):
+        return expr
+    left, right = simplify_in(expr.left, ranges), simplify_in(expr.right, ranges)
+    if expr.op in ("min", "max"):
+        difference = left - right
+        if affine_over(difference, ranges):
+            low, high = bounds(difference, ranges)
+            if high <= 0:
+                return left if expr.op == "min" else right
+            if low >= 0:
+                return right if expr.op == "min" else left
+    return simplify(BinOp(expr.op, left, right))
+
+
+def affine_over(expr: Expr, ranges: Mapping[str, tuple[int, int]]) -> bool:
+    """True when `expr` is affine in variables that all have a range."""
+    form = linear_form(expr)
+    return form is not None and all(name in ranges for name in form[0])
+
+
 def constant_value(expr: Expr) -> int | None:
     return expr.value if isinstance(expr, Const) else None
 

@@ -15,12 +15,20 @@ from swauto.ir.expr import Expr
 
 @dataclass(frozen=True)
 class Tensor:
-    """A tensor in main memory, row-major (C order) in its declared shape."""
+    """A tensor in main memory, row-major (C order) in `shape`, which is its memory order.
+
+    `layout` says which declared axis each memory axis is (empty: the declared order); the kernel
+    converts arrays at its boundary, so backends only ever see memory order. A `scratch` tensor is
+    not a kernel argument: the runtime gives it zeroed memory of its shape for each call (the
+    auxiliary buffers of lightweight zero padding live there).
+    """
 
     name: str
-    shape: tuple[int, ...]  # logical shape, as declared in the .sw file
+    shape: tuple[int, ...]
     dtype: str = "float32"
     is_output: bool = False
+    layout: tuple[int, ...] = ()
+    scratch: bool = False
 
 
 @dataclass(frozen=True)
@@ -42,8 +50,10 @@ class Access:
     """A rectangular box of a tensor or local buffer.
 
     Per axis: the first index `starts[i]` and the number of elements `extents[i]`; `dims[i]` names
-    the primitive dimension that axis carries ('M', 'N', 'K') or is None for an axis the box holds
-    at a single index.
+    the primitive dimension that axis carries ('M', 'N', 'K'), or is None for an axis the primitive
+    does not see. In a primitive operand such an axis has extent 1; in a DMA it may be longer (a
+    hoisted transfer moves several tiles at once). Several axes may carry one dimension (a loop
+    fused into it): the dimension's index then splits over them in mixed radix, outermost axis first.
     """
 
     name: str
@@ -107,13 +117,25 @@ class Dma:
     """An asynchronous DMA between a box of a tensor and a box of a local buffer of the same shape.
 
     `direction` is 'get' (memory to local) or 'put' (local to memory); `reply` names the counter
-    a `DmaWait` waits on.
+    a `DmaWait` waits on (it waits for every transfer issued with that reply). With `zero_fill`, a
+    get may reach outside the tensor: those elements of the buffer box become 0 and only the part
+    inside moves (the zero padding of a convolution, without a padded copy of the input).
     """
 
     direction: str
     tensor: Access
     buffer: Access
     reply: str
+    zero_fill: bool = False
+
+
+@dataclass(frozen=True)
+class MemCopy:
+    """A copy between two boxes of main-memory tensors of the same number of elements, done by the
+    management core outside the mesh (filling and draining lightweight zero-padding buffers)."""
+
+    source: Access
+    target: Access
 
 
 @dataclass(frozen=True)
@@ -145,12 +167,12 @@ class Gemm:
         return 2 * self.m * self.n * self.k
 
 
-Stmt = For | Seq | If | Let | Alloc | Dma | DmaWait | Gemm
+Stmt = For | Seq | If | Let | Alloc | Dma | DmaWait | MemCopy | Gemm
 
 
 @dataclass(frozen=True)
 class Module:
-    """One kernel: its tensors (arguments, in order), local buffers and body."""
+    """One kernel: its tensors (the arguments, in order, then any scratch tensors), local buffers and body."""
 
     name: str
     tensors: tuple[Tensor, ...]

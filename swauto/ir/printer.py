@@ -12,6 +12,7 @@ from swauto.ir.nodes import (
     Gemm,
     If,
     Let,
+    MemCopy,
     Module,
     Seq,
     Stmt,
@@ -31,7 +32,7 @@ def format_access(access: Access, with_dims: bool = True) -> str:
 def _format_dma(stmt: Dma, module: Module | None) -> str:
     source, target = (stmt.tensor, stmt.buffer) if stmt.direction == "get" else (stmt.buffer, stmt.tensor)
     text = (f"dma {stmt.direction} {format_access(source, False)} -> {format_access(target, False)}"
-            f" reply {stmt.reply}")
+            f"{' zero-filled' if stmt.zero_fill else ''} reply {stmt.reply}")
     if module is not None:
         tensor = module.tensor(stmt.tensor.name)
         size = _DTYPE_BYTES[tensor.dtype]
@@ -65,6 +66,8 @@ def format_stmt(stmt: Stmt, module: Module | None = None, indent: int = 0) -> li
         return [pad + _format_dma(stmt, module)]
     if isinstance(stmt, DmaWait):
         return [f"{pad}dma wait {stmt.reply}"]
+    if isinstance(stmt, MemCopy):
+        return [f"{pad}copy {format_access(stmt.source, False)} -> {format_access(stmt.target, False)}"]
     if isinstance(stmt, Gemm):
         vec = stmt.vectorize or "?"
         operands = ", ".join(f"{name}={format_access(access)}" for name, access in stmt.operands)
@@ -75,8 +78,12 @@ def format_stmt(stmt: Stmt, module: Module | None = None, indent: int = 0) -> li
 def format_module(module: Module) -> str:
     lines = [f"kernel {module.name}"]
     for tensor in module.tensors:
-        role = "  # output" if tensor.is_output else ""
-        lines.append(f"  tensor {tensor.name}[{', '.join(map(str, tensor.shape))}] {tensor.dtype}{role}")
+        notes = [note for flag, note in ((tensor.is_output, "output"), (tensor.scratch, "scratch, zeroed"))
+                 if flag]
+        if tensor.layout:
+            notes.append(f"memory order of declared axes {list(tensor.layout)}")
+        comment = f"  # {'; '.join(notes)}" if notes else ""
+        lines.append(f"  tensor {tensor.name}[{', '.join(map(str, tensor.shape))}] {tensor.dtype}{comment}")
     for buffer in module.buffers:
         where = "" if buffer.offset is None else f" at {buffer.offset}"
         lines.append(f"  local {buffer.name}[{', '.join(map(str, buffer.shape))}] {buffer.dtype}{where}")

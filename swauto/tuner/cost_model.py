@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from swauto.ir import expr as ex
-from swauto.ir.nodes import Dma, For, Gemm, Module
+from swauto.ir.analysis import traffic, trip_count
+from swauto.ir.nodes import Gemm, Module
 from swauto.ir.visitor import walk
-from swauto.machine import DTYPE_BYTES, HOST, SUNWAY
+from swauto.machine import HOST, SUNWAY
 
 
 @dataclass(frozen=True)
@@ -28,29 +28,11 @@ class Estimate:
         return max(self.memory_seconds, self.compute_seconds)
 
 
-def _trips(loops: tuple[For, ...]) -> int:
-    return prod(
-        (ex.evaluate(loop.stop - loop.start, {}) + loop.stride - 1) // loop.stride for loop in loops
-    )
-
-
-def traffic(module: Module) -> tuple[int, int]:
-    """Bytes moved by DMA and flops computed by one run of `module`."""
-    dma_bytes = flops = 0
-    for node, loops in walk(module.body):
-        if isinstance(node, Dma):
-            size = DTYPE_BYTES[module.tensor(node.tensor.name).dtype] * prod(node.tensor.extents)
-            dma_bytes += size * _trips(loops)
-        elif isinstance(node, Gemm):
-            flops += node.flops * _trips(loops)
-    return dma_bytes, flops
-
-
 def _host_scalar_flops(module: Module) -> int:
     """Flops of primitive calls whose vectorized dimension is not the contiguous axis of C: the host
     cannot vectorize those loops (the SW26010 primitive can, with its own layout inside LDM)."""
     return sum(
-        node.flops * _trips(loops)
+        node.flops * prod(trip_count(loop) for loop in loops)
         for node, loops in walk(module.body)
         if isinstance(node, Gemm) and node.c.dims[-1] != node.vectorize
     )
