@@ -1,9 +1,13 @@
-"""swauto's host GEMM against NumPy (OpenBLAS) side by side: medians, ratios, the machine and the date.
+"""swauto's host GEMM against numpy.matmul (OpenBLAS) and torch.matmul (when installed), side by side.
 
-    python benchmarks/host_gemm.py [--sizes 256 512 1024] [--repeat 5]
+    python benchmarks/host_gemm.py [--shapes 1024 2048x64x64 ...] [--threads 1 2] [--repeat 5] [--tuner model]
 
-Writes benchmarks/results/host_gemm.csv and .md. The first, unoptimised host backend: the fast
-micro-kernel and threads are a later issue, so expect a small fraction of OpenBLAS here.
+A shape is `S` (S x S x S) or `MxNxK`. For each shape and thread count: the median of `--repeat` calls
+of each implementation, GFLOPS and the ratios to swauto, the tuning time and the compile time. The
+libraries' thread counts are set with threadpoolctl when available, else through the environment
+(`OPENBLAS_NUM_THREADS`), which this script sets before importing NumPy for every run. Prints the
+machine and the date, and writes benchmarks/results/host_gemm.{csv,md} and, with matplotlib (the
+`bench` extra), host_gemm.png.
 """
 
 from __future__ import annotations
@@ -11,22 +15,30 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
-import swauto
-
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
+DEFAULT_SHAPES = ["256", "512", "1024", "2048", "4096x64x64", "32768x256x128", "128x4096x512"]
+FIELDS = ["shape", "threads", "candidate", "swauto_gflops", "numpy_gflops", "torch_gflops", "swauto_vs_numpy",
+          "swauto_vs_torch", "tuning_s", "compile_s"]
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    parts = [int(p) for p in text.lower().split("x")]
+    return (parts[0],) * 3 if len(parts) == 1 else tuple(parts)  # type: ignore[return-value]
 
 
 def median_seconds(function, repeat: int) -> float:
-    function()  # warm up (JIT, caches, BLAS threads)
+    """Median wall time of `repeat` calls after one warm-up call."""
+    function()
     times = []
     for _ in range(repeat):
         started = time.perf_counter()
@@ -35,42 +47,120 @@ def median_seconds(function, repeat: int) -> float:
     return statistics.median(times)
 
 
+def run_one(shape: tuple[int, int, int], threads: int, repeat: int, tuner: str) -> dict:
+    """One shape at one thread count; runs in a child process so the BLAS thread count applies."""
+    import numpy as np
+
+    import swauto
+
+    m, n, k = shape
+    started = time.perf_counter()
+    kernel = swauto.compile(ROOT / "examples" / "gemm.sw", {"M": m, "N": n, "K": k}, target="host", tuner=tuner,
+                            threads=threads)
+    compile_s = time.perf_counter() - started - kernel.tuning_seconds
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    c = np.zeros((m, n), dtype=np.float32)
+    flops = 2 * m * n * k
+    ours = median_seconds(lambda: kernel(A=a, B=b, C=c), repeat)
+    theirs = median_seconds(lambda: np.matmul(a, b, out=c), repeat)
+    row = {"shape": f"{m}x{n}x{k}", "threads": threads, "candidate": kernel.schedule.describe(),
+           "swauto_gflops": round(flops / ours / 1e9, 1), "numpy_gflops": round(flops / theirs / 1e9, 1),
+           "torch_gflops": "", "swauto_vs_numpy": round(theirs / ours, 3), "swauto_vs_torch": "",
+           "tuning_s": round(kernel.tuning_seconds, 3), "compile_s": round(compile_s, 3)}
+    try:
+        import torch
+    except ImportError:
+        return row
+    torch.set_num_threads(threads)
+    ta, tb, tc = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c)
+    torch_s = median_seconds(lambda: torch.matmul(ta, tb, out=tc), repeat)
+    row.update(torch_gflops=round(flops / torch_s / 1e9, 1), swauto_vs_torch=round(torch_s / ours, 3))
+    return row
+
+
+def machine_line() -> str:
+    import numpy as np
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    from swauto.backends.host.isa import select
+
+    return (f"{datetime.datetime.now().isoformat(timespec='seconds')}  {cpu}  {os.cpu_count()} cores  "
+            f"ISA {select().name}  numpy {np.__version__}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[256, 512, 1024])
+    parser.add_argument("--shapes", nargs="+", default=DEFAULT_SHAPES)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--tuner", default="model", choices=("model", "measure", "hybrid"))
+    parser.add_argument("--child", nargs=3, metavar=("SHAPE", "THREADS", "REPEAT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    print(f"{datetime.datetime.now().isoformat(timespec='seconds')}  {platform.processor() or platform.machine()}  "
-          f"{os.cpu_count()} cores  numpy {np.__version__}  (numpy threads as configured by OpenBLAS)")
+    if args.child:
+        shape, threads, repeat = args.child
+        print(json.dumps(run_one(parse_shape(shape), int(threads), int(repeat), args.tuner)))
+        return
+    header = machine_line()
+    print(header)
     rows = []
-    for size in args.sizes:
-        params = {"M": size, "N": size, "K": size}
-        kernel = swauto.compile(ROOT / "examples" / "gemm.sw", params, target="host")
-        rng = np.random.default_rng(0)
-        a = rng.standard_normal((size, size), dtype=np.float32)
-        b = rng.standard_normal((size, size), dtype=np.float32)
-        c = np.zeros((size, size), dtype=np.float32)
-        flops = 2 * size**3
-        ours = median_seconds(lambda a=a, b=b, c=c, kernel=kernel: kernel(A=a, B=b, C=c), args.repeat)
-        theirs = median_seconds(lambda a=a, b=b, c=c: np.matmul(a, b, out=c), args.repeat)
-        row = {
-            "size": size,
-            "candidate": kernel.schedule.id,
-            "swauto_gflops": round(flops / ours / 1e9, 2),
-            "numpy_gflops": round(flops / theirs / 1e9, 2),
-            "ratio": round(theirs / ours, 3),
-        }
-        rows.append(row)
-        print(f"{size:5d}^3  swauto {row['swauto_gflops']:7.2f} GFLOPS  numpy {row['numpy_gflops']:7.2f} GFLOPS  "
-              f"swauto/numpy {row['ratio']:.3f}  ({kernel.schedule.describe()})")
+    for text in args.shapes:
+        for threads in args.threads:
+            env = {**os.environ, "OPENBLAS_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads),
+                   "MKL_NUM_THREADS": str(threads)}
+            result = subprocess.run([sys.executable, __file__, "--tuner", args.tuner, "--child", text, str(threads),
+                                     str(args.repeat)], env=env, capture_output=True, text=True, check=True)
+            row = json.loads(result.stdout.strip().splitlines()[-1])
+            rows.append(row)
+            print(f"{row['shape']:>16} t={threads}  swauto {row['swauto_gflops']:7.1f}  numpy {row['numpy_gflops']:7.1f}"
+                  f"  torch {row['torch_gflops'] or '-':>7}  swauto/numpy {row['swauto_vs_numpy']:.3f}"
+                  f"  swauto/torch {row['swauto_vs_torch'] or '-'}  tuning {row['tuning_s']:.2f} s"
+                  f"  ({row['candidate']})", flush=True)
+    write_results(rows, header, f"python benchmarks/host_gemm.py {' '.join(sys.argv[1:])}".strip())
+
+
+def write_results(rows: list[dict], header: str, command: str) -> None:
+    """CSV, Markdown table and (with matplotlib) a bar chart of GFLOPS per shape and thread count."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     with open(RESULTS / "host_gemm.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(handle, fieldnames=FIELDS)
         writer.writeheader()
         writer.writerows(rows)
-    lines = ["| size | swauto GFLOPS | NumPy GFLOPS | swauto / NumPy |", "|---|---|---|---|"]
-    lines += [f"| {r['size']}³ | {r['swauto_gflops']} | {r['numpy_gflops']} | {r['ratio']} |" for r in rows]
+    lines = [f"`{command}` — {header}; medians of calls, GFLOPS", "",
+             "| shape (MxNxK) | threads | swauto | NumPy (OpenBLAS) | PyTorch | swauto / NumPy | swauto / PyTorch "
+             "| tuning s | candidate |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['shape']} | {r['threads']} | {r['swauto_gflops']} | {r['numpy_gflops']} | {r['torch_gflops'] or '-'} "
+              f"| {r['swauto_vs_numpy']} | {r['swauto_vs_torch'] or '-'} | {r['tuning_s']} | {r['candidate']} |"
+              for r in rows]
     (RESULTS / "host_gemm.md").write_text("\n".join(lines) + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install '.[bench]'): no PNG")
+        return
+    labels = [f"{r['shape']}\nt={r['threads']}" for r in rows]
+    positions = range(len(rows))
+    figure, axes = plt.subplots(figsize=(max(8, len(rows) * 0.9), 4.5))
+    width = 0.27
+    for offset, key, name in ((-width, "swauto_gflops", "swauto"), (0, "numpy_gflops", "NumPy (OpenBLAS)"),
+                              (width, "torch_gflops", "PyTorch")):
+        values = [float(r[key]) if r[key] != "" else 0.0 for r in rows]
+        axes.bar([p + offset for p in positions], values, width, label=name)
+    axes.set_xticks(list(positions), labels, fontsize=7)
+    axes.set_ylabel("GFLOPS")
+    axes.set_title(f"GEMM float32 — {header}", fontsize=8)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(RESULTS / "host_gemm.png", dpi=120)
 
 
 if __name__ == "__main__":

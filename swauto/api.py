@@ -17,14 +17,14 @@ from swauto.frontend.source import Source
 from swauto.ir.nodes import Module
 from swauto.ir.printer import format_module
 from swauto.machine import SUNWAY
-from swauto.pipeline import lower
+from swauto.pipeline import before_double_buffering, lower
 from swauto.schedule.candidate import Candidate
 from swauto.schedule.space import Space, explore
 from swauto.tuner.cost_model import estimate, peak_flops
 from swauto.tuner.model_tuner import rank
 
 TARGETS = ("host", "sw26010")
-TUNERS = ("model",)
+TUNERS = ("model", "measure", "hybrid")  # measure and hybrid: host only
 
 
 def load(source: str | Path, params: Mapping[str, object] | None = None) -> BoundOperator:
@@ -73,8 +73,8 @@ def compile(  # noqa: A001 - the public name users expect
     """Compile the operator in `source` (a path or `.sw` text) for `target`.
 
     Without `schedule`, the tuner picks the candidate; with one (a Candidate from `schedules`, its id,
-    or its JSON form) that candidate is compiled. `threads` is accepted for the host target; this
-    version of the host backend runs on one thread.
+    or its JSON form) that candidate is compiled. On the host, `threads` cores run the kernel (default:
+    all available); the `measure` tuner times every candidate there and `hybrid` the model's best few.
     """
     _check_choice(target, TARGETS, "target")
     _check_choice(tuner, TUNERS, "tuner")
@@ -82,13 +82,28 @@ def compile(  # noqa: A001 - the public name users expect
         raise ArgumentError(f"threads must be a positive integer, got {threads!r}")
     started = time.perf_counter()
     op = load(source, params)
-    if schedule is None:
-        best = rank(explore(op, SUNWAY), target)[0]
+    if tuner != "model" and target != "host":
+        raise ArgumentError(f"the {tuner} tuner runs candidates on the host; use tuner='model' for {target}")
+    host_threads = threads or _available_threads()
+    if schedule is None and tuner != "model":
+        from swauto.tuner.host_model import machine
+        from swauto.tuner.measure import HYBRID_TOP, tune
+
+        best = tune(explore(op, SUNWAY), host_threads, machine(), top=HYBRID_TOP if tuner == "hybrid" else None)[0]
+        candidate, stages = best.candidate, best.stages
+    elif schedule is None:
+        best = rank(explore(op, SUNWAY), target, host_threads if target == "host" else 1)[0]
         candidate, stages = best.candidate, best.stages
     else:
         candidate, stages = _resolve(op, schedule, None)
     tuning_seconds = time.perf_counter() - started
-    return Kernel(op, candidate, stages, target, tuning_seconds)
+    return Kernel(op, candidate, stages, target, tuning_seconds, host_threads)
+
+
+def _available_threads() -> int:
+    from swauto.backends.host import available_threads
+
+    return available_threads()
 
 
 @dataclass
@@ -101,13 +116,15 @@ class Kernel:
     stages: list[tuple[str, Module]]
     target: str
     tuning_seconds: float
+    threads: int = 1  # host cores a call runs on
     report: dict[str, Any] = field(init=False)
     code: str = field(init=False, repr=False)
     _program: Any = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         module = self.module
-        predicted = estimate(module, self.target)
+        threads = self.threads if self.target == "host" else 1
+        predicted = estimate(before_double_buffering(self.stages), self.target, threads)
         if self.target == "host":
             from swauto.backends.host import compile_module
 
@@ -128,7 +145,7 @@ class Kernel:
             "dma_bytes": predicted.dma_bytes,
             "predicted_s": predicted.seconds,
             "predicted_gflops": predicted.flops / predicted.seconds / 1e9,
-            "predicted_peak_fraction": predicted.flops / predicted.seconds / peak_flops(self.target),
+            "predicted_peak_fraction": predicted.flops / predicted.seconds / peak_flops(self.target, threads),
             "tuning_s": self.tuning_seconds,
         }
 
@@ -182,7 +199,7 @@ class Kernel:
         checked = self._validate(arrays)
         started = time.perf_counter()
         if self.target == "host":
-            self._program.run(checked)
+            self._program.run(checked, threads=self.threads)
         else:
             from swauto.backends.sw26010 import simulate
 

@@ -39,8 +39,10 @@ def _parser() -> argparse.ArgumentParser:
     def target_options(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--target", choices=("host", "sw26010"), default="host")
         sub.add_argument("--schedule", metavar="ID", help="compile this candidate (an id from `swauto schedules`)")
-        sub.add_argument("--tuner", choices=("model",), default="model")
-        sub.add_argument("--threads", type=int, default=None, help="host threads (this version uses one)")
+        sub.add_argument("--tuner", choices=("model", "measure", "hybrid"), default="model",
+                         help="model: the analytic model; measure: time every candidate on the host; "
+                              "hybrid: time the model's best few")
+        sub.add_argument("--threads", type=int, default=None, help="host threads (default: all cores)")
 
     compile_cmd = operator_command("compile", "compile an operator; print the chosen candidate and its report")
     target_options(compile_cmd)
@@ -89,6 +91,7 @@ def _compile(args: argparse.Namespace) -> int:
 def _schedules(args: argparse.Namespace) -> int:
     from swauto.api import load
     from swauto.machine import SUNWAY
+    from swauto.pipeline import before_double_buffering
     from swauto.schedule.space import explore
     from swauto.tuner.cost_model import estimate
 
@@ -99,7 +102,7 @@ def _schedules(args: argparse.Namespace) -> int:
         print(f"  rejected {count:6d}  {reason}")
     print(f"{'id':8}  {'sw26010 ms':>10}  schedule")
     for candidate, stages in space.legal:
-        seconds = estimate(stages[-1][1], "sw26010").seconds
+        seconds = estimate(before_double_buffering(stages), "sw26010").seconds
         print(f"{candidate.id}  {seconds * 1e3:10.4f}  {candidate.describe()}")
     return 0
 

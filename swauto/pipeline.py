@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from swauto.errors import Rejected
 from swauto.frontend.check import BoundOperator
 from swauto.ir.nodes import Module
 from swauto.machine import SW26010
+from swauto.passes.double_buffer import double_buffer
+from swauto.passes.hoist_dma import hoist_dma
 from swauto.passes.infer_dma import infer_dma
+from swauto.passes.pad_primitive import pad_primitive
+from swauto.passes.peel_boundaries import peel_boundaries
 from swauto.passes.plan_local_memory import plan_local_memory
 from swauto.schedule.candidate import Candidate
 from swauto.schedule.space import apply
@@ -14,13 +19,31 @@ Stages = list[tuple[str, Module]]
 
 
 def lower(op: BoundOperator, candidate: Candidate, machine: SW26010) -> Stages:
-    """IR after each stage: `schedule` (the transformed loop nest), then each pass. The last stage is
-    the final IR. Raises `Rejected` when the candidate is illegal."""
+    """IR after each stage: `seed`, `schedule` (the transformed loop nest), then each pass. The last
+    stage is the final IR. Raises `Rejected` when the candidate is illegal."""
     stages: Stages = [("seed", op.seed)]
     module = apply(op, candidate, machine)
     stages.append(("schedule", module))
-    module = infer_dma(module)
-    stages.append(("infer_dma", module))
+    module = peel_boundaries(module)
+    stages.append(("peel_boundaries", module))
+    module = pad_primitive(module, machine)
+    stages.append(("pad_primitive", module))
+    stages.append(("infer_dma", infer_dma(module)))
+    module = hoist_dma(module, machine, candidate.double_buffer)
+    stages.append(("hoist_dma", module))
+    if candidate.double_buffer:
+        doubled = double_buffer(module)
+        if doubled == module:
+            raise Rejected("no transfer inside a loop to double buffer")
+        module = doubled
+        stages.append(("double_buffer", module))
     module = plan_local_memory(module, machine)
     stages.append(("plan_local_memory", module))
     return stages
+
+
+def before_double_buffering(stages: Stages) -> Module:
+    """The last stage before `double_buffer`: the same transfers, each written once, which is what
+    static counts of bytes moved read (double buffering moves the same bytes)."""
+    candidates = [module for name, module in stages if name not in ("double_buffer", "plan_local_memory")]
+    return candidates[-1]

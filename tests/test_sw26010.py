@@ -15,12 +15,12 @@ from swauto.ir import expr as ex
 from swauto.ir.nodes import Dma, DmaWait, LocalBuffer, Seq
 from swauto.ir.visitor import Rewriter
 from swauto.machine import SUNWAY
-from swauto.pipeline import lower
+from swauto.pipeline import before_double_buffering, lower
 from swauto.schedule.candidate import Candidate
 from swauto.schedule.space import explore
 from swauto.tuner.cost_model import traffic
 
-SHAPES = [(128, 128, 64), (256, 384, 128), (384, 128, 96), (512, 256, 256)]
+SHAPES = [(128, 128, 64), (256, 384, 128), (384, 128, 96), (200, 160, 72)]  # the last one no tile divides
 
 
 @pytest.mark.parametrize(("m", "n", "k"), SHAPES)
@@ -34,8 +34,8 @@ def test_every_candidate_matches_numpy(gemm_source, m, n, k):
         c = arrays["C"].copy()
         counters = simulate(module, {**arrays, "C": c}, SUNWAY)
         assert relative_error(c, expected) <= 1e-5, candidate
-        assert counters.flops == 2 * m * n * k
-        dma_bytes, _ = traffic(module)
+        dma_bytes, flops = traffic(before_double_buffering(stages))
+        assert counters.flops == flops >= 2 * m * n * k  # more where a boundary tile is padded
         assert counters.dma_get_bytes + counters.dma_put_bytes == dma_bytes, candidate
 
 
@@ -110,6 +110,6 @@ def test_primitive_may_not_read_a_buffer_in_flight(gemm_source):
 
 def test_program_text_lists_buffers_and_calls(gemm_source):
     code = emit_program(_final(gemm_source), SUNWAY)
-    assert "__thread_local float A_tile[128]; /* tile 128x64, LDM offset 0 */" in code
+    assert "__thread_local float A_tile[256]; /* tile 128x128, LDM offset 0 */" in code  # hoisted over K
     assert "dma_get(C_tile, C + M_outer * 32768 + N_outer * 128, /* block */ 512, /* stride */ 1024" in code
     assert "gemm_op(M=128, N=128, K=64, A=A_tile/MK, B=B_tile/KN, C=C_tile/MN, vec=N);" in code

@@ -1,9 +1,12 @@
 """Lowering of a final IR `Module` to LLVM IR (llvmlite.ir) for the host CPU.
 
-The generated module defines one function, `function_name(module)`, returning void and taking one
-`noalias float*` per tensor in `module.tensors` order. Each float32 local buffer becomes a zeroed,
-64-byte-aligned internal global array; a DMA is a row-by-row copy between a tensor box and a buffer
-box, and the GEMM primitive a triple loop with the vectorized dimension innermost. Integer
+The generated module defines up to three functions (`Plan.symbols`), one per phase of
+`parallel.split`: 'before', 'loop' and 'after'. Each takes one `noalias float*` per tensor in
+`module.tensors` order (scratch tensors included), a `float*` to a per-thread workspace holding the
+local buffers at `Plan.offsets`, and an i64 range `lo, hi`: 'loop' runs those flattened iterations of
+the parallel nest, the others ignore it. Buffers live in the layouts of `layout.plan`; a DMA or a
+`MemCopy` is a copy loop nest in row-major element order of its boxes (packing into micro-panels on
+the way), and the GEMM primitive a register-blocked micro-kernel (`microkernel`). Integer
 expressions are i64; `/` and `%` keep Python's floor semantics.
 
 The module carries no target triple or data layout: the JIT sets them for the host.
@@ -12,7 +15,7 @@ The module carries no target triple or data layout: the JIT sets them for the ho
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from math import prod
 
@@ -31,31 +34,27 @@ from swauto.ir.nodes import (
     If,
     Let,
     LocalBuffer,
+    MemCopy,
     Module,
     Seq,
     Stmt,
+    Zero,
 )
 from swauto.ir.printer import format_access
-from swauto.primitives import GEMM
+
+from . import layout as layouts
+from . import parallel
+from .isa import Isa
+from .knobs import Knobs
 
 F32 = ir.FloatType()
 I64 = ir.IntType(64)
-
-# `contract` lets LLVM fuse each fmul/fadd pair of the GEMM into an FMA, and nothing more: the sum
-# order stays the one written, so results do not depend on the vectorizer's choices.
-_FP_FLAGS = ("contract",)
 # Index arithmetic never overflows i64 for tensors that fit in memory; saying so helps SCEV and the
 # vectorizer reason about addresses.
 _NSW = ("nsw",)
-
 _COMPARISONS = ("<", "<=", "==", "!=", ">", ">=")
 
 Env = Mapping[str, ir.Value]
-
-
-def function_name(module: Module) -> str:
-    """The symbol of the kernel function `generate(module)` defines (a plain C identifier)."""
-    return "swauto_" + re.sub(r"\W", "_", module.name)
 
 
 def is_ignored_buffer(buffer: LocalBuffer) -> bool:
@@ -64,125 +63,184 @@ def is_ignored_buffer(buffer: LocalBuffer) -> bool:
     return buffer.dtype == "float64" and buffer.name.endswith("_double")
 
 
-def generate(module: Module) -> ir.Module:
+@dataclass(frozen=True)
+class Plan:
+    """What the runtime needs besides the machine code: the phases, each phase's function symbol, and
+    the per-thread workspace (buffer offsets and total size, in float32 elements)."""
+
+    phases: parallel.Phases
+    symbols: dict[str, str]
+    offsets: dict[str, int]
+    workspace_elements: int
+    layouts: dict[str, layouts.Layout]
+
+
+def plan_kernel(module: Module, isa: Isa, knobs: Knobs) -> Plan:
+    """The plan of `module` for `isa` and `knobs` (deterministic: the same for equal arguments).
+
+    Raises `CodegenError` for non-float32 data.
+    """
+    _check_dtypes(module)
+    ignored = frozenset(b.name for b in module.buffers if is_ignored_buffer(b))
+    placed = layouts.plan(module, knobs, isa.width, ignored)
+    buffers = [b.name for b in module.buffers if b.name not in ignored]
+    offsets, size = layouts.workspace(placed, buffers)
+    phases = parallel.split(module)
+    base = "swauto_" + re.sub(r"\W", "_", module.name)
+    symbols = {"before": f"{base}_before"}
+    if phases.loops:
+        symbols.update(loop=f"{base}_loop", after=f"{base}_after")
+    return Plan(phases, symbols, offsets, size, placed)
+
+
+def generate(module: Module, isa: Isa, knobs: Knobs) -> ir.Module:
     """LLVM IR for `module` (see the module docstring for its interface).
 
     Raises `CodegenError` for IR the host cannot run: non-float32 data, unknown or unbound names,
     accesses whose rank or extents disagree with their tensor, buffer or primitive.
     """
-    return _Lowering(module).run()
+    plan = plan_kernel(module, isa, knobs)
+    ir_module = ir.Module(name=module.name)
+    phases = plan.phases
+    lets = tuple(s for s in phases.before if isinstance(s, Let))
+    Lowering(module, plan, isa, knobs, ir_module, plan.symbols["before"]).emit(phases.before)
+    if phases.loops:
+        Lowering(module, plan, isa, knobs, ir_module, plan.symbols["loop"], parallel=True).emit_parallel(lets)
+        Lowering(module, plan, isa, knobs, ir_module, plan.symbols["after"]).emit(lets + phases.after)
+    return ir_module
+
+
+def _check_dtypes(module: Module) -> None:
+    for tensor in module.tensors:
+        if tensor.dtype != "float32":
+            raise CodegenError(f"tensor {tensor.name} has dtype {tensor.dtype}; the host backend supports float32 only")
+    for buffer in module.buffers:
+        if buffer.dtype != "float32" and not is_ignored_buffer(buffer):
+            raise CodegenError(
+                f"local buffer {buffer.name} has dtype {buffer.dtype}; the host backend supports float32 buffers only"
+            )
 
 
 @dataclass(frozen=True)
-class _Storage:
-    """A row-major float32 array the kernel can address: a tensor argument or a buffer global."""
+class Storage:
+    """An array the kernel can address: a tensor argument or a buffer in the workspace."""
 
     name: str
     shape: tuple[int, ...]
+    layout: layouts.Layout
     base: ir.Value  # float* to element 0
 
-    @property
-    def strides(self) -> tuple[int, ...]:
-        """Row-major strides in elements."""
-        return tuple(prod(self.shape[axis + 1:]) for axis in range(len(self.shape)))
 
+class Lowering:
+    """One use: builds one function of the kernel (`emit`, or `emit_parallel` with `parallel`)."""
 
-class _Lowering:
-    """One use: `run()` builds the LLVM module of one IR module."""
-
-    def __init__(self, module: Module) -> None:
-        self.module = module
-        self.ir_module = ir.Module(name=module.name)
-        self.storage: dict[str, _Storage] = {}
-        self.ignored_buffers: set[str] = set()
-        self.buffer_names = {buffer.name for buffer in module.buffers}
-        self._unroll_disable: ir.MDValue | None = None
-        self._check_dtypes()
-        arguments = ir.FunctionType(ir.VoidType(), [F32.as_pointer() for _ in module.tensors])
-        self.function = ir.Function(self.ir_module, arguments, function_name(module))
+    def __init__(self, module: Module, plan: Plan, isa: Isa, knobs: Knobs, ir_module: ir.Module, symbol: str,
+                 parallel: bool = False) -> None:
+        self.module, self.plan, self.isa, self.knobs = module, plan, isa, knobs
+        self.parallel = parallel  # lower the parallel group as a range lo..hi of its iterations
+        self.ir_module = ir_module
+        pointer = F32.as_pointer()
+        signature = ir.FunctionType(ir.VoidType(), [pointer] * (len(module.tensors) + 1) + [I64, I64])
+        self.function = ir.Function(ir_module, signature, symbol)
         self.function.attributes.add("nounwind")
         self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
-
-    # --- module level -----------------------------------------------------------------------------
-
-    def run(self) -> ir.Module:
-        for tensor, argument in zip(self.module.tensors, self.function.args, strict=True):
+        self.storage: dict[str, Storage] = {}
+        self.ignored = {b.name for b in module.buffers if is_ignored_buffer(b)}
+        self._unroll_disable: ir.MDValue | None = None
+        *tensor_args, workspace, self.lo, self.hi = self.function.args
+        workspace.name = "workspace"
+        for tensor, argument in zip(module.tensors, tensor_args, strict=True):
             argument.name = tensor.name
             argument.add_attribute("noalias")
-            self._add_storage(_Storage(tensor.name, tensor.shape, argument))
-        for buffer in self.module.buffers:
-            if is_ignored_buffer(buffer):
-                self.ignored_buffers.add(buffer.name)
-            else:
-                self._add_storage(_Storage(buffer.name, buffer.shape, self._global_array(buffer)))
-        self.stmt(self.module.body, {})
-        self.builder.ret_void()
-        return self.ir_module
+            self._add_storage(Storage(tensor.name, tensor.shape, plan.layouts[tensor.name], argument))
+        for buffer in module.buffers:
+            if buffer.name not in self.ignored:
+                base = self.builder.gep(workspace, [i64(plan.offsets[buffer.name])], inbounds=True,
+                                        name=buffer.name)
+                self._add_storage(Storage(buffer.name, buffer.shape, plan.layouts[buffer.name], base))
 
-    def _check_dtypes(self) -> None:
-        for tensor in self.module.tensors:
-            if tensor.dtype != "float32":
-                raise CodegenError(
-                    f"tensor {tensor.name} has dtype {tensor.dtype}; the host backend supports float32 only"
-                )
-        for buffer in self.module.buffers:
-            if buffer.dtype != "float32" and not is_ignored_buffer(buffer):
-                raise CodegenError(
-                    f"local buffer {buffer.name} has dtype {buffer.dtype}; "
-                    "the host backend supports float32 buffers only"
-                )
-
-    def _add_storage(self, storage: _Storage) -> None:
+    def _add_storage(self, storage: Storage) -> None:
         if storage.name in self.storage:
             raise CodegenError(f"the name {storage.name} is declared twice in module {self.module.name}")
         self.storage[storage.name] = storage
 
-    def _global_array(self, buffer: LocalBuffer) -> ir.Value:
-        """A zeroed, 64-byte-aligned internal global holding `buffer`; returns a float* to it."""
-        array = ir.ArrayType(F32, prod(buffer.shape))
-        variable = ir.GlobalVariable(self.ir_module, array, f"local.{buffer.name}")
-        variable.linkage = "internal"
-        variable.initializer = ir.Constant(array, None)
-        variable.align = 64
-        return self.builder.gep(variable, [_i64(0), _i64(0)], inbounds=True, name=buffer.name)
+    # --- functions --------------------------------------------------------------------------------
+
+    def emit(self, stmts: tuple[Stmt, ...]) -> None:
+        """The function runs `stmts` in order."""
+        self.stmt(Seq(stmts), {})
+        self.builder.ret_void()
+
+    def emit_parallel(self, lets: tuple[Let, ...]) -> None:
+        """The function runs the top-level nest (after the top-level lets), with only the flattened
+        iterations lo..hi of the parallel group."""
+        phases = self.plan.phases
+        assert phases.nest is not None
+        scope: dict[str, ir.Value] = {}
+        for let in lets:
+            scope[let.var] = self.expr(let.value, scope)
+        self.stmt(phases.nest, scope)
+        self.builder.ret_void()
+
+    def _parallel_group(self, env: Env) -> None:
+        """Iterations lo..hi of the parallel group, its loop variables decoded from the flat index."""
+        phases = self.plan.phases
+
+        def iteration(flat: ir.Value) -> None:
+            scope = dict(env)
+            rest = flat
+            for loop, count in reversed(list(zip(phases.loops, phases.trips, strict=True))):
+                digit = self.builder.urem(rest, i64(count))
+                rest = self.builder.udiv(rest, i64(count))
+                value = self.builder.mul(digit, i64(loop.stride), flags=_NSW)
+                scope[loop.var] = self.builder.add(self.expr(loop.start, {}), value, flags=_NSW)
+            self.stmt(phases.loops[-1].body, scope)
+
+        self.loop(self.lo, self.hi, 1, "parallel", iteration, unroll=False)
 
     # --- statements -------------------------------------------------------------------------------
 
     def stmt(self, stmt: Stmt, env: Env) -> None:
         """Emit `stmt` at the builder's position; afterwards the builder is where control continues."""
         if isinstance(stmt, Seq):
-            self._seq(stmt, env)
+            scope = dict(env)
+            for child in stmt.stmts:
+                if isinstance(child, Let):
+                    scope[child.var] = self.expr(child.value, scope)
+                else:
+                    self.stmt(child, scope)
+        elif isinstance(stmt, For) and self.parallel and self.plan.phases.loops[0] is stmt:
+            self._parallel_group(env)
         elif isinstance(stmt, For):
             self._for(stmt, env)
         elif isinstance(stmt, If):
             self._if(stmt, env)
-        elif isinstance(stmt, Let):
-            pass  # nothing after it in a Seq can see it: the value is dead
+        elif isinstance(stmt, (Let, DmaWait)):
+            pass  # a Let outside a Seq is dead; host copies are synchronous
         elif isinstance(stmt, Alloc):
-            self._alloc(stmt)
+            if stmt.buffer not in {b.name for b in self.module.buffers}:
+                raise CodegenError(f"alloc of {stmt.buffer}, which is not a local buffer of module {self.module.name}")
         elif isinstance(stmt, Dma):
             self._dma(stmt, env)
-        elif isinstance(stmt, DmaWait):
-            pass  # host copies are synchronous
+        elif isinstance(stmt, Zero):
+            box = stmt.buffer
+            starts = [self.expr(start, env) for start in box.starts]
+            self._fill_zero(box, self.access_storage(box), starts, [b for b, e in enumerate(box.extents) if e > 1],
+                            f"zero.{box.name}")
+        elif isinstance(stmt, MemCopy):
+            self.copy(stmt.target, stmt.source, env, into_driver=True)
         elif isinstance(stmt, Gemm):
-            self._gemm(stmt, env)
+            from .microkernel import emit_gemm
+
+            emit_gemm(self, stmt, env)
         else:
             raise CodegenError(f"the host backend cannot lower the statement {stmt!r}")
-
-    def _seq(self, stmt: Seq, env: Env) -> None:
-        scope = dict(env)
-        for child in stmt.stmts:
-            if isinstance(child, Let):
-                scope[child.var] = self.expr(child.value, scope)
-            else:
-                self.stmt(child, scope)
 
     def _for(self, stmt: For, env: Env) -> None:
         if stmt.stride == 0:
             raise CodegenError(f"loop {stmt.var} has stride 0 and would never end")
         start, stop = self.expr(stmt.start, env), self.expr(stmt.stop, env)
-        # Tile loops stay rolled: their bodies are whole DMA and GEMM nests, so unrolling them
-        # multiplies compile time and gains nothing.
+        # Tile loops stay rolled: their bodies are whole copy and GEMM nests.
         self.loop(start, stop, stmt.stride, stmt.var,
                   lambda index: self.stmt(stmt.body, {**env, stmt.var: index}), unroll=False)
 
@@ -198,143 +256,176 @@ class _Lowering:
                 with otherwise:
                     self.stmt(stmt.otherwise, env)
 
-    def _alloc(self, stmt: Alloc) -> None:
-        if stmt.buffer not in self.buffer_names:
-            raise CodegenError(
-                f"alloc of {stmt.buffer}, which is not a local buffer of module {self.module.name}"
-            )
-
-    # --- DMA --------------------------------------------------------------------------------------
-
     def _dma(self, stmt: Dma, env: Env) -> None:
-        """Copy the tensor box to the buffer box ('get') or back ('put'), one row per innermost loop.
-
-        The k-th axis of the tensor box that carries a dimension pairs with the k-th such axis of the
-        buffer box; the loops run over those pairs in order, so the innermost is the last, contiguous
-        axis of both when the boxes have one."""
         if stmt.direction not in ("get", "put"):
             raise CodegenError(f"DMA direction {stmt.direction!r} is neither 'get' nor 'put'")
-        tensor, buffer = self._access_storage(stmt.tensor), self._access_storage(stmt.buffer)
-        tensor_axes, buffer_axes = _moving_axes(stmt.tensor), _moving_axes(stmt.buffer)
-        extents = [stmt.tensor.extents[axis] for axis in tensor_axes]
-        if extents != [stmt.buffer.extents[axis] for axis in buffer_axes]:
-            raise CodegenError(
-                f"DMA between {_box(stmt.tensor)} and {_box(stmt.buffer)}: the boxes have different shapes"
-            )
-        tensor_base = self._box_origin(tensor, stmt.tensor, env)
-        buffer_base = self._box_origin(buffer, stmt.buffer, env)
+        if stmt.zero_fill and stmt.direction != "get":
+            raise CodegenError(f"a zero-filled DMA must be a get, not a {stmt.direction}")
+        self.copy(stmt.tensor, stmt.buffer, env, into_driver=stmt.direction == "put", zero_fill=stmt.zero_fill)
 
-        def copy(indices: list[ir.Value]) -> None:
-            at_tensor = self._element(tensor, tensor_base, zip(tensor_axes, indices, strict=True))
-            at_buffer = self._element(buffer, buffer_base, zip(buffer_axes, indices, strict=True))
-            source, target = (at_tensor, at_buffer) if stmt.direction == "get" else (at_buffer, at_tensor)
-            self.builder.store(self.builder.load(source), target)
+    # --- copies -----------------------------------------------------------------------------------
 
-        # Rolled: each row becomes one memcpy, which codegen expands inline; unrolling the rows made
-        # kernels compile 2-3 times slower and run no faster.
-        self.nest(extents, f"{stmt.direction}.{stmt.tensor.name}", copy, unroll=[False] * len(extents))
+    def copy(self, driver: Access, follower: Access, env: Env, into_driver: bool, zero_fill: bool = False) -> None:
+        """Copy between the boxes `driver` and `follower` (same number of elements, row-major element
+        order), into `driver` or into `follower`. Loops run over the driver's axes; when both boxes
+        have the same extents once their 1-long axes are dropped, axes pair in order, else the
+        follower's indices come from the flat element number.
 
-    # --- GEMM -------------------------------------------------------------------------------------
+        With `zero_fill` (the driver is a tensor, data flows into the follower), the follower box is
+        zeroed first and each driver axis is clipped to the tensor, so only elements inside it move.
+        """
+        d_store, f_store = self.access_storage(driver, allow_outside=zero_fill), self.access_storage(follower)
+        if prod(driver.extents) != prod(follower.extents):
+            raise CodegenError(f"copy between {_box(driver)} and {_box(follower)}: the boxes have "
+                               f"{prod(driver.extents)} and {prod(follower.extents)} elements")
+        d_axes = [a for a, e in enumerate(driver.extents) if e > 1]
+        f_axes = [b for b, e in enumerate(follower.extents) if e > 1]
+        paired = [driver.extents[a] for a in d_axes] == [follower.extents[b] for b in f_axes]
+        d_starts = [self.expr(s, env) for s in driver.starts]
+        f_starts = [self.expr(s, env) for s in follower.starts]
+        name = f"copy.{driver.name}.{follower.name}"
+        bounds: dict[int, tuple[ir.Value, ir.Value]] = {}
+        if zero_fill:
+            self._fill_zero(follower, f_store, f_starts, f_axes, name)
+            inside = ir.Constant(ir.IntType(1), 1)
+            for a, (start, extent) in enumerate(zip(d_starts, driver.extents, strict=True)):
+                lo = self._clamp(self.builder.neg(start), extent)
+                hi = self._clamp(self.builder.sub(i64(d_store.shape[a]), start), extent)
+                inside = self.builder.and_(inside, self.builder.icmp_signed("<", lo, hi))
+                bounds[a] = (lo, hi)
+            with self.builder.if_then(inside):
+                self._copy_nest(driver, follower, d_store, f_store, d_starts, f_starts, d_axes, f_axes, paired,
+                                bounds, into_driver, name)
+        else:
+            self._copy_nest(driver, follower, d_store, f_store, d_starts, f_starts, d_axes, f_axes, paired,
+                            bounds, into_driver, name)
 
-    def _gemm(self, stmt: Gemm, env: Env) -> None:
-        """`C[i, j] += sum_p A[i, p] * B[p, j]`, loops (other free dim) > K > (vectorized dim).
+    def _copy_nest(self, driver: Access, follower: Access, d_store: Storage, f_store: Storage,
+                   d_starts: list[ir.Value], f_starts: list[ir.Value], d_axes: list[int], f_axes: list[int],
+                   paired: bool, bounds: Mapping[int, tuple[ir.Value, ir.Value]], into_driver: bool,
+                   name: str) -> None:
+        builder = self.builder
+        d_suffix = [prod(driver.extents[a] for a in d_axes[i + 1:]) for i in range(len(d_axes))]
+        f_suffix = [prod(follower.extents[b] for b in f_axes[i + 1:]) for i in range(len(f_axes))]
 
-        Each operand's element address comes from the dimensions its axes carry, so any layout of
-        A, B and C (e.g. A stored as [K, M]) works; the innermost loop is contiguous when the
-        vectorized dimension is the last axis of the operands that carry it."""
-        sizes = {"M": stmt.m, "N": stmt.n, "K": stmt.k}
-        operands = {name: self._gemm_operand(stmt, name, access, sizes) for name, access in stmt.operands}
-        bases = {name: self._box_origin(storage, access, env) for name, (storage, access) in operands.items()}
-        inner = stmt.vectorize or self._default_vectorize(operands["C"][1])
-        if inner not in ("M", "N"):
-            raise CodegenError(f"gemm vectorizes {inner!r}; it must be 'M' or 'N'")
-        outer = "N" if inner == "M" else "M"
+        def body(local: dict[int, ir.Value], f_override: dict[int, ir.Value]) -> None:
+            d_index = [builder.add(start, local[a], flags=_NSW) if a in local else start
+                       for a, start in enumerate(d_starts)]
+            d_offset = self.layout_offset(d_store, d_index)
+            if paired:
+                f_local = {b: local[a] for a, b in zip(d_axes, f_axes, strict=True)}
+            else:
+                flat: ir.Value = i64(0)
+                for a, suffix in zip(d_axes, d_suffix, strict=True):
+                    flat = builder.add(flat, builder.mul(local[a], i64(suffix), flags=_NSW), flags=_NSW)
+                f_local = {b: builder.urem(builder.udiv(flat, i64(suffix)), i64(follower.extents[b]))
+                           for b, suffix in zip(f_axes, f_suffix, strict=True)}
+            f_index = [builder.add(start, f_local[b], flags=_NSW) if b in f_local else start
+                       for b, start in enumerate(f_starts)]
+            f_offset = self.layout_offset(f_store, f_index, f_override)
+            d_ptr = builder.gep(d_store.base, [d_offset], inbounds=True)
+            f_ptr = builder.gep(f_store.base, [f_offset], inbounds=True)
+            source, target = (f_ptr, d_ptr) if into_driver else (d_ptr, f_ptr)
+            builder.store(builder.load(source), target)
 
-        def element(name: str, index: Mapping[str, ir.Value]) -> ir.Value:
-            storage, access = operands[name]
-            moving = ((axis, index[dim]) for axis, dim in enumerate(access.dims) if dim is not None)
-            return self._element(storage, bases[name], moving)
+        def level(depth: int, local: dict[int, ir.Value], f_override: dict[int, ir.Value]) -> None:
+            if depth == len(d_axes):
+                body(local, f_override)
+                return
+            a = d_axes[depth]
+            split = self._aligned_split(follower, f_store, f_axes[depth]) if paired and a not in bounds else None
+            if split is None:
+                lo, hi = bounds.get(a, (i64(0), i64(driver.extents[a])))
+                self.loop(lo, hi, 1, f"{name}.{depth}",
+                          lambda i: level(depth + 1, {**local, a: i}, f_override), unroll=False)
+                return
+            b, panel, outer_stride, inner_stride, first = split
 
-        def update(index: Mapping[str, ir.Value]) -> None:
-            a = self.builder.load(element("A", index))
-            b = self.builder.load(element("B", index))
-            c_address = element("C", index)
-            product = self.builder.fmul(a, b, flags=_FP_FLAGS)
-            total = self.builder.fadd(self.builder.load(c_address), product, flags=_FP_FLAGS)
-            self.builder.store(total, c_address)
+            def panels(outer: ir.Value) -> None:
+                def lanes(inner: ir.Value) -> None:
+                    index = builder.add(builder.mul(outer, i64(panel), flags=_NSW), inner, flags=_NSW)
+                    offset = builder.add(builder.mul(builder.add(outer, i64(first), flags=_NSW), i64(outer_stride),
+                                                     flags=_NSW),
+                                         builder.mul(inner, i64(inner_stride), flags=_NSW), flags=_NSW)
+                    level(depth + 1, {**local, a: index}, {**f_override, b: offset})
 
-        order = (outer, "K", inner)
-        # Unrolling the innermost loop into straight vector code doubles its speed; unrolling the
-        # other two only costs compile time.
-        self.nest([sizes[dim] for dim in order], "gemm",
-                  lambda indices: update(dict(zip(order, indices, strict=True))), unroll=(False, False, True))
+                self.loop(i64(0), i64(panel), 1, f"{name}.{depth}.lane", lanes, unroll=False)
 
-    def _gemm_operand(
-        self, stmt: Gemm, name: str, access: Access, sizes: Mapping[str, int]
-    ) -> tuple[_Storage, Access]:
-        """The storage of operand `name`, after checking its box carries exactly the dimensions the
-        primitive expects, each once, with the primitive's size."""
-        storage = self._access_storage(access)
-        carried = [dim for dim in access.dims if dim is not None]
-        if sorted(carried) != sorted(GEMM.operand_dims(name)):
-            raise CodegenError(
-                f"gemm operand {name}={_box(access)} carries dimensions {carried}; "
-                f"it must carry {' and '.join(GEMM.operand_dims(name))} once each"
-            )
-        for extent, dim in zip(access.extents, access.dims, strict=True):
-            if dim is not None and extent != sizes[dim]:
-                raise CodegenError(
-                    f"gemm operand {name}={_box(access)} spans {extent} along {dim}, "
-                    f"but the primitive's {dim} is {sizes[dim]}"
-                )
-        return storage, access
+            self.loop(i64(0), i64(driver.extents[a] // panel), 1, f"{name}.{depth}.panel", panels, unroll=False)
 
-    @staticmethod
-    def _default_vectorize(c: Access) -> str:
-        """For a gemm whose vectorized dimension is not chosen: the one C stores contiguously."""
-        last = [dim for dim in c.dims if dim is not None][-1]
-        return last if last in ("M", "N") else "N"
+        level(0, {}, {})
+
+    def _aligned_split(self, box: Access, storage: Storage, axis: int) -> tuple[int, int, int, int, int] | None:
+        """For a packed axis the box covers in whole panels from a constant panel boundary:
+        (axis, panel, panel stride, lane stride, first panel), so the copy loops panel by panel."""
+        axis_layout = storage.layout.axes[axis]
+        start = box.starts[axis]
+        if len(axis_layout.extents) != 2 or not isinstance(start, Const):
+            return None
+        panel = axis_layout.extents[1]
+        if start.value % panel or box.extents[axis] % panel:
+            return None
+        return axis, panel, axis_layout.strides[0], axis_layout.strides[1], start.value // panel
+
+    def _fill_zero(self, box: Access, storage: Storage, starts: list[ir.Value], axes: list[int], name: str) -> None:
+        def level(depth: int, local: dict[int, ir.Value]) -> None:
+            if depth == len(axes):
+                index = [self.builder.add(s, local[b], flags=_NSW) if b in local else s for b, s in enumerate(starts)]
+                pointer = self.builder.gep(storage.base, [self.layout_offset(storage, index)], inbounds=True)
+                self.builder.store(ir.Constant(F32, 0.0), pointer)
+                return
+            b = axes[depth]
+            self.loop(i64(0), i64(box.extents[b]), 1, f"{name}.zero.{depth}",
+                      lambda i: level(depth + 1, {**local, b: i}), unroll=False)
+
+        level(0, {})
+
+    def _clamp(self, value: ir.Value, extent: int) -> ir.Value:
+        """min(max(value, 0), extent)."""
+        builder = self.builder
+        low = builder.select(builder.icmp_signed("<", value, i64(0)), i64(0), value)
+        return builder.select(builder.icmp_signed(">", low, i64(extent)), i64(extent), low)
 
     # --- addresses --------------------------------------------------------------------------------
 
-    def _access_storage(self, access: Access) -> _Storage:
-        """The storage `access` reads or writes, after checking its rank."""
-        if access.name in self.ignored_buffers:
+    def access_storage(self, access: Access, allow_outside: bool = False) -> Storage:
+        """The storage `access` reads or writes, after checking its rank and, for constant starts,
+        that the box stays inside (unless `allow_outside`: a zero-filled box may reach past it)."""
+        if access.name in self.ignored:
             raise CodegenError(f"{access.name} is a float64 buffer, which the host backend does not allocate")
         storage = self.storage.get(access.name)
         if storage is None:
-            raise CodegenError(
-                f"{access.name} is neither a tensor nor a local buffer of module {self.module.name}"
-            )
+            raise CodegenError(f"{access.name} is neither a tensor nor a local buffer of module {self.module.name}")
         rank = len(storage.shape)
         if not len(access.starts) == len(access.extents) == len(access.dims) == rank:
             raise CodegenError(f"the access {_box(access)} does not have one start, extent and dim per axis "
                                f"of {access.name}, which has rank {rank}")
-        # Boxes at constant places are checked here; the others the scheduler's passes guarantee.
-        for start, extent, dim, size in zip(access.starts, access.extents, access.dims, storage.shape,
-                                            strict=True):
-            span = extent if dim is not None else 1
-            if isinstance(start, Const) and not (0 <= start.value and start.value + span <= size):
-                raise CodegenError(
-                    f"the access {_box(access)} leaves {access.name}, of shape {storage.shape}"
-                )
+        for start, extent, size in zip(access.starts, access.padded_extents(), storage.shape, strict=True):
+            if extent < 1:
+                raise CodegenError(f"the access {_box(access)} has an empty axis")
+            if not allow_outside and isinstance(start, Const) and not 0 <= start.value <= size - extent:
+                raise CodegenError(f"the access {_box(access)} leaves {access.name}, of shape {storage.shape}")
         return storage
 
-    def _box_origin(self, storage: _Storage, access: Access, env: Env) -> ir.Value:
-        """Offset (in elements) of the first element of the box: sum of start * stride over axes."""
-        offset: ir.Value = _i64(0)
-        for start, stride in zip(access.starts, storage.strides, strict=True):
-            term = self.builder.mul(self.expr(start, env), _i64(stride), flags=_NSW)
-            offset = self.builder.add(offset, term, flags=_NSW)
+    def layout_offset(self, storage: Storage, index: list[ir.Value],
+                      override: Mapping[int, ir.Value] | None = None) -> ir.Value:
+        """Elements from the start of `storage` to the element at logical `index` (one value per
+        axis); `override[axis]` replaces an axis's offset when the caller has it already."""
+        builder = self.builder
+        offset: ir.Value = i64(0)
+        for axis, (value, axis_layout) in enumerate(zip(index, storage.layout.axes, strict=True)):
+            if override and axis in override:
+                term = override[axis]
+            elif len(axis_layout.extents) == 1:
+                term = builder.mul(value, i64(axis_layout.strides[0]), flags=_NSW)
+            else:
+                term, rest = i64(0), value
+                for extent, stride in zip(reversed(axis_layout.extents), reversed(axis_layout.strides), strict=True):
+                    digit = builder.urem(rest, i64(extent))
+                    rest = builder.udiv(rest, i64(extent))
+                    term = builder.add(term, builder.mul(digit, i64(stride), flags=_NSW), flags=_NSW)
+            offset = builder.add(offset, term, flags=_NSW)
         return offset
-
-    def _element(self, storage: _Storage, origin: ir.Value, moving: Iterable[tuple[int, ir.Value]]) -> ir.Value:
-        """Address of the element `origin + sum(index * stride[axis])` over (axis, index) in `moving`."""
-        offset = origin
-        for axis, index in moving:
-            step = self.builder.mul(index, _i64(storage.strides[axis]), flags=_NSW)
-            offset = self.builder.add(offset, step, flags=_NSW)
-        return self.builder.gep(storage.base, [offset], inbounds=True)
 
     # --- control flow -----------------------------------------------------------------------------
 
@@ -355,33 +446,18 @@ class _Lowering:
         builder.cbranch(builder.icmp_signed("<" if step > 0 else ">", index, stop), body_block, exit_block)
         builder.position_at_end(body_block)
         body(index)
-        index.add_incoming(builder.add(index, _i64(step), flags=_NSW), builder.block)
+        index.add_incoming(builder.add(index, i64(step), flags=_NSW), builder.block)
         latch = builder.branch(header)
         if not unroll:
-            latch.set_metadata("llvm.loop", self._no_unroll_id())
+            latch.set_metadata("llvm.loop", self.no_unroll_id())
         builder.position_at_end(exit_block)
 
-    def _no_unroll_id(self) -> ir.MDValue:
+    def no_unroll_id(self) -> ir.MDValue:
         """A new loop ID (each loop needs its own) saying `llvm.loop.unroll.disable`."""
         if self._unroll_disable is None:
             disable = ir.MetaDataString(self.ir_module, "llvm.loop.unroll.disable")
             self._unroll_disable = self.ir_module.add_metadata([disable])
-        return _LoopID(self.ir_module, self._unroll_disable)
-
-    def nest(self, extents: list[int], name: str, body: Callable[[list[ir.Value]], None],
-             unroll: Sequence[bool] | None = None) -> None:
-        """Loops from 0 to each extent, the first outermost; `body` gets the indices in that order.
-        `unroll[d]` False forbids unrolling loop d (all may be unrolled by default)."""
-
-        def level(depth: int, indices: list[ir.Value]) -> None:
-            if depth == len(extents):
-                body(indices)
-            else:
-                self.loop(_i64(0), _i64(extents[depth]), 1, f"{name}.{depth}",
-                          lambda index: level(depth + 1, [*indices, index]),
-                          unroll=True if unroll is None else unroll[depth])
-
-        level(0, [])
+        return LoopID(self.ir_module, self._unroll_disable)
 
     # --- expressions ------------------------------------------------------------------------------
 
@@ -394,7 +470,7 @@ class _Lowering:
     def expr(self, expr: Expr, env: Env) -> ir.Value:
         """The i64 value of `expr`, with Python's floor semantics for `/` and `%`."""
         if isinstance(expr, Const):
-            return _i64(expr.value)
+            return i64(expr.value)
         if isinstance(expr, Var):
             if expr.name not in env:
                 raise CodegenError(f"the variable {expr.name} is used where no loop or let defines it")
@@ -426,14 +502,14 @@ class _Lowering:
         when the remainder is non-zero and its sign differs from the divisor's, step one down."""
         builder = self.builder
         quotient, remainder = builder.sdiv(left, right), builder.srem(left, right)
-        signs_differ = builder.icmp_signed("<", builder.xor(remainder, right), _i64(0))
-        adjust = builder.and_(builder.icmp_signed("!=", remainder, _i64(0)), signs_differ)
+        signs_differ = builder.icmp_signed("<", builder.xor(remainder, right), i64(0))
+        adjust = builder.and_(builder.icmp_signed("!=", remainder, i64(0)), signs_differ)
         if op == "/":
             return builder.sub(quotient, builder.zext(adjust, I64))
         return builder.select(adjust, builder.add(remainder, right), remainder)
 
 
-class _LoopID(ir.MDValue):
+class LoopID(ir.MDValue):
     """A loop ID: a distinct metadata node whose first operand is itself, as LLVM requires, then
     the loop's properties. (llvmlite's uniqued `add_metadata` cannot build a self-reference.)"""
 
@@ -451,16 +527,14 @@ class _LoopID(ir.MDValue):
     __hash__ = object.__hash__
 
 
-def _moving_axes(access: Access) -> list[int]:
-    """The axes of `access` that carry a dimension (the others hold a single index)."""
-    return [axis for axis, dim in enumerate(access.dims) if dim is not None]
-
-
 def _box(access: Access) -> str:
     return format_access(access)
 
 
-def _i64(value: int) -> ir.Constant:
+def i64(value: int) -> ir.Constant:
+    """An i64 constant; `CodegenError` when `value` does not fit."""
     if not -(2**63) <= value < 2**63:
         raise CodegenError(f"the integer {value} does not fit in 64 bits")
     return ir.Constant(I64, value)
+
+

@@ -1,106 +1,111 @@
-"""JIT compilation for the host CPU: the LLVM IR of a `Module` is optimised at O3 for this CPU with
-LLVM's new pass manager, compiled with MCJIT and called through ctypes on NumPy arrays.
+"""JIT compilation for the host CPU: the LLVM IR of a `Module` is optimised at O3 for this CPU (or a
+forced narrower instruction set) with LLVM's new pass manager, emitted as object code, stored in the
+on-disk cache (`cache`) and loaded into an MCJIT engine. A kernel found on disk skips LLVM entirely.
 
-Compiled programs are cached per `Module` (a frozen dataclass, so equal IR hits the same entry),
-keeping the `CACHE_SIZE` most recently used ones.
+Programs are also cached in the process per (module, instruction set, knobs), keeping the
+`CACHE_SIZE` most recently used ones.
 """
 
 from __future__ import annotations
 
-import ctypes
 import threading
+import time
 from collections import OrderedDict
-from functools import cache
+from dataclasses import dataclass
 
 import llvmlite.binding as llvm
-import numpy as np
 
 from swauto.errors import CodegenError
-from swauto.ir.nodes import Module
+from swauto.ir.nodes import Module, fingerprint
 
-from .codegen import function_name, generate
+from . import cache
+from . import isa as isas
+from .codegen import generate, plan_kernel
+from .knobs import Knobs, default_knobs
+from .program import HostProgram
 
-# Each program holds about 1 MB (its LLVM module, machine code and local buffers).
+# Each program holds about 1 MB (its machine code and per-thread workspaces).
 CACHE_SIZE = 128
 
 # llvmlite shares one LLVM context between threads and LLVM's is not thread-safe: every use of
 # LLVM (and of the cache) happens under this lock.
 _LLVM_LOCK = threading.Lock()
-_CACHE: OrderedDict[Module, HostProgram] = OrderedDict()
+_CACHE: OrderedDict[tuple[Module, str, Knobs], HostProgram] = OrderedDict()
 
 
-class HostProgram:
-    """A kernel compiled for the host CPU.
+@dataclass(frozen=True)
+class Build:
+    """How a program was obtained: `from_disk` when the object code came from the disk cache, and the
+    seconds spent (code generation, optimisation and emission, or loading)."""
 
-    `llvm_ir` is the optimised LLVM IR text. The program owns its MCJIT engine, so its machine code
-    lives exactly as long as the program object.
-    """
-
-    def __init__(self, module: Module, llvm_ir: str, engine: llvm.ExecutionEngine, address: int) -> None:
-        self.module = module
-        self.llvm_ir = llvm_ir
-        self._engine = engine
-        signature = ctypes.CFUNCTYPE(None, *(ctypes.c_void_p for _ in module.tensors))
-        self._function = signature(address)
-        # The local buffers are globals of the compiled code: two simultaneous runs would share them.
-        self._run_lock = threading.Lock()
-
-    def run(self, arrays: dict[str, np.ndarray]) -> None:
-        """Run the kernel on `arrays`, keyed by tensor name; outputs are updated in place.
-
-        The caller guarantees each array is C-contiguous float32 of its tensor's shape: the compiled
-        code trusts the pointers it gets. Runs of one program are serialised; ctypes releases the GIL.
-        """
-        pointers = [arrays[tensor.name].ctypes.data for tensor in self.module.tensors]
-        with self._run_lock:
-            self._function(*pointers)
-
-    def __repr__(self) -> str:
-        return f"<HostProgram {self.module.name} ({len(self.llvm_ir)} characters of LLVM IR)>"
+    key: str
+    from_disk: bool
+    seconds: float
 
 
-def compile_module(module: Module) -> HostProgram:
-    """The compiled program of `module`, from the cache when an equal module was compiled before.
+def compile_module(module: Module, isa: str | None = None, knobs: Knobs | None = None) -> HostProgram:
+    """The compiled program of `module` for instruction set `isa` (None: `$SWAUTO_HOST_ISA` or the
+    widest the CPU has) and micro-kernel `knobs` (None: the ISA's default); from the process cache
+    when compiled before, else from the disk cache, else compiled now.
 
     Raises `CodegenError` when the module cannot be lowered or LLVM fails on it.
     """
+    chosen = isas.select(isa)
+    knobs = knobs or default_knobs(chosen)
+    if not knobs.fits(chosen):
+        raise CodegenError(f"micro-kernel {knobs} does not fit the {chosen.width}-lane registers of {chosen.name}")
+    entry = (module, chosen.name, knobs)
     with _LLVM_LOCK:
-        program = _CACHE.get(module)
+        program = _CACHE.get(entry)
         if program is None:
-            program = _compile(module)
-            _CACHE[module] = program
+            program = _build(module, chosen, knobs)
+            _CACHE[entry] = program
             if len(_CACHE) > CACHE_SIZE:
                 _CACHE.popitem(last=False)
         else:
-            _CACHE.move_to_end(module)
+            _CACHE.move_to_end(entry)
         return program
 
 
 def clear_cache() -> None:
-    """Forget every cached program (programs still referenced elsewhere stay usable)."""
+    """Forget every program cached in this process (the disk cache stays; programs still referenced
+    elsewhere stay usable)."""
     with _LLVM_LOCK:
         _CACHE.clear()
 
 
-def _compile(module: Module) -> HostProgram:
-    ir_module = generate(module)
-    name = function_name(module)
+def _build(module: Module, isa: isas.Isa, knobs: Knobs) -> HostProgram:
+    started = time.perf_counter()
+    plan = plan_kernel(module, isa, knobs)
+    cpu, _ = isas.host_cpu()
+    features = isas.target_features(isa)
+    key = cache.kernel_key(fingerprint(module), repr(knobs), isa.name, cpu, features)
+    object_code = cache.load(key)
+    from_disk = object_code is not None
+    llvm_ir: str | None = None
     try:
-        target_machine = _host_target_machine()
-        llvm_module = llvm.parse_assembly(str(ir_module))
-        llvm_module.triple = target_machine.triple
-        llvm_module.data_layout = str(target_machine.target_data)
-        llvm_module.verify()
-        _optimise(llvm_module, target_machine)
-        llvm_ir = str(llvm_module)
-        engine = llvm.create_mcjit_compiler(llvm_module, target_machine)  # owns both from here on
+        target_machine = _target_machine(cpu, features)
+        if object_code is None:
+            ir_module = generate(module, isa, knobs)
+            llvm_module = llvm.parse_assembly(str(ir_module))
+            llvm_module.triple = target_machine.triple
+            llvm_module.data_layout = str(target_machine.target_data)
+            llvm_module.verify()
+            _optimise(llvm_module, target_machine)
+            llvm_ir = str(llvm_module)
+            object_code = target_machine.emit_object(llvm_module)
+            cache.store(key, object_code, llvm_ir)
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine)
+        engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
         engine.finalize_object()
-        address = engine.get_function_address(name)
+        addresses = {phase: engine.get_function_address(symbol) for phase, symbol in plan.symbols.items()}
     except Exception as error:  # llvmlite reports failures as RuntimeError and a few other types
         raise CodegenError(f"LLVM failed to compile kernel {module.name} for the host: {error}") from error
-    if not address:
-        raise CodegenError(f"LLVM compiled kernel {module.name} but its function {name} has no address")
-    return HostProgram(module, llvm_ir, engine, address)
+    missing = [symbol for phase, symbol in plan.symbols.items() if not addresses[phase]]
+    if missing:
+        raise CodegenError(f"the compiled kernel {module.name} has no function {missing[0]}")
+    build = Build(key, from_disk, time.perf_counter() - started)
+    return HostProgram(module, plan, engine, addresses, build, llvm_ir, isa.name, knobs)
 
 
 def _optimise(llvm_module: llvm.ModuleRef, target_machine: llvm.TargetMachine) -> None:
@@ -113,20 +118,7 @@ def _optimise(llvm_module: llvm.ModuleRef, target_machine: llvm.TargetMachine) -
     builder.getModulePassManager().run(llvm_module, builder)
 
 
-def _host_target_machine() -> llvm.TargetMachine:
-    """A new target machine for this CPU and its features (an MCJIT engine takes ownership of one)."""
-    cpu, features = _host_cpu()
+def _target_machine(cpu: str, features: str) -> llvm.TargetMachine:
+    """A new target machine for this CPU with `features` (an MCJIT engine takes ownership of one)."""
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(cpu=cpu, features=features, opt=3, jit=True)
-
-
-@cache
-def _host_cpu() -> tuple[str, str]:
-    """The host CPU's name and feature string, after initialising LLVM's native target once."""
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    try:
-        features = llvm.get_host_cpu_features().flatten()
-    except RuntimeError:  # not every platform reports its features; the CPU name implies most
-        features = ""
-    return llvm.get_host_cpu_name(), features

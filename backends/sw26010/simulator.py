@@ -12,19 +12,21 @@ It never calls the tuner's cost model: it is the machine the model is judged aga
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import operator
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from swauto.errors import SimulationError
 from swauto.ir import expr as ex
 from swauto.ir.memory import box_slices, matrix_view, row_major_strides, store_matrix
-from swauto.ir.nodes import Access, Alloc, Dma, DmaWait, For, Gemm, If, Let, Module, Seq, Stmt
+from swauto.ir.nodes import Access, Alloc, Dma, DmaWait, For, Gemm, If, Let, MemCopy, Module, Seq, Stmt, Zero
 from swauto.ir.printer import format_stmt
 from swauto.machine import DTYPE_BYTES, SW26010
 from swauto.passes.plan_local_memory import per_cpe_bytes
 
-_COMPARE = {"<": np.less, "<=": np.less_equal, "==": np.equal, "!=": np.not_equal}
+_COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
+            ">=": operator.ge}
 
 
 @dataclass
@@ -37,6 +39,7 @@ class Counters:
     dma_transactions: int = 0  # 128-byte memory transactions
     flops: int = 0
     gemm_calls: int = 0
+    copy_bytes: int = 0  # main-memory copies by the management core
     ldm_bytes_per_cpe: int = 0
     seconds_estimate: float = 0.0  # rough: transactions over bandwidth against flops over peak
 
@@ -48,7 +51,16 @@ class Counters:
 class _State:
     arrays: dict[str, np.ndarray]
     buffers: dict[str, np.ndarray]
-    in_flight: dict[str, set[str]] = field(default_factory=dict)  # reply -> buffers it is moving
+    # reply -> the buffer boxes its transfers are still moving: (buffer, starts, extents)
+    in_flight: dict[str, list[tuple[str, tuple[int, ...], tuple[int, ...]]]] = field(default_factory=dict)
+
+    def busy(self, buffer: str, starts: tuple[int, ...], extents: tuple[int, ...]) -> bool:
+        """Whether a transfer still in flight touches this box of `buffer`."""
+        return any(
+            name == buffer and all(s < t + f and t < s + e for s, e, t, f in zip(starts, extents, other, sizes,
+                                                                                strict=True))
+            for boxes in self.in_flight.values() for name, other, sizes in boxes
+        )
     counters: Counters = field(default_factory=Counters)
 
 
@@ -86,16 +98,16 @@ class _Machine:
         if isinstance(stmt, Seq):
             for child in stmt.stmts:
                 if isinstance(child, Let):
-                    env = {**env, child.var: ex.evaluate(child.value, env)}
+                    env = {**env, child.var: ex.compiled(child.value)(env)}
                 else:
                     self.run(child, env, state)
         elif isinstance(stmt, For):
-            start, stop = ex.evaluate(stmt.start, env), ex.evaluate(stmt.stop, env)
+            start, stop = ex.compiled(stmt.start)(env), ex.compiled(stmt.stop)(env)
             for i in range(start, stop, stmt.stride):
                 self.run(stmt.body, {**env, stmt.var: i}, state)
         elif isinstance(stmt, If):
             cond = stmt.cond
-            if _COMPARE[cond.op](ex.evaluate(cond.left, env), ex.evaluate(cond.right, env)):
+            if _COMPARE[cond.op](ex.compiled(cond.left)(env), ex.compiled(cond.right)(env)):
                 self.run(stmt.then, env, state)
             elif stmt.otherwise is not None:
                 self.run(stmt.otherwise, env, state)
@@ -105,13 +117,21 @@ class _Machine:
             state.in_flight.pop(stmt.reply, None)
         elif isinstance(stmt, Gemm):
             self.gemm(stmt, env, state)
+        elif isinstance(stmt, Zero):
+            buffer = state.buffers[stmt.buffer.name]
+            starts = self.box(stmt.buffer, env, buffer.shape, f"buffer {stmt.buffer.name}", stmt)
+            if state.busy(stmt.buffer.name, starts, stmt.buffer.extents):
+                raise SimulationError(f"zeroing {stmt.buffer.name} while a DMA on that tile is in flight")
+            buffer[box_slices(starts, stmt.buffer.extents)] = 0
+        elif isinstance(stmt, MemCopy):
+            self.memcopy(stmt, env, state)
         elif isinstance(stmt, (Alloc, Let)):
             pass
         else:
             raise TypeError(f"not a statement: {stmt!r}")
 
     def box(self, access: Access, env: dict[str, int], shape: tuple[int, ...], what: str, stmt: Stmt) -> tuple:
-        starts = tuple(ex.evaluate(s, env) for s in access.starts)
+        starts = tuple(ex.compiled(s)(env) for s in access.starts)
         for axis, (start, extent, size) in enumerate(zip(starts, access.extents, shape, strict=True)):
             if start < 0 or start + extent > size:
                 where = ", ".join(f"{k}={v}" for k, v in env.items())
@@ -125,24 +145,48 @@ class _Machine:
         tensor = self.tensors[stmt.tensor.name]
         array = state.arrays[tensor.name]
         buffer = state.buffers[stmt.buffer.name]
-        for moving in state.in_flight.values():
-            if stmt.buffer.name in moving:
-                raise SimulationError(f"DMA into {stmt.buffer.name} while another DMA on it is in flight")
-        tensor_starts = self.box(stmt.tensor, env, tensor.shape, f"tensor {tensor.name}", stmt)
         buffer_starts = self.box(stmt.buffer, env, buffer.shape, f"buffer {stmt.buffer.name}", stmt)
-        memory = array[box_slices(tensor_starts, stmt.tensor.extents)]
-        local = buffer[box_slices(buffer_starts, stmt.buffer.extents)]
+        if state.busy(stmt.buffer.name, buffer_starts, stmt.buffer.extents):
+            raise SimulationError(f"DMA into {stmt.buffer.name} while another DMA on that tile is in flight")
+        flight = (stmt.buffer.name, buffer_starts, stmt.buffer.extents)
+        local = buffer[box_slices(buffer_starts, stmt.buffer.extents)].reshape(stmt.tensor.extents)
+        if stmt.zero_fill and stmt.direction == "get":
+            # Only the part inside the tensor moves; the CPEs zero the rest of their tile.
+            starts = [ex.compiled(s)(env) for s in stmt.tensor.starts]
+            low = [max(s, 0) for s in starts]
+            high = [min(s + e, n) for s, e, n in zip(starts, stmt.tensor.extents, tensor.shape, strict=True)]
+            local[...] = 0
+            if any(h <= lo for lo, h in zip(low, high, strict=True)):
+                state.in_flight.setdefault(stmt.reply, []).append(flight)
+                return
+            tensor_starts = tuple(low)
+            extents = tuple(h - lo for lo, h in zip(low, high, strict=True))
+            inner = tuple(slice(lo - s, h - s) for lo, h, s in zip(low, high, starts, strict=True))
+            local = local[inner]
+        else:
+            tensor_starts = self.box(stmt.tensor, env, tensor.shape, f"tensor {tensor.name}", stmt)
+            extents = stmt.tensor.extents
+        memory = array[box_slices(tensor_starts, extents)]
         if stmt.direction == "get":
-            local[...] = memory.reshape(local.shape)
+            local[...] = memory
             state.counters.dma_get_bytes += memory.nbytes
         else:
-            memory[...] = local.reshape(memory.shape)
+            memory[...] = local
             state.counters.dma_put_bytes += memory.nbytes
-        state.in_flight.setdefault(stmt.reply, set()).add(stmt.buffer.name)
-        requests, transactions = self.transactions(tensor_starts, stmt.tensor.extents, tensor.shape,
-                                                   DTYPE_BYTES[tensor.dtype])
+        state.in_flight.setdefault(stmt.reply, []).append(flight)
+        requests, transactions = self.transactions(tensor_starts, extents, tensor.shape, DTYPE_BYTES[tensor.dtype])
         state.counters.dma_requests += requests
         state.counters.dma_transactions += transactions
+
+    def memcopy(self, stmt: MemCopy, env: dict[str, int], state: _State) -> None:
+        boxes = []
+        for access in (stmt.source, stmt.target):
+            array = state.arrays[access.name]
+            starts = self.box(access, env, array.shape, f"tensor {access.name}", stmt)
+            boxes.append(array[box_slices(starts, access.extents)])
+        source, target = boxes
+        target[...] = source.reshape(target.shape)
+        state.counters.copy_bytes += source.nbytes
 
     def transactions(self, starts: tuple[int, ...], extents: tuple[int, ...], shape: tuple[int, ...],
                      element_bytes: int) -> tuple[int, int]:
@@ -168,15 +212,14 @@ class _Machine:
         return requests, int((last // line - first // line + 1).sum())
 
     def gemm(self, stmt: Gemm, env: dict[str, int], state: _State) -> None:
-        for name, access in stmt.operands:
-            for moving in state.in_flight.values():
-                if access.name in moving:
-                    raise SimulationError(f"gemm reads {name} from {access.name} before its DMA was waited for")
         views = {}
         for name, access in stmt.operands:
             buffer = state.buffers[access.name]
-            starts = self.box(access, env, buffer.shape, f"buffer {access.name}", stmt)
-            views[name] = buffer[box_slices(starts, access.extents)]
+            extents = access.padded_extents()
+            starts = self.box(replace(access, extents=extents), env, buffer.shape, f"buffer {access.name}", stmt)
+            if state.busy(access.name, starts, extents):
+                raise SimulationError(f"gemm reads {name} from {access.name} before its DMA was waited for")
+            views[name] = buffer[box_slices(starts, extents)]
         a = matrix_view(views["A"], stmt.a.dims, "M", "K").astype(np.float64)
         b = matrix_view(views["B"], stmt.b.dims, "K", "N").astype(np.float64)
         c = matrix_view(views["C"], stmt.c.dims, "M", "N").astype(np.float64)
@@ -189,7 +232,8 @@ def simulate(module: Module, arrays: dict[str, np.ndarray], machine: SW26010) ->
     """Run `module` on `arrays` (outputs updated in place) and return what it moved and computed."""
     sim = _Machine(module, machine)
     buffers, used = sim.allocate()
-    state = _State(arrays, buffers)
+    scratch = {t.name: np.zeros(t.shape, dtype=t.dtype) for t in module.tensors if t.scratch}
+    state = _State({**arrays, **scratch}, buffers)
     state.counters.ldm_bytes_per_cpe = used
     sim.run(module.body, {}, state)
     if state.in_flight:

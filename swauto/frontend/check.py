@@ -58,6 +58,7 @@ class ScheduleSpace:
     vectorize: tuple[str, ...]
     fuses: tuple[FuseChoice, ...] = ()
     layouts: tuple[LayoutChoice, ...] = ()
+    loops: tuple[str, ...] = ()  # the loops after splits and fusions, in their default order
 
 
 @dataclass(frozen=True)
@@ -407,7 +408,8 @@ class _Checker:
                 raise self.fail(f"reorder must list every loop exactly once: {', '.join(all_loops)}",
                                 reorders[0].position)
         reorder_any = bool(reorders) and reorders[0].order is None
-        return ScheduleSpace(tuple(splits), order, reorder_any, vectorize, tuple(f for f, _ in fuses), tuple(layouts))
+        return ScheduleSpace(tuple(splits), order, reorder_any, vectorize, tuple(f for f, _ in fuses), tuple(layouts),
+                             tuple(all_loops))
 
     def fuse(self, directive: ast.Fuse, call: ast.Call, signature: PrimitiveSignature) -> FuseChoice:
         loop = self.loop_target(directive.source, call)

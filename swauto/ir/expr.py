@@ -7,9 +7,9 @@ they are built: affine parts are kept in a canonical sum-of-terms order, constan
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 ExprLike = "Expr | int"
 
@@ -224,18 +224,60 @@ def evaluate(expr: Expr, env: Mapping[str, int]) -> int:
     return _EVALUATE[expr.op](evaluate(expr.left, env), evaluate(expr.right, env))
 
 
+def _python(expr: Expr) -> str:
+    if isinstance(expr, Const):
+        return repr(expr.value)
+    if isinstance(expr, Var):
+        return f"env[{expr.name!r}]"
+    assert isinstance(expr, BinOp)
+    if expr.op in ("min", "max"):
+        return f"{expr.op}({_python(expr.left)}, {_python(expr.right)})"
+    op = "//" if expr.op == "/" else expr.op
+    return f"({_python(expr.left)} {op} {_python(expr.right)})"
+
+
+@lru_cache(maxsize=65536)
+def compiled(expr: Expr) -> Callable[[Mapping[str, int]], int]:
+    """`expr` as a Python function of an environment: `evaluate` for code that runs it many times."""
+    return eval(f"lambda env: {_python(expr)}")  # noqa: S307 - the text is built from IR nodes only
+
+
 def bounds(expr: Expr, ranges: Mapping[str, tuple[int, int]]) -> tuple[int, int]:
-    """Smallest and largest value of an affine `expr` when each variable v lies in ranges[v] (inclusive)."""
+    """Smallest and largest value of `expr` when each variable v lies in ranges[v] (inclusive).
+
+    Exact for affine expressions; otherwise an interval that contains every value (floor division
+    and modulo by positive constants, min and max are handled; anything else raises ValueError).
+    """
     form = linear_form(expr)
-    if form is None:
-        raise ValueError(f"bounds of a non-affine expression: {expr}")
-    coefficients, low = form
-    high = low
-    for name, c in coefficients.items():
-        lo, hi = ranges[name]
-        low += c * (lo if c > 0 else hi)
-        high += c * (hi if c > 0 else lo)
-    return low, high
+    if form is not None:
+        coefficients, low = form
+        high = low
+        for name, c in coefficients.items():
+            lo, hi = ranges[name]
+            low += c * (lo if c > 0 else hi)
+            high += c * (hi if c > 0 else lo)
+        return low, high
+    assert isinstance(expr, BinOp)
+    (a, b), (c, d) = bounds(expr.left, ranges), bounds(expr.right, ranges)
+    if expr.op == "+":
+        return a + c, b + d
+    if expr.op == "-":
+        return a - d, b - c
+    if expr.op == "*":
+        products = (a * c, a * d, b * c, b * d)
+        return min(products), max(products)
+    if expr.op in ("min", "max"):
+        pick = min if expr.op == "min" else max
+        return pick(a, c), pick(b, d)
+    if expr.op in "/%" and c == d and c > 0:
+        if expr.op == "/":
+            return a // c, b // c
+        return (a % c, b % c) if b - a < c and a % c <= b % c else (0, c - 1)
+    raise ValueError(f"no bounds for {expr}")
+
+
+def upper_bound(expr: Expr | int, ranges: Mapping[str, tuple[int, int]]) -> int:
+    return expr if isinstance(expr, int) else bounds(expr, ranges)[1]
 
 
 def simplify_in(expr: Expr, ranges: Mapping[str, tuple[int, int]]) -> Expr:

@@ -60,6 +60,12 @@ class Access:
     starts: tuple[Expr, ...]
     extents: tuple[int, ...]
     dims: tuple[str | None, ...]
+    # Zeros after the box along each axis (empty: none): a primitive operand padded up to the sizes
+    # the primitive accepts. The box's elements are the valid ones; the padding is read as 0.
+    pad: tuple[int, ...] = ()
+
+    def padded_extents(self) -> tuple[int, ...]:
+        return tuple(e + p for e, p in zip(self.extents, self.pad, strict=True)) if self.pad else self.extents
 
 
 # --- statements -----------------------------------------------------------------------------------
@@ -130,6 +136,14 @@ class Dma:
 
 
 @dataclass(frozen=True)
+class Zero:
+    """Set a box of a local buffer to 0 (the padding of a primitive operand, before its DMA fills
+    the valid part)."""
+
+    buffer: Access
+
+
+@dataclass(frozen=True)
 class MemCopy:
     """A copy between two boxes of main-memory tensors of the same number of elements, done by the
     management core outside the mesh (filling and draining lightweight zero-padding buffers)."""
@@ -167,7 +181,7 @@ class Gemm:
         return 2 * self.m * self.n * self.k
 
 
-Stmt = For | Seq | If | Let | Alloc | Dma | DmaWait | MemCopy | Gemm
+Stmt = For | Seq | If | Let | Alloc | Dma | DmaWait | Zero | MemCopy | Gemm
 
 
 @dataclass(frozen=True)

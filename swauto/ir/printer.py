@@ -16,6 +16,7 @@ from swauto.ir.nodes import (
     Module,
     Seq,
     Stmt,
+    Zero,
 )
 
 _DTYPE_BYTES = {"float32": 4, "float64": 8}
@@ -23,8 +24,10 @@ _DTYPE_BYTES = {"float32": 4, "float64": 8}
 
 def format_access(access: Access, with_dims: bool = True) -> str:
     axes = []
-    for start, extent, dim in zip(access.starts, access.extents, access.dims, strict=True):
-        axes.append(str(start) if dim is None else f"{start}:+{extent}")
+    pads = access.pad or (0,) * len(access.extents)
+    for start, extent, dim, pad in zip(access.starts, access.extents, access.dims, pads, strict=True):
+        text = str(start) if dim is None and extent == 1 else f"{start}:+{extent}"
+        axes.append(text + (f"(+{pad} zeros)" if pad else ""))
     dims = ", ".join(d for d in access.dims if d is not None)
     return f"{access.name}[{', '.join(axes)}]" + (f" ({dims})" if dims and with_dims else "")
 
@@ -66,6 +69,8 @@ def format_stmt(stmt: Stmt, module: Module | None = None, indent: int = 0) -> li
         return [pad + _format_dma(stmt, module)]
     if isinstance(stmt, DmaWait):
         return [f"{pad}dma wait {stmt.reply}"]
+    if isinstance(stmt, Zero):
+        return [f"{pad}zero {format_access(stmt.buffer, False)}"]
     if isinstance(stmt, MemCopy):
         return [f"{pad}copy {format_access(stmt.source, False)} -> {format_access(stmt.target, False)}"]
     if isinstance(stmt, Gemm):

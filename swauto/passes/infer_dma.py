@@ -1,23 +1,28 @@
 """DMA inference (thesis algorithm 7).
 
-Guarantees: after this pass every primitive operand is a local buffer. For each operand box of a
-tensor, a local buffer of the box's shape is allocated at the root, and a `dma get` (then a wait)
-is placed as the leftmost child of the innermost loop whose iterator the box's address depends on
-(at the root when it depends on none). For an output, the same get (the primitive accumulates into
-it) and a `dma put` (then a wait) as the rightmost child of that loop: once every iteration inside
-it has updated the tile.
+Guarantees: after this pass every primitive operand is a box of a local buffer. For each operand
+box of a tensor, a local buffer is allocated at the root, and a `dma get` (then a wait) is placed
+as the leftmost child of the innermost loop whose iterator the box's address depends on (at the
+root when it depends on none). For an output, the same get (the primitive accumulates into it)
+and a `dma put` (then a wait) as the rightmost child of that loop, once every iteration inside it
+has updated the tile. A box that may reach outside its tensor (a convolution's padding) is
+zero-filled there; an operand with padding zeros its buffer before the get.
+
+`place_transfers` is the same placement with some operands hoisted over their innermost dependent
+loops (the `hoist_dma` pass chooses how far).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from swauto.ir import expr as ex
-from swauto.ir.nodes import Access, Alloc, Dma, DmaWait, For, Gemm, LocalBuffer, Module, Stmt, seq
-from swauto.ir.visitor import walk
+from swauto.ir.nodes import Access, Alloc, Dma, DmaWait, For, Gemm, LocalBuffer, Module, Stmt, Zero, seq
+from swauto.ir.visitor import Rewriter, walk
 
 
-def _buffer_names(call: Gemm) -> dict[str, str]:
+def buffer_names(call: Gemm) -> dict[str, str]:
     """`{tensor}_tile` per operand; `{tensor}_{operand}_tile` when one tensor feeds two operands."""
     tensors = [access.name for _, access in call.operands]
     return {
@@ -26,42 +31,109 @@ def _buffer_names(call: Gemm) -> dict[str, str]:
     }
 
 
-def infer_dma(module: Module) -> Module:
-    calls = [(node, loops) for node, loops in walk(module.body) if isinstance(node, Gemm)]
-    assert len(calls) == 1, "infer_dma expects one primitive call"
-    call, loops = calls[0]
-    names = _buffer_names(call)
-    buffers: list[LocalBuffer] = []
-    placed_before: dict[str | None, list[Stmt]] = {}  # loop var (None: root) -> statements to prepend
-    placed_after: dict[str | None, list[Stmt]] = {}
-    local_operands: dict[str, Access] = {}
-    for operand, access in call.operands:
-        buffer_name = names[operand]
-        shape = tuple(e for e, d in zip(access.extents, access.dims, strict=True) if d is not None)
-        buffers.append(LocalBuffer(buffer_name, shape, module.tensor(access.name).dtype))
-        local = Access(buffer_name, tuple(ex.Const(0) for _ in shape), shape,
-                       tuple(d for d in access.dims if d is not None))
-        local_operands[operand] = local
-        used = set().union(*(ex.free_vars(s) for s in access.starts))
-        home = next((loop.var for loop in reversed(loops) if loop.var in used), None)
-        reply = f"{buffer_name}_ready"
-        placed_before.setdefault(home, []).extend([Dma("get", access, local, reply), DmaWait(reply)])
-        if module.tensor(access.name).is_output:
-            done = f"{buffer_name}_written"
-            placed_after.setdefault(home, []).extend([Dma("put", access, local, done), DmaWait(done)])
-    new_call = replace(call, a=local_operands["A"], b=local_operands["B"], c=local_operands["C"])
+@dataclass(frozen=True)
+class _Placement:
+    home: For | None  # the loop whose body gets the transfer (None: the root)
+    before: tuple[Stmt, ...]
+    after: tuple[Stmt, ...]
+    operand: Access  # the primitive's view of the buffer
+    shape: tuple[int, ...]
 
-    def rebuild(index: int) -> Stmt:
-        if index == len(loops):
-            return new_call
-        loop = loops[index]
-        body = seq(*placed_before.get(loop.var, []), rebuild(index + 1), *placed_after.get(loop.var, []))
-        return For(loop.var, loop.start, loop.stop, loop.stride, body)
 
-    body = seq(
-        *(Alloc(b.name) for b in buffers),
-        *placed_before.get(None, []),
-        rebuild(0),
-        *placed_after.get(None, []),
+def hoistable(access: Access, loops: tuple[For, ...]) -> int:
+    """How many of the loops a box depends on it can be hoisted over (its starts must be affine)."""
+    used = set().union(*(ex.free_vars(s) for s in access.starts))
+    deps = [loop for loop in loops if loop.var in used]
+    count = 0
+    for loop in reversed(deps):
+        if any(loop.var in ex.free_vars(s) and ex.linear_form(s) is None for s in access.starts):
+            break
+        count += 1
+    return count
+
+
+def _place(access: Access, loops: tuple[For, ...], hoist: int, buffer: str, writes: bool,
+           tensor_shape: tuple[int, ...]) -> _Placement:
+    used = set().union(*(ex.free_vars(s) for s in access.starts))
+    deps = [loop for loop in loops if loop.var in used]
+    hoist = min(hoist, hoistable(access, loops))
+    crossed = deps[len(deps) - hoist :] if hoist else []
+    home = deps[len(deps) - hoist - 1] if len(deps) > hoist else None
+    ranges = {loop.var: (ex.evaluate(loop.start, {}), ex.evaluate(loop.stop, {}) - 1) for loop in loops}
+    starts, extents = list(access.starts), list(access.extents)
+    for loop in crossed:  # the box grows to cover every iteration of the loops it is hoisted over
+        low, high = ranges[loop.var]
+        for axis, start in enumerate(access.starts):
+            form = ex.linear_form(start)
+            coefficient = form[0].get(loop.var, 0) if form else 0
+            if coefficient:
+                starts[axis] = ex.substitute(starts[axis], {loop.var: low if coefficient > 0 else high})
+                extents[axis] += abs(coefficient) * (high - low)
+    pad = access.pad or (0,) * len(extents)
+    shape = tuple(e + p for e, p in zip(extents, pad, strict=True))
+    operand = Access(buffer, tuple(s - n for s, n in zip(access.starts, starts, strict=True)), access.extents,
+                     access.dims, access.pad)
+    outer = {v: r for v, r in ranges.items() if v not in {loop.var for loop in crossed}}
+    inside = all(
+        low >= 0 and high + extent <= size
+        for (low, high), extent, size in zip((ex.bounds(s, outer) for s in starts), extents, tensor_shape, strict=True)
     )
-    return replace(module, buffers=module.buffers + tuple(buffers), body=body)
+    tensor_box = Access(access.name, tuple(starts), tuple(extents), access.dims)
+    local_box = Access(buffer, tuple(ex.Const(0) for _ in extents), tuple(extents), access.dims)
+    ready, written = f"{buffer}_ready", f"{buffer}_written"
+    zero = (Zero(Access(buffer, tuple(ex.Const(0) for _ in shape), shape, access.dims)),) if any(pad) else ()
+    get = Dma("get", tensor_box, local_box, ready, zero_fill=not inside)
+    before = (*zero, get, DmaWait(ready))
+    after = (Dma("put", tensor_box, local_box, written), DmaWait(written)) if writes else ()
+    return _Placement(home, before, after, operand, shape)
+
+
+def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> Module:
+    """Algorithm 7, with operand `X` hoisted over its `hoist[X]` innermost dependent loops."""
+    calls = [(node, loops) for node, loops in walk(module.body) if isinstance(node, Gemm)]
+    assert calls, "place_transfers expects primitive calls"
+    names = buffer_names(calls[0][0])
+    # Calls of peeled copies share a buffer only where they share the transfer; a copy whose transfer
+    # sits elsewhere gets its own buffer, or one copy's tile would overwrite another's.
+    buffers: dict[tuple, str] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
+    before: dict[int | None, list[Stmt]] = {}
+    after: dict[int | None, list[Stmt]] = {}
+    new_calls: dict[int, Gemm] = {}
+    for call, loops in calls:
+        operands = {}
+        for role, access in call.operands:
+            tensor = module.tensor(access.name)
+            draft = _place(access, loops, (hoist or {}).get(role, 0), names[role], tensor.is_output, tensor.shape)
+            key = None if draft.home is None else id(draft.home)
+            identity = (role, key, draft.before, draft.after)
+            if identity not in buffers:
+                taken = sum(1 for other in buffers if other[0] == role)
+                buffers[identity] = names[role] if taken == 0 else f"{names[role]}_{taken + 1}"
+            name = buffers[identity]
+            placement = _place(access, loops, (hoist or {}).get(role, 0), name, tensor.is_output, tensor.shape)
+            for target, statements in ((before, placement.before), (after, placement.after)):
+                listed = target.setdefault(key, [])
+                if not all(stmt in listed for stmt in statements):
+                    listed.extend(statements)
+            old = shapes.get(name, placement.shape)
+            shapes[name] = tuple(max(a, b) for a, b in zip(old, placement.shape, strict=True))
+            operands[role] = placement.operand
+        new_calls[id(call)] = replace(call, a=operands["A"], b=operands["B"], c=operands["C"])
+
+    class Place(Rewriter):
+        def rewrite_For(self, loop: For) -> Stmt:
+            body = seq(*before.get(id(loop), []), self.rewrite(loop.body), *after.get(id(loop), []))
+            return For(loop.var, loop.start, loop.stop, loop.stride, body)
+
+        def rewrite_Gemm(self, call: Gemm) -> Stmt:
+            return new_calls[id(call)]
+
+    allocated = tuple(LocalBuffer(name, shape, "float32") for name, shape in shapes.items())
+    body = seq(*(Alloc(b.name) for b in allocated), *before.get(None, []), Place().rewrite(module.body),
+               *after.get(None, []))
+    return replace(module, buffers=module.buffers + allocated, body=body)
+
+
+def infer_dma(module: Module) -> Module:
+    return place_transfers(module)

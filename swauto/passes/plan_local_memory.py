@@ -2,15 +2,15 @@
 
 Guarantees: every local buffer has a per-CPE offset, 32-byte aligned (one 256-bit register), with no
 overlap, and the sum fits one CPE's usable local memory. Each buffer a primitive computes on gets a
-float64 twin (`<name>_double`): the primitive converts single precision to double inside LDM.
-Raises `Rejected` when the buffers do not fit.
+float64 twin (`<name>_double`, one tile even when the buffer is double buffered): the primitive
+converts single precision to double inside LDM. Raises `Rejected` when the buffers do not fit.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 from itertools import takewhile
-from math import ceil
+from math import ceil, prod
 
 from swauto.errors import Rejected
 from swauto.ir.nodes import Alloc, Gemm, LocalBuffer, Module, Seq, seq
@@ -22,27 +22,46 @@ ALIGNMENT = 32
 
 def per_cpe_bytes(buffer: LocalBuffer, machine: SW26010) -> int:
     """Bytes of `buffer` in each CPE: the mesh spreads the tile evenly over its CPEs."""
-    elements = 1
-    for extent in buffer.shape:
-        elements *= extent
-    return ceil(elements / machine.cpes) * DTYPE_BYTES[buffer.dtype]
+    return ceil(prod(buffer.shape) / machine.cpes) * DTYPE_BYTES[buffer.dtype]
+
+
+def _aligned(size: int) -> int:
+    return ceil(size / ALIGNMENT) * ALIGNMENT
+
+
+def _twins(module: Module, machine: SW26010) -> list[LocalBuffer]:
+    """A float64 copy of each operand tile the primitive computes on (of the tile it sees, which is
+    smaller than its buffer when the buffer holds a hoisted or double-buffered transfer)."""
+    tiles: dict[str, tuple[int, ...]] = {}
+    for node, _ in walk(module.body):
+        if isinstance(node, Gemm):
+            for _, access in node.operands:
+                shape = tuple(e for e in access.padded_extents() if e > 1) or (1,)
+                if prod(shape) > prod(tiles.get(access.name, (0,))):
+                    tiles[access.name] = shape
+    return [
+        LocalBuffer(f"{buffer.name}_double", tiles[buffer.name], machine.gemm_compute_dtype)
+        for buffer in module.buffers
+        if buffer.name in tiles and buffer.dtype != machine.gemm_compute_dtype
+    ]
+
+
+def footprint(module: Module, machine: SW26010, doubling: bool = False) -> int:
+    """Per-CPE local memory the module's buffers and their float64 twins need; with `doubling`,
+    as if every float32 buffer were double buffered (for passes that run before double buffering)."""
+    factor = 2 if doubling else 1
+    own = sum(_aligned(per_cpe_bytes(b, machine)) * factor for b in module.buffers)
+    return own + sum(_aligned(per_cpe_bytes(t, machine)) for t in _twins(module, machine))
 
 
 def plan_local_memory(module: Module, machine: SW26010) -> Module:
-    computed_on = {
-        access.name for node, _ in walk(module.body) if isinstance(node, Gemm) for _, access in node.operands
-    }
     buffers = [b for b in module.buffers if not b.name.endswith("_double")]
-    twins = [
-        LocalBuffer(f"{b.name}_double", b.shape, machine.gemm_compute_dtype)
-        for b in buffers
-        if b.name in computed_on and b.dtype != machine.gemm_compute_dtype
-    ]
+    twins = _twins(replace(module, buffers=tuple(buffers)), machine)
     placed = []
     offset = 0
     for buffer in buffers + twins:
         placed.append(replace(buffer, offset=offset))
-        offset += ceil(per_cpe_bytes(buffer, machine) / ALIGNMENT) * ALIGNMENT
+        offset += _aligned(per_cpe_bytes(buffer, machine))
     if offset > machine.ldm_usable_bytes:
         raise Rejected(
             "local memory overflow",

@@ -17,49 +17,57 @@ from swauto.schedule.candidate import Candidate
 
 
 def _extent(op: BoundOperator, split: SplitChoice) -> int:
-    """The size a split divides: a primitive dimension or a loop's trip count, in the seed."""
+    """The size a split cuts: a primitive dimension or a loop's trip count, in the seed."""
     loops, call = transforms.loop_nest(op.seed.body)
     if split.on_primitive:
-        return {"M": call.m, "N": call.n, "K": call.k}[split.target]
+        return {"M": call.m, "N": call.n, "K": call.k}[split.target]  # type: ignore[return-value]
     loop = next(loop for loop in loops if loop.var == split.target)
     return ex.evaluate(loop.stop - loop.start, {})
 
 
-def _check_split(op: BoundOperator, split: SplitChoice, factor: int) -> None:
-    extent = _extent(op, split)
-    if factor > extent:
-        raise Rejected("tile larger than its dimension", f"{split.target} = {extent} < {factor}")
-    if extent % factor:
-        raise Rejected(
-            "tile does not divide its dimension (boundary handling not implemented yet)",
-            f"{split.target} = {extent} is not a multiple of {factor}",
-        )
-
-
 def apply(op: BoundOperator, candidate: Candidate, machine: SW26010) -> Module:
-    """The scheduled IR of `candidate`: splits, then the loop order, then vectorization.
+    """The scheduled IR of `candidate`: splits, fusions, loop order, layouts, vectorization.
     Raises `Rejected` with the reason when the candidate is illegal."""
-    splits = {s.target: s for s in op.space.splits}
+    space = op.space
+    splits = {s.target: s for s in space.splits}
     if set(splits) != {t for t, _ in candidate.splits}:
         raise Rejected("not in this space", "the candidate splits other loops or dimensions")
     module = op.seed
-    for target, factor in candidate.splits:
-        split = splits[target]
+    for split in space.splits:  # in directive order: loop names depend on it
+        factor = dict(candidate.splits)[split.target]
         if factor not in split.factors:
-            raise Rejected("not in this space", f"{target} is not split by {factor} in the schedule block")
-        _check_split(op, split, factor)
+            raise Rejected("not in this space", f"{split.target} is not split by {factor} in the schedule block")
+        extent = _extent(op, split)
+        if factor > extent:
+            raise Rejected("tile larger than its dimension", f"{split.target} = {extent} < {factor}")
         if split.on_primitive:
-            module = transforms.split_primitive(module, target, factor, split.outer)
+            module = transforms.split_primitive(module, split.target, factor, split.outer)
         else:
-            module = transforms.split_loop(module, target, factor, split.outer, split.inner or "")
+            module = transforms.split_loop(module, split.target, factor, split.outer, split.inner or "")
+    for fuse in space.fuses:
+        if fuse.into_dim is not None:
+            module = transforms.fuse_into_primitive(module, fuse.loop, fuse.into_dim)
+        else:
+            module = transforms.fuse_loops(module, fuse.loop, fuse.with_loop or "", fuse.fused or "")
     if sorted(candidate.order) != sorted(transforms.loop_order(module)):
         raise Rejected("not in this space", "the loop order names other loops")
     module = transforms.reorder(module, candidate.order)
-    if candidate.vectorize not in op.space.vectorize:
+    choices = {layout.tensor: layout.permutations for layout in space.layouts}
+    if {t for t, _ in candidate.layouts} != set(choices):
+        raise Rejected("not in this space", "the candidate lays out other tensors")
+    for tensor, permutation in candidate.layouts:
+        if permutation not in choices[tensor]:
+            raise Rejected("not in this space", f"layout {list(permutation)} of {tensor} is not a choice")
+        module = transforms.set_layout(module, tensor, permutation)
+    if candidate.vectorize not in space.vectorize:
         raise Rejected("not in this space", f"vectorizing {candidate.vectorize} is not allowed")
     module = transforms.vectorize(module, candidate.vectorize)
-    _, call = transforms.loop_nest(module.body)
-    violation = machine.gemm.violation(call.m, call.n, call.k, candidate.vectorize)
+    # A tile size the schedule asks for must suit the primitive; sizes the seed fixes are padded later.
+    tiles = {"M": 0, "N": 0, "K": 0}
+    for target, factor in candidate.splits:
+        if splits[target].on_primitive:
+            tiles[target] = factor
+    violation = machine.gemm.violation(tiles["M"], tiles["N"], tiles["K"], candidate.vectorize)
     if violation is not None:
         raise Rejected("primitive constraint", violation)
     return module
@@ -68,25 +76,20 @@ def apply(op: BoundOperator, candidate: Candidate, machine: SW26010) -> Module:
 def candidates(op: BoundOperator) -> Iterator[Candidate]:
     """Every point of the space, legal or not, in a stable order."""
     space = op.space
-    base = op.seed  # the nest with every split applied by factor 1: only the loop names matter here
-    for split in space.splits:
-        if split.on_primitive:
-            base = transforms.split_primitive(base, split.target, 1, split.outer)
-        else:
-            base = transforms.split_loop(base, split.target, 1, split.outer, split.inner or "")
-    base_order = transforms.loop_order(base)
     if space.order is not None:
-        orders: Iterator[tuple[str, ...]] = iter([space.order])
+        orders = [space.order]
     elif space.reorder_any:
-        orders = itertools.permutations(base_order)
+        orders = list(itertools.permutations(space.loops))
     else:
-        orders = iter([base_order])
-    order_list = list(orders)
+        orders = [space.loops]
     factor_sets = [[(s.target, f) for f in s.factors] for s in space.splits]
+    layout_sets = [[(layout.tensor, p) for p in layout.permutations] for layout in space.layouts]
     for choice in itertools.product(*factor_sets):
-        for order in order_list:
-            for dim in space.vectorize:
-                yield Candidate(tuple(choice), order, dim)
+        for order in orders:
+            for layouts in itertools.product(*layout_sets):
+                for dim in space.vectorize:
+                    for double_buffer in (False, True):
+                        yield Candidate(tuple(choice), order, dim, tuple(layouts), double_buffer)
 
 
 @dataclass
@@ -106,12 +109,14 @@ class Space:
         return [candidate for candidate, _ in self.legal]
 
 
-def explore(op: BoundOperator, machine: SW26010) -> Space:
-    """Build every candidate through the pass pipeline; keep the legal ones with their IR stages."""
+def explore(op: BoundOperator, machine: SW26010, progress=None) -> Space:
+    """Build every candidate through the pass pipeline; keep the legal ones with their IR stages.
+    `progress`, if given, wraps the candidate iterator (e.g. a progress bar)."""
     from swauto.pipeline import lower
 
     space = Space(op)
-    for candidate in candidates(op):
+    points = candidates(op)
+    for candidate in progress(points) if progress else points:
         try:
             space.legal.append((candidate, lower(op, candidate, machine)))
         except Rejected as rejection:
@@ -128,9 +133,6 @@ def _explain_empty(op: BoundOperator, space: Space) -> str:
         factors = ", ".join(map(str, split.factors))
         if all(f > extent for f in split.factors):
             return (f"{split.target} = {extent} is smaller than every tile size in {{{factors}}}; "
-                    f"add a tile size that divides {extent}")
-        if all(extent % f for f in split.factors):
-            return (f"{split.target} = {extent} is not a multiple of any tile size in {{{factors}}}: "
-                    f"sizes the tiles do not divide need boundary handling, which swauto does not have yet")
+                    f"add a tile size of at most {extent}")
     reasons = "; ".join(f"{reason}: {count}" for reason, count in space.rejected.most_common())
     return f"no legal candidate among {space.total} for operator {op.name} with {op.params} ({reasons})"

@@ -1,11 +1,24 @@
-"""Loop transforms on a perfect loop nest around one primitive call. Each is a pure `Module -> Module`."""
+"""Loop transforms on a perfect loop nest around one primitive call. Each is a pure `Module -> Module`.
+
+Sizes that a split does not divide stay exact: the last tile's extent is `min(factor, rest)`, an
+expression of the outer loop's iterator; the `peel_boundaries` pass turns those into constants.
+"""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from swauto.errors import Rejected
 from swauto.ir import expr as ex
-from swauto.ir.nodes import Access, For, Gemm, Module, Stmt
+from swauto.ir.nodes import Access, For, Gemm, Module, Stmt, Tensor
+
+Size = int | ex.Expr
+
+
+def size(value: ex.Expr | int) -> Size:
+    """An int when the value is constant, else the expression."""
+    value = ex.as_expr(value)
+    return value.value if isinstance(value, ex.Const) else value
 
 
 def loop_nest(body: Stmt) -> tuple[list[For], Gemm]:
@@ -26,65 +39,169 @@ def _rebuild(loops: list[For], call: Gemm) -> Stmt:
     return body
 
 
-def _tile_access(access: Access, dim: str, start: ex.Expr, factor: int) -> Access:
-    starts, extents = list(access.starts), list(access.extents)
-    for axis, carried in enumerate(access.dims):
-        if carried == dim:
-            starts[axis] = starts[axis] + start
-            extents[axis] = factor
-    return replace(access, starts=tuple(starts), extents=tuple(extents))
+def _map_operands(call: Gemm, change) -> Gemm:
+    return replace(call, a=change(call.a), b=change(call.b), c=change(call.c))
+
+
+def _dim_size(call: Gemm, dim: str) -> Size:
+    return {"M": call.m, "N": call.n, "K": call.k}[dim]
+
+
+def _with_size(call: Gemm, dim: str, value: Size) -> Gemm:
+    return replace(call, **{dim.lower(): size(value)})
+
+
+def _tile(count: int, factor: int, outer: ex.Expr) -> Size:
+    """Extent of tile number `outer` when `count` elements are cut in tiles of `factor`."""
+    return factor if count % factor == 0 else size(ex.minimum(factor, ex.as_expr(count) - outer * factor))
 
 
 def split_primitive(module: Module, dim: str, factor: int, loop: str) -> Module:
     """Tile primitive dimension `dim` by `factor`: a new innermost loop `loop` walks the tiles and the
-    call works on one tile. `factor` must divide the dimension (boundaries are not handled here)."""
+    call works on one tile (the last one shorter when `factor` does not divide the dimension)."""
     loops, call = loop_nest(module.body)
-    size = {"M": call.m, "N": call.n, "K": call.k}[dim]
-    assert size % factor == 0, "split_primitive needs a factor that divides the dimension"
-    start = ex.Var(loop) * factor
-    tiled = replace(
-        call,
-        **{dim.lower(): factor},
-        a=_tile_access(call.a, dim, start, factor) if dim in ("M", "K") else call.a,
-        b=_tile_access(call.b, dim, start, factor) if dim in ("K", "N") else call.b,
-        c=_tile_access(call.c, dim, start, factor) if dim in ("M", "N") else call.c,
-    )
-    new_loop = For(loop, ex.Const(0), ex.Const(size // factor), 1, tiled)
+    total = _dim_size(call, dim)
+    assert isinstance(total, int), "split a primitive dimension before fusing loops into it"
+    outer = ex.Var(loop)
+    extent = _tile(total, factor, outer)
+
+    def tile(access: Access) -> Access:
+        starts, extents = list(access.starts), list(access.extents)
+        for axis, carried in enumerate(access.dims):
+            if carried == dim:
+                starts[axis] = starts[axis] + outer * factor
+                extents[axis] = extent
+        return replace(access, starts=tuple(starts), extents=tuple(extents))
+
+    tiled = _with_size(_map_operands(call, tile), dim, extent)
+    new_loop = For(loop, ex.Const(0), ex.Const(-(-total // factor)), 1, tiled)
     return replace(module, body=_rebuild([*loops, new_loop], tiled))
 
 
+def _substitute(access: Access, mapping: dict[str, ex.Expr]) -> Access:
+    return replace(access, starts=tuple(ex.substitute(s, mapping) for s in access.starts),
+                   extents=tuple(size(ex.substitute(ex.as_expr(e), mapping)) for e in access.extents))
+
+
+def _substitute_call(call: Gemm, mapping: dict[str, ex.Expr]) -> Gemm:
+    call = _map_operands(call, lambda access: _substitute(access, mapping))
+    return replace(call, **{d: size(ex.substitute(ex.as_expr(getattr(call, d)), mapping)) for d in "mnk"})
+
+
+def _substitute_loops(loops: list[For], mapping: dict[str, ex.Expr]) -> list[For]:
+    return [replace(loop, start=ex.substitute(loop.start, mapping), stop=ex.substitute(loop.stop, mapping))
+            for loop in loops]
+
+
 def split_loop(module: Module, var: str, factor: int, outer: str, inner: str) -> Module:
-    """Split loop `var` into `outer` (over blocks of `factor`) and `inner` (within a block); uses of
-    `var` become `outer * factor + inner`. `factor` must divide the trip count."""
+    """Split loop `var` into `outer` (over blocks of `factor`) and `inner` (within a block, shorter in
+    the last block when `factor` does not divide the trip count); `var` becomes `outer*factor + inner`."""
     loops, call = loop_nest(module.body)
     index = next(i for i, loop in enumerate(loops) if loop.var == var)
     loop = loops[index]
     start, stop = ex.constant_value(loop.start), ex.constant_value(loop.stop)
-    assert start is not None and stop is not None and (stop - start) % factor == 0
-    value = ex.Var(outer) * factor + ex.Var(inner) + start
-    new_call = replace(
-        call,
-        a=_substitute(call.a, var, value),
-        b=_substitute(call.b, var, value),
-        c=_substitute(call.c, var, value),
-    )
+    assert start is not None and stop is not None and loop.stride == 1, "split a loop with constant bounds"
+    count = stop - start
+    mapping = {var: ex.Var(outer) * factor + ex.Var(inner) + start}
     split = [
-        For(outer, ex.Const(0), ex.Const((stop - start) // factor), 1, new_call),
-        For(inner, ex.Const(0), ex.Const(factor), 1, new_call),
+        For(outer, ex.Const(0), ex.Const(-(-count // factor)), 1, call),
+        For(inner, ex.Const(0), ex.as_expr(_tile(count, factor, ex.Var(outer))), 1, call),
     ]
-    return replace(module, body=_rebuild([*loops[:index], *split, *loops[index + 1 :]], new_call))
+    new_loops = _substitute_loops([*loops[:index], *split, *loops[index + 1 :]], mapping)
+    return replace(module, body=_rebuild(new_loops, _substitute_call(call, mapping)))
 
 
-def _substitute(access: Access, var: str, value: ex.Expr) -> Access:
-    return replace(access, starts=tuple(ex.substitute(s, {var: value}) for s in access.starts))
+def fuse_into_primitive(module: Module, var: str, dim: str) -> Module:
+    """Fuse loop `var` into primitive dimension `dim`: each operand indexed by `var` gains, on that
+    axis, a range carrying `dim` (outside the axes already carrying it), and `dim` grows by the
+    loop's trip count. Raises `Rejected` when the operands' boxes would not be DMA boxes."""
+    loops, call = loop_nest(module.body)
+    loop = next(loop for loop in loops if loop.var == var)
+    assert ex.constant_value(loop.start) == 0 and loop.stride == 1, "fuse loops that start at 0"
+    extent = size(loop.stop)
+
+    def fuse(access: Access) -> Access:
+        axes = [axis for axis, start in enumerate(access.starts) if var in ex.free_vars(start)]
+        if not axes:
+            if dim in access.dims:
+                raise Rejected("fusion not expressible", f"{access.name} carries {dim} but does not use {var}")
+            return access
+        if dim not in access.dims:
+            raise Rejected("fusion not expressible", f"{access.name} uses {var} but does not carry {dim}")
+        if len(axes) > 1:
+            raise Rejected("fusion not expressible", f"{var} indexes several axes of {access.name}")
+        (axis,) = axes
+        form = ex.linear_form(access.starts[axis])
+        if extent != 1 and (form is None or form[0].get(var) != 1):
+            raise Rejected("fusion not expressible", f"{var} strides through axis {axis} of {access.name}")
+        if access.dims[axis] is not None or axis > access.dims.index(dim):
+            raise Rejected("fusion not expressible", f"axis {axis} of {access.name} is not outside its {dim} axes")
+        starts = list(access.starts)
+        starts[axis] = ex.substitute(starts[axis], {var: ex.Const(0)})
+        extents, dims = list(access.extents), list(access.dims)
+        extents[axis], dims[axis] = extent, dim
+        return replace(access, starts=tuple(starts), extents=tuple(extents), dims=tuple(dims))
+
+    fused = _map_operands(call, fuse)
+    fused = _with_size(fused, dim, ex.as_expr(_dim_size(call, dim)) * ex.as_expr(extent))
+    return replace(module, body=_rebuild([other for other in loops if other.var != var], fused))
+
+
+def fuse_loops(module: Module, outer: str, inner: str, fused: str) -> Module:
+    """Fuse loop `outer` with the loop `inner` directly inside it into one loop `fused`."""
+    loops, call = loop_nest(module.body)
+    index = next(i for i, loop in enumerate(loops) if loop.var == outer)
+    if index + 1 >= len(loops) or loops[index + 1].var != inner:
+        raise Rejected("fusion not expressible", f"loop {inner} is not directly inside {outer}")
+    first, second = loops[index], loops[index + 1]
+    counts = [ex.constant_value(loop.stop - loop.start) for loop in (first, second)]
+    if None in counts or first.stride != 1 or second.stride != 1:
+        raise Rejected("fusion not expressible", f"loops {outer} and {inner} must have constant bounds")
+    count_outer, count_inner = counts
+    f = ex.Var(fused)
+    mapping = {outer: f // count_inner + first.start, inner: f % count_inner + second.start}
+    new_loops = [*loops[:index], For(fused, ex.Const(0), ex.Const(count_outer * count_inner), 1, call),
+                 *loops[index + 2 :]]
+    return replace(module, body=_rebuild(_substitute_loops(new_loops, mapping), _substitute_call(call, mapping)))
 
 
 def reorder(module: Module, order: tuple[str, ...]) -> Module:
-    """Permute the loops of the nest into `order` (outermost first). Legal for any order here: the
-    loops are rectangular and the only dependence is the commutative accumulation into C."""
+    """Permute the loops of the nest into `order` (outermost first). Legal for any order whose loop
+    bounds only use loops outside them; the only dependence is the commutative accumulation into C."""
     loops, call = loop_nest(module.body)
     by_name = {loop.var: loop for loop in loops}
+    seen: set[str] = set()
+    for name in order:
+        loop = by_name[name]
+        used = ex.free_vars(loop.start) | ex.free_vars(loop.stop)
+        if not used <= seen:
+            raise Rejected("loop bounds depend on an inner loop", f"{name} needs {', '.join(sorted(used - seen))}")
+        seen.add(name)
     return replace(module, body=_rebuild([by_name[name] for name in order], call))
+
+
+def set_layout(module: Module, tensor_name: str, permutation: tuple[int, ...]) -> Module:
+    """Store tensor `tensor_name` with its declared axes in `permutation` order (memory axis i is
+    declared axis permutation[i]); every access to it follows."""
+    if permutation == tuple(range(len(permutation))):
+        return module
+    tensor = module.tensor(tensor_name)
+
+    def permute(access: Access) -> Access:
+        if access.name != tensor_name:
+            return access
+        return replace(
+            access,
+            starts=tuple(access.starts[a] for a in permutation),
+            extents=tuple(access.extents[a] for a in permutation),
+            dims=tuple(access.dims[a] for a in permutation),
+        )
+
+    loops, call = loop_nest(module.body)
+    stored = Tensor(tensor.name, tuple(tensor.shape[a] for a in permutation), tensor.dtype, tensor.is_output,
+                    permutation, tensor.scratch)
+    tensors = tuple(stored if t.name == tensor_name else t for t in module.tensors)
+    return replace(module, tensors=tensors, body=_rebuild(loops, _map_operands(call, permute)))
 
 
 def vectorize(module: Module, dim: str) -> Module:

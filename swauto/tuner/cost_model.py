@@ -28,16 +28,6 @@ class Estimate:
         return max(self.memory_seconds, self.compute_seconds)
 
 
-def _host_scalar_flops(module: Module) -> int:
-    """Flops of primitive calls whose vectorized dimension is not the contiguous axis of C: the host
-    cannot vectorize those loops (the SW26010 primitive can, with its own layout inside LDM)."""
-    return sum(
-        node.flops * prod(trip_count(loop) for loop in loops)
-        for node, loops in walk(module.body)
-        if isinstance(node, Gemm) and node.c.dims[-1] != node.vectorize
-    )
-
-
 def estimate(module: Module, target: str, threads: int = 1) -> Estimate:
     """Predicted run time of `module` on `target` ('sw26010': one core group; 'host': `threads` cores)."""
     dma_bytes, flops = traffic(module)
@@ -45,9 +35,14 @@ def estimate(module: Module, target: str, threads: int = 1) -> Estimate:
         bandwidth, peak = SUNWAY.peak_bandwidth, SUNWAY.peak_flops
         compute = flops / peak
     else:
-        bandwidth, peak = HOST.memory_bandwidth, HOST.peak_flops_per_core * threads
-        scalar = _host_scalar_flops(module)
-        compute = (flops - scalar) / peak + scalar * HOST.vector_lanes / peak
+        # --- host: the host model (swauto.tuner.host_model), with this machine's measured constants ---
+        from swauto.backends.host import default_register_tile
+        from swauto.tuner.host_model import estimate as host_estimate
+        from swauto.tuner.host_model import machine
+
+        rows, columns = default_register_tile()
+        host = host_estimate(module, threads, machine(), rows, columns)
+        return Estimate(dma_bytes, flops, min(host.traffic, host.seconds), host.seconds)
     return Estimate(dma_bytes, flops, dma_bytes / bandwidth, compute)
 
 

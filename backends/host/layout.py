@@ -1,0 +1,156 @@
+"""Physical layouts: where each element of a tensor or local buffer lives in memory.
+
+Tensors are row-major, as the IR says. Local buffers are the host backend's to place (DMA lowering and
+GEMM lowering both read the layout from here, so they agree): a buffer a GEMM reads as its broadcast
+or vector operand is *packed* in micro-panels (the packed dimension split by the micro-kernel's
+height or width, the panel index outermost, K next, the panel's lanes innermost), so the micro-kernel
+streams it contiguously; the others are row-major with the rows padded off multiples of 512 bytes,
+which keeps strided rows from sharing L1 sets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from swauto.ir.expr import Const
+from swauto.ir.nodes import Access, Gemm, Module
+from swauto.ir.visitor import walk
+
+from .knobs import Knobs
+
+ALIGN_ELEMENTS = 16  # 64 bytes of float32: every buffer starts on a cache line
+
+
+@dataclass(frozen=True)
+class AxisLayout:
+    """Where index `i` of one logical axis goes: `i` splits in mixed radix over `extents` (outermost
+    first), and digit `d` moves `strides[d]` elements. One sub-axis is a plain strided axis."""
+
+    extents: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    def offset(self, index: int) -> int:
+        """Elements from the array's start to logical index `index` of this axis."""
+        total = 0
+        for extent, stride in zip(reversed(self.extents), reversed(self.strides), strict=True):
+            total += (index % extent) * stride
+            index //= extent
+        return total
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The placement of a logical row-major array: one `AxisLayout` per axis, `size` elements to allocate."""
+
+    axes: tuple[AxisLayout, ...]
+    size: int
+
+    def offset(self, index: tuple[int, ...]) -> int:
+        return sum(axis.offset(i) for axis, i in zip(self.axes, index, strict=True))
+
+
+def row_major(shape: tuple[int, ...], pad: bool = False) -> Layout:
+    """C order; with `pad`, a last axis of a multiple of 128 floats (512 bytes) gets 16 more per row."""
+    strides = []
+    stride = 1
+    for axis, extent in reversed(list(enumerate(shape))):
+        strides.append(stride)
+        stride *= extent + (ALIGN_ELEMENTS if pad and axis == len(shape) - 1 and len(shape) > 1
+                            and extent % 128 == 0 else 0)
+    strides.reverse()
+    return Layout(tuple(AxisLayout((extent,), (s,)) for extent, s in zip(shape, strides, strict=True)),
+                  max(stride, 1))
+
+
+def vector_dim(gemm: Gemm) -> str:
+    """The dimension the host micro-kernel vectorizes: the one C's innermost carried axis holds (C is
+    row-major, so its vectors are contiguous); the other free dimension is broadcast."""
+    carried = [dim for dim in gemm.c.dims if dim is not None]
+    return carried[-1] if carried and carried[-1] in ("M", "N") else "N"
+
+
+def gemm_roles(gemm: Gemm) -> dict[str, tuple[str, Access]]:
+    """The micro-kernel's view of a GEMM: 'vector' (the operand carrying the vectorized dimension and
+    K), 'broadcast' (the other input) and 'C', each with the dimension it is packed along."""
+    v = vector_dim(gemm)
+    u = "N" if v == "M" else "M"
+    vector, broadcast = (gemm.b, gemm.a) if v == "N" else (gemm.a, gemm.b)
+    return {"vector": (v, vector), "broadcast": (u, broadcast), "C": (u, gemm.c)}
+
+
+def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str]) -> dict[str, Layout]:
+    """A layout for every buffer of `module` not in `ignored`, and for every tensor (row-major).
+
+    A buffer is packed when every GEMM that reads it uses it in the same role, through the same single
+    axis for the packed dimension, at a constant start that is a multiple of the panel: then the
+    micro-kernel's offsets are compile-time constants. Anything else stays row-major (padded).
+    """
+    uses: dict[str, set[tuple[str, int | None, int]]] = {}
+    for node, _ in walk(module.body):
+        if not isinstance(node, Gemm):
+            continue
+        for role, (dim, access) in gemm_roles(node).items():
+            panel = {"vector": knobs.vectors * width, "broadcast": knobs.rows}.get(role, 0)
+            uses.setdefault(access.name, set()).add((role, _packable_axis(access, dim, panel), panel))
+    layouts = {tensor.name: row_major(tensor.shape) for tensor in module.tensors}
+    for buffer in module.buffers:
+        if buffer.name in ignored:
+            continue
+        use = uses.get(buffer.name, set())
+        if len(use) == 1 and (only := next(iter(use)))[0] != "C" and only[1] is not None:
+            _, axis, panel = only
+            layouts[buffer.name] = packed(buffer.shape, axis, panel, _k_axes(module, buffer.name))
+        else:
+            layouts[buffer.name] = row_major(buffer.shape, pad=True)
+    return layouts
+
+
+def packed(shape: tuple[int, ...], axis: int, panel: int, k_axes: tuple[int, ...]) -> Layout:
+    """Micro-panels: `axis` splits into (panels, `panel`); memory order is the other axes that are not
+    K, the panel index, the K axes, then the panel's lanes. The last panel is padded to full size."""
+    panels = -(-shape[axis] // panel)
+    others = [a for a in range(len(shape)) if a != axis and a not in k_axes]
+    # memory order of pieces: (axis, sub) with sub 0 = panel index, 1 = lane, None = a whole axis
+    order = [(a, None) for a in others] + [(axis, 0)] + [(a, None) for a in k_axes] + [(axis, 1)]
+    extent_of = {(axis, 0): panels, (axis, 1): panel, **{(a, None): shape[a] for a in range(len(shape))}}
+    stride_of: dict[tuple[int, int | None], int] = {}
+    stride = 1
+    for piece in reversed(order):
+        stride_of[piece] = stride
+        stride *= extent_of[piece]
+    axes = tuple(
+        AxisLayout((panels, panel), (stride_of[(a, 0)], stride_of[(a, 1)])) if a == axis
+        else AxisLayout((shape[a],), (stride_of[(a, None)],))
+        for a in range(len(shape))
+    )
+    return Layout(axes, stride)
+
+
+def _packable_axis(access: Access, dim: str, panel: int) -> int | None:
+    """The one axis of `access` carrying `dim`, if its start is a constant multiple of `panel`."""
+    axes = [a for a, d in enumerate(access.dims) if d == dim]
+    if panel <= 0 or len(axes) != 1:
+        return None
+    start = access.starts[axes[0]]
+    return axes[0] if isinstance(start, Const) and start.value % panel == 0 else None
+
+
+def _k_axes(module: Module, buffer: str) -> tuple[int, ...]:
+    """The axes of `buffer` that GEMMs read as K (the same for every use when it is packed)."""
+    for node, _ in walk(module.body):
+        if isinstance(node, Gemm):
+            for _, access in node.operands:
+                if access.name == buffer:
+                    return tuple(a for a, d in enumerate(access.dims) if d == "K")
+    return ()
+
+
+def workspace(layouts: dict[str, Layout], buffers: list[str]) -> tuple[dict[str, int], int]:
+    """Offsets (in elements, 64-byte aligned, staggered by a cache line so that buffers do not start
+    on the same L1 set) of `buffers` inside one per-thread workspace, and its total size."""
+    offsets: dict[str, int] = {}
+    total = 0
+    for index, name in enumerate(buffers):
+        offsets[name] = total + (index % 4) * ALIGN_ELEMENTS
+        total = offsets[name] + -(-layouts[name].size // ALIGN_ELEMENTS) * ALIGN_ELEMENTS
+    return offsets, max(total, ALIGN_ELEMENTS)

@@ -1,0 +1,268 @@
+"""The GEMM primitive on the host: a register-blocked micro-kernel with the widest FMA of the ISA.
+
+C is cut into tiles of `knobs.rows` broadcast elements by `knobs.vectors` vectors; each tile's
+accumulators stay in registers for the whole K loop, which per step loads one vector per column group
+of the vector operand, broadcasts one element per row of the other operand and issues rows x vectors
+FMAs. Tiles at the edges are smaller (fewer rows; fewer vectors, then single lanes).
+
+Every operand offset is `base + table[d][i]` summed over its dimensions d: `base` holds the starts
+known only at run time, `table` (computed here, from the layouts) the rest. A table that is affine
+becomes a multiplication, any other (packed panels, several axes carrying one dimension) a constant
+lookup array, so any layout and any mixed-radix split of a dimension is correct, and the packed ones
+are fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from swauto.errors import CodegenError
+from swauto.ir.expr import Const
+from swauto.ir.nodes import Access, Gemm
+from swauto.ir.printer import format_access
+from swauto.primitives import GEMM
+
+from .codegen import F32, I64, Env, Lowering, Storage, i64
+from .layout import gemm_roles
+
+_NSW = ("nsw",)
+
+
+@dataclass(frozen=True)
+class OperandMap:
+    """Where a GEMM operand's elements are: `storage.base + base + sum(tables[d][index_d])`."""
+
+    storage: Storage
+    base: ir.Value
+    tables: Mapping[str, tuple[int, ...]]
+
+
+def emit_gemm(lw: Lowering, stmt: Gemm, env: Env) -> None:
+    """Emit `C += A x B` for `stmt` at the builder's position (see the module docstring)."""
+    sizes = {"M": stmt.m, "N": stmt.n, "K": stmt.k}
+    if min(sizes.values()) < 1:
+        raise CodegenError(f"gemm sizes must be positive, got M={stmt.m} N={stmt.n} K={stmt.k}")
+    for name, access in stmt.operands:
+        _check_operand(name, access, sizes)
+    roles = gemm_roles(stmt)
+    v, vector_access = roles["vector"]
+    u, broadcast_access = roles["broadcast"]
+    maps = {
+        "V": _operand_map(lw, vector_access, sizes, env),
+        "U": _operand_map(lw, broadcast_access, sizes, env),
+        "C": _operand_map(lw, roles["C"][1], sizes, env),
+    }
+    _Kernel(lw, maps, u, v, sizes).emit()
+
+
+class _Kernel:
+    """The tile loops and micro-kernels of one GEMM statement."""
+
+    def __init__(self, lw: Lowering, maps: dict[str, OperandMap], u: str, v: str, sizes: Mapping[str, int]) -> None:
+        self.lw, self.maps, self.u, self.v = lw, maps, u, v
+        self.builder = lw.builder
+        self.width = lw.isa.width
+        self.rows = lw.knobs.rows
+        self.columns = lw.knobs.vectors * self.width
+        self.u_size, self.v_size, self.k_size = sizes[u], sizes[v], sizes["K"]
+        self.vector_type = ir.VectorType(F32, self.width)
+        self.fma_name = "llvm.fma" if lw.isa.fma else "llvm.fmuladd"
+
+    def emit(self) -> None:
+        full, remainder = divmod(self.v_size, self.columns)
+        full_groups = self._groups([t * self.columns for t in range(full)], self.columns)
+        if full:
+            self.lw.loop(i64(0), i64(full), 1, "gemm.columns",
+                         lambda t: self._column_tile(t, full_groups), unroll=False)
+        if remainder:
+            self._column_tile(i64(full), self._groups([full * self.columns], remainder))
+
+    def _column_tile(self, v_tile: ir.Value, groups: Sequence[tuple[int, int]]) -> None:
+        full, remainder = divmod(self.u_size, self.rows)
+        if full:
+            self.lw.loop(i64(0), i64(full), 1, "gemm.rows",
+                         lambda t: self._micro_kernel(t, self.rows, v_tile, groups), unroll=False)
+        if remainder:
+            self._micro_kernel(i64(full), remainder, v_tile, groups)
+
+    def _groups(self, starts: Sequence[int], width: int) -> list[tuple[int, int]]:
+        """Column groups (offset in the tile, lanes) of a tile `width` wide at each of `starts`: a whole
+        vector where its lanes are contiguous in both C and the vector operand at every start, else
+        single lanes."""
+        tables = (self.maps["C"].tables[self.v], self.maps["V"].tables[self.v])
+        groups: list[tuple[int, int]] = []
+        column = 0
+        lanes = self.width
+        while column < width:
+            if lanes > 1 and column + lanes <= width and all(
+                table[s + column + j] == table[s + column] + j for table in tables for s in starts for j in range(lanes)
+            ):
+                groups.append((column, lanes))
+                column += lanes
+            else:
+                groups.append((column, 1))
+                column += 1
+        return groups
+
+    def _micro_kernel(self, u_tile: ir.Value, rows: int, v_tile: ir.Value, groups: Sequence[tuple[int, int]]) -> None:
+        """Accumulate the C tile number (`u_tile`, `v_tile`) of `rows` x `groups` over all of K, in registers."""
+        b = self.builder
+        c, vec, bc = self.maps["C"], self.maps["V"], self.maps["U"]
+        columns = [column for column, _ in groups]
+        c_row = self._tile_offsets(c.tables[self.u], self.rows, u_tile, range(rows), "C.rows")
+        c_column = self._tile_offsets(c.tables[self.v], self.columns, v_tile, columns, "C.columns")
+        c_pointers = [[self._pointer(c, [c.base, c_row[r], c_column[g]], lanes)
+                       for g, (_, lanes) in enumerate(groups)] for r in range(rows)]
+        u_rows = [b.add(bc.base, offset, flags=_NSW)
+                  for offset in self._tile_offsets(bc.tables[self.u], self.rows, u_tile, range(rows), "U.rows")]
+        v_columns = [b.add(vec.base, offset, flags=_NSW)
+                     for offset in self._tile_offsets(vec.tables[self.v], self.columns, v_tile, columns, "V.columns")]
+        initial = [[b.load(pointer, align=4) for pointer in row] for row in c_pointers]
+
+        # K loop with the accumulators as phis.
+        entry = b.block
+        header = self.lw.function.append_basic_block("gemm.k.header")
+        body = self.lw.function.append_basic_block("gemm.k.body")
+        done = self.lw.function.append_basic_block("gemm.k.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        k = b.phi(I64, "k")
+        k.add_incoming(i64(0), entry)
+        accumulators = [[b.phi(value.type) for value in row] for row in initial]
+        for row, values in zip(accumulators, initial, strict=True):
+            for phi, value in zip(row, values, strict=True):
+                phi.add_incoming(value, entry)
+        b.cbranch(b.icmp_signed("<", k, i64(self.k_size)), body, done)
+        b.position_at_end(body)
+        k_vector = self._lookup(vec.tables["K"], k, "V.k")
+        k_broadcast = self._lookup(bc.tables["K"], k, "U.k")
+        operands = [b.load(self._pointer(vec, [v_columns[g], k_vector], lanes), align=4)
+                    for g, (_, lanes) in enumerate(groups)]
+        updated = []
+        for r in range(rows):
+            scalar = b.load(self._pointer(bc, [u_rows[r], k_broadcast], 1), align=4)
+            splats = {lanes: self._splat(scalar, lanes) for lanes in {lanes for _, lanes in groups}}
+            updated.append([self._fma(splats[lanes], operands[g], accumulators[r][g])
+                            for g, (_, lanes) in enumerate(groups)])
+        k.add_incoming(b.add(k, i64(1), flags=_NSW), b.block)
+        for row, values in zip(accumulators, updated, strict=True):
+            for phi, value in zip(row, values, strict=True):
+                phi.add_incoming(value, b.block)
+        b.branch(header)
+        b.position_at_end(done)
+        for pointers, values in zip(c_pointers, accumulators, strict=True):
+            for pointer, value in zip(pointers, values, strict=True):
+                b.store(value, pointer, align=4)
+
+    # --- helpers ----------------------------------------------------------------------------------
+
+    def _tile_offsets(self, table: tuple[int, ...], tile: int, index: ir.Value, within: Sequence[int],
+                      name: str) -> list[ir.Value]:
+        """table[index * tile + w] for each w in `within`. When every tile has the same inner offsets
+        (true of affine tables and of packed panels), one lookup of the tile's start plus constants,
+        which LLVM folds into addressing; otherwise one lookup per element."""
+        starts = table[::tile]
+        separable = all(table[s + w] - table[s] == table[w] - table[0]
+                        for s in range(0, len(table), tile) for w in range(min(tile, len(table) - s)))
+        if separable:
+            start = self._lookup(starts, index, name)
+            return [self.builder.add(start, i64(table[w] - table[0]), flags=_NSW) for w in within]
+        first = self.builder.mul(index, i64(tile), flags=_NSW)
+        return [self._lookup(table, self.builder.add(first, i64(w), flags=_NSW), name) for w in within]
+
+    def _pointer(self, operand: OperandMap, offsets: Sequence[ir.Value], lanes: int) -> ir.Value:
+        """Pointer to `lanes` floats at `operand.storage.base + sum(offsets)`."""
+        b = self.builder
+        total = offsets[0]
+        for offset in offsets[1:]:
+            total = b.add(total, offset, flags=_NSW)
+        pointer = b.gep(operand.storage.base, [total], inbounds=True)
+        return pointer if lanes == 1 else b.bitcast(pointer, ir.VectorType(F32, lanes).as_pointer())
+
+    def _lookup(self, table: tuple[int, ...], index: ir.Value, name: str) -> ir.Value:
+        """table[index] at run time: arithmetic when the table is affine, else a constant array."""
+        stride = table[1] - table[0] if len(table) > 1 else 0
+        if all(value == table[0] + i * stride for i, value in enumerate(table)):
+            scaled = self.builder.mul(index, i64(stride), flags=_NSW)
+            return self.builder.add(scaled, i64(table[0]), flags=_NSW)
+        array_type = ir.ArrayType(I64, len(table))
+        variable = ir.GlobalVariable(self.lw.ir_module, array_type, self.lw.ir_module.get_unique_name(f"table.{name}"))
+        variable.linkage = "internal"
+        variable.global_constant = True
+        variable.initializer = ir.Constant(array_type, list(table))
+        return self.builder.load(self.builder.gep(variable, [i64(0), index], inbounds=True))
+
+    def _splat(self, scalar: ir.Value, lanes: int) -> ir.Value:
+        if lanes == 1:
+            return scalar
+        vector_type = ir.VectorType(F32, lanes)
+        single = self.builder.insert_element(ir.Constant(vector_type, None), scalar, i64(0))
+        mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
+        return self.builder.shuffle_vector(single, ir.Constant(vector_type, None), mask)
+
+    def _fma(self, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
+        kind = a.type
+        suffix = "f32" if kind == F32 else f"v{kind.count}f32"
+        name = f"{self.fma_name}.{suffix}"
+        module = self.lw.ir_module
+        function = module.globals.get(name) or ir.Function(module, ir.FunctionType(kind, [kind, kind, kind]), name)
+        return self.builder.call(function, [a, b, c])
+
+
+def _check_operand(name: str, access: Access, sizes: Mapping[str, int]) -> None:
+    """The operand carries exactly the primitive's dimensions for it, each over axes whose extents
+    (with the operand's zero padding) multiply to its size; an axis carrying nothing has extent 1."""
+    extents = access.padded_extents()
+    expected = GEMM.operand_dims(name)
+    carried = {dim for dim in access.dims if dim is not None}
+    if carried != set(expected):
+        raise CodegenError(f"gemm operand {name}={format_access(access)} carries dimensions {sorted(carried)}; "
+                           f"it must carry {' and '.join(expected)}")
+    for dim in expected:
+        span = 1
+        for extent, d in zip(extents, access.dims, strict=True):
+            span *= extent if d == dim else 1
+        if span != sizes[dim]:
+            raise CodegenError(f"gemm operand {name}={format_access(access)} spans {span} along {dim}, "
+                               f"but the primitive's {dim} is {sizes[dim]}")
+    for extent, dim in zip(extents, access.dims, strict=True):
+        if dim is None and extent != 1:
+            raise CodegenError(f"gemm operand {name}={format_access(access)} has an axis of extent {extent} "
+                               "that carries no dimension")
+
+
+def _operand_map(lw: Lowering, access: Access, sizes: Mapping[str, int], env: Env) -> OperandMap:
+    """The base and offset tables of `access` (whose dimensions `_check_operand` accepted)."""
+    storage = lw.access_storage(access)
+    b = lw.builder
+    base: ir.Value = i64(0)
+    constant = 0
+    for axis, (start, dim) in enumerate(zip(access.starts, access.dims, strict=True)):
+        axis_layout = storage.layout.axes[axis]
+        if isinstance(start, Const):
+            if dim is None:
+                constant += axis_layout.offset(start.value)
+        elif len(axis_layout.extents) == 1:
+            base = b.add(base, b.mul(lw.expr(start, env), i64(axis_layout.strides[0]), flags=_NSW), flags=_NSW)
+        else:
+            raise CodegenError(f"gemm operand {format_access(access)} starts at a run-time index on a packed axis")
+    tables = {}
+    extents = access.padded_extents()
+    for dim in {d for d in access.dims if d is not None}:
+        axes = [a for a, d in enumerate(access.dims) if d == dim]
+        table = []
+        for index in range(sizes[dim]):
+            offset, rest = 0, index
+            for axis in reversed(axes):
+                local = rest % extents[axis]
+                rest //= extents[axis]
+                axis_layout = storage.layout.axes[axis]
+                start = access.starts[axis]
+                offset += (axis_layout.offset(start.value + local) if isinstance(start, Const)
+                           else local * axis_layout.strides[0])
+            table.append(offset)
+        tables[dim] = tuple(table)
+    return OperandMap(storage, b.add(base, i64(constant), flags=_NSW), tables)

@@ -1,0 +1,190 @@
+"""Which loops of a kernel may run across threads.
+
+The body splits at its top level into statements before a loop nest, the nest, and statements after
+it. Inside the nest, a *parallel group* of perfectly nested loops with constant bounds is chosen whose
+iterations provably touch disjoint parts of every tensor the kernel writes. Every thread runs the
+loops around the group in full (they may only fill the thread's own local buffers: DMA gets, no
+writes to memory) and a contiguous range of the group's flattened iterations. Local buffers used in
+the nest must not be used outside it: each thread has its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+from swauto.ir.expr import Const, linear_form
+from swauto.ir.nodes import Access, Dma, For, Gemm, Let, MemCopy, Module, Seq, Stmt
+from swauto.ir.visitor import walk
+
+# The outermost group with at least this many iterations wins (coarse work, enough to share);
+# without one, the group with the most iterations.
+ENOUGH_ITERATIONS = 8
+
+
+@dataclass(frozen=True)
+class Phases:
+    """`before`, then the top-level loop `nest` (with the parallel group `loops` inside it, each thread
+    running a range of the group's flattened iterations), then `after`. Without a parallel group,
+    `nest` is None, `loops` empty and everything is in `before`."""
+
+    before: tuple[Stmt, ...]
+    nest: For | None
+    loops: tuple[For, ...]
+    after: tuple[Stmt, ...]
+
+    @property
+    def trips(self) -> tuple[int, ...]:
+        """Iterations of each loop of the group, outermost first."""
+        return tuple(_trips(loop) for loop in self.loops)
+
+    @property
+    def iterations(self) -> int:
+        """Flattened iterations of the group (0 without one)."""
+        return prod(self.trips) if self.loops else 0
+
+
+def split(module: Module) -> Phases:
+    """The phases of `module` (see the module docstring)."""
+    top = module.body.stmts if isinstance(module.body, Seq) else (module.body,)
+    written = _written(module.body) & {tensor.name for tensor in module.tensors}
+    for position, stmt in enumerate(top):
+        if not isinstance(stmt, For):
+            continue
+        outside = top[:position] + top[position + 1:]
+        if _locals_used((stmt,)) & _locals_used(outside):
+            continue
+        group = _best_group(stmt, written, _let_vars(top[:position]))
+        if group:
+            return Phases(top[:position], stmt, group, top[position + 1:])
+    return Phases(tuple(top), None, (), ())
+
+
+def _best_group(nest: For, written: set[str], allowed: set[str]) -> tuple[For, ...]:
+    """The parallel group chosen in `nest` (see ENOUGH_ITERATIONS), or () when there is none."""
+    accesses = _tensor_accesses(nest, written)
+    groups = []
+    current: Stmt | None = nest
+    while isinstance(current, For):
+        group = _group_at(current, accesses, allowed)
+        if group and prod(_trips(loop) for loop in group) >= 2:
+            groups.append(group)
+        child = _single_loop(current.body)
+        if child is None or _writes(current.body, besides=child):
+            break  # the loops around a group may not write memory: every thread runs them
+        current = child
+    for group in groups:
+        if prod(_trips(loop) for loop in group) >= ENOUGH_ITERATIONS:
+            return group
+    return max(groups, key=lambda g: prod(_trips(loop) for loop in g), default=())
+
+
+def _group_at(loop: For, accesses: list[Access], allowed: set[str]) -> tuple[For, ...]:
+    """The longest perfect nest from `loop` down whose loops each split the written tensors."""
+    group: list[For] = []
+    current: Stmt = loop
+    while isinstance(current, For) and _constant_bounds(current) and (
+            _trips(current) == 1 or _disjoint(current, accesses, allowed)):
+        group.append(current)
+        current = current.body.stmts[0] if isinstance(current.body, Seq) and len(current.body.stmts) == 1 \
+            else current.body
+    return tuple(group)
+
+
+def _single_loop(body: Stmt) -> For | None:
+    """The one `For` directly in `body` (itself, or the only loop of a Seq), else None."""
+    if isinstance(body, For):
+        return body
+    if isinstance(body, Seq):
+        loops = [s for s in body.stmts if isinstance(s, For)]
+        return loops[0] if len(loops) == 1 else None
+    return None
+
+
+def _writes(body: Stmt, besides: Stmt) -> bool:
+    """True when `body`, outside the statement `besides`, writes memory or computes."""
+    stmts = body.stmts if isinstance(body, Seq) else (body,)
+    for stmt in stmts:
+        if stmt is besides:
+            continue
+        for node, _ in walk(stmt):
+            if isinstance(node, (MemCopy, Gemm)) or isinstance(node, Dma) and node.direction == "put":
+                return True
+    return False
+
+
+def _disjoint(loop: For, accesses: list[Access], allowed: set[str]) -> bool:
+    """True when, for every written tensor, all its accesses in the nest share one axis whose start is
+    `c * loop.var + r` (r using only `allowed` variables) with an extent of at most |c| * stride:
+    then different iterations of `loop` touch disjoint slabs of it."""
+    by_tensor: dict[str, list[Access]] = {}
+    for access in accesses:
+        by_tensor.setdefault(access.name, []).append(access)
+    for group in by_tensor.values():
+        common: set[tuple[int, int, str]] | None = None
+        for access in group:
+            slabs = set()
+            for axis, (start, extent) in enumerate(zip(access.starts, access.extents, strict=True)):
+                form = linear_form(start)
+                if form is None:
+                    continue
+                coefficients, constant = form
+                c = coefficients.get(loop.var, 0)
+                rest = {name: k for name, k in coefficients.items() if name != loop.var}
+                if c and set(rest) <= allowed and extent <= abs(c) * abs(loop.stride):
+                    slabs.add((axis, c, repr((sorted(rest.items()), constant))))
+            common = slabs if common is None else common & slabs
+        if not common:
+            return False
+    return True
+
+
+def _tensor_accesses(stmt: Stmt, written: set[str]) -> list[Access]:
+    found = []
+    for node, _ in walk(stmt):
+        if isinstance(node, Dma) and node.tensor.name in written:
+            found.append(node.tensor)
+        elif isinstance(node, MemCopy):
+            found.extend(a for a in (node.source, node.target) if a.name in written)
+        elif isinstance(node, Gemm):
+            found.extend(access for _, access in node.operands if access.name in written)
+    return found
+
+
+def _written(body: Stmt) -> set[str]:
+    """Names of everything `body` writes in main memory or through a GEMM (buffers included)."""
+    written = set()
+    for node, _ in walk(body):
+        if isinstance(node, Dma) and node.direction == "put":
+            written.add(node.tensor.name)
+        elif isinstance(node, MemCopy):
+            written.add(node.target.name)
+        elif isinstance(node, Gemm):
+            written.add(node.c.name)
+    return written
+
+
+def _locals_used(stmts: tuple[Stmt, ...]) -> set[str]:
+    """Names of everything DMAs and GEMMs in `stmts` touch on their local side."""
+    used = set()
+    for stmt in stmts:
+        for node, _ in walk(stmt):
+            if isinstance(node, Dma):
+                used.add(node.buffer.name)
+            elif isinstance(node, Gemm):
+                used.update(access.name for _, access in node.operands)
+    return used
+
+
+def _let_vars(stmts: tuple[Stmt, ...]) -> set[str]:
+    return {stmt.var for stmt in stmts if isinstance(stmt, Let)}
+
+
+def _constant_bounds(loop: For) -> bool:
+    return isinstance(loop.start, Const) and isinstance(loop.stop, Const) and loop.stride != 0
+
+
+def _trips(loop: For) -> int:
+    assert isinstance(loop.start, Const) and isinstance(loop.stop, Const)
+    span = loop.stop.value - loop.start.value
+    return max(0, -(-span // loop.stride))

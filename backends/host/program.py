@@ -1,0 +1,122 @@
+"""A compiled host kernel and its runtime: scratch tensors, per-thread workspaces and the thread pool.
+
+A call runs the 'before' phase on the calling thread, the parallel nest's flattened iterations split
+into one contiguous range per thread (ctypes releases the GIL while native code runs), then 'after'.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+import llvmlite.binding as llvm
+import numpy as np
+
+from swauto.errors import ArgumentError
+from swauto.ir.nodes import Module
+
+from . import cache
+from .codegen import Plan
+from .knobs import Knobs
+
+if TYPE_CHECKING:
+    from .jit import Build
+
+_POOL_LOCK = threading.Lock()
+_POOL: ThreadPoolExecutor | None = None
+
+
+def available_threads() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=max(available_threads(), 1), thread_name_prefix="swauto")
+        return _POOL
+
+
+def split_range(count: int, parts: int) -> list[tuple[int, int]]:
+    """`range(count)` cut into at most `parts` contiguous, non-empty ranges differing in length by at most 1."""
+    parts = max(1, min(parts, count))
+    return [(count * p // parts, count * (p + 1) // parts) for p in range(parts) if count * p // parts < count * (p + 1) // parts]
+
+
+class HostProgram:
+    """A kernel compiled for the host CPU.
+
+    The program owns its MCJIT engine, so its machine code lives exactly as long as the program
+    object. `build` tells whether the code came from the disk cache and how long it took; `isa` and
+    `knobs` what it was compiled for.
+    """
+
+    def __init__(self, module: Module, plan: Plan, engine: llvm.ExecutionEngine, addresses: dict[str, int],
+                 build: Build, llvm_ir: str | None, isa: str, knobs: Knobs) -> None:
+        self.module, self.plan, self.build, self.isa, self.knobs = module, plan, build, isa, knobs
+        self._engine = engine
+        self._llvm_ir = llvm_ir
+        signature = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * (len(module.tensors) + 1)),
+                                     ctypes.c_int64, ctypes.c_int64)
+        self._functions = {phase: signature(address) for phase, address in addresses.items()}
+        self._workspaces: list[np.ndarray] = []
+        # Workspaces are reused between calls: simultaneous calls of one program are serialised.
+        self._run_lock = threading.Lock()
+
+    @property
+    def llvm_ir(self) -> str:
+        """The optimised LLVM IR (read from the disk cache for a kernel loaded from there)."""
+        if self._llvm_ir is None:
+            self._llvm_ir = cache.load_ir(self.build.key)
+        return self._llvm_ir
+
+    @property
+    def parallel_iterations(self) -> int:
+        """How many independent iterations the threads share (0: the kernel runs on one thread)."""
+        return self.plan.phases.iterations
+
+    def run(self, arrays: dict[str, np.ndarray], threads: int | None = None) -> None:
+        """Run the kernel on `arrays` (the non-scratch tensors, by name); outputs are updated in place.
+
+        `threads` (default: every available core) is capped by the parallel iterations. The caller
+        guarantees each array is C-contiguous float32 of its tensor's shape: the compiled code trusts
+        the pointers it gets. Scratch tensors get fresh zeroed memory for each call.
+        """
+        threads = available_threads() if threads is None else threads
+        if threads < 1:
+            raise ArgumentError(f"threads must be a positive integer, got {threads}")
+        scratch = {t.name: np.zeros(t.shape, np.float32) for t in self.module.tensors if t.scratch}
+        pointers = [(scratch[t.name] if t.scratch else arrays[t.name]).ctypes.data for t in self.module.tensors]
+        ranges = split_range(self.parallel_iterations, threads)
+        with self._run_lock:
+            workspaces = self._workspace_pointers(max(len(ranges), 1))
+            self._functions["before"](*pointers, workspaces[0], 0, 0)
+            if "loop" in self._functions:
+                loop = self._functions["loop"]
+                if len(ranges) == 1:
+                    loop(*pointers, workspaces[0], *ranges[0])
+                else:
+                    futures = [_pool().submit(loop, *pointers, workspace, lo, hi)
+                               for workspace, (lo, hi) in zip(workspaces, ranges, strict=False)]
+                    for future in futures:
+                        future.result()
+                self._functions["after"](*pointers, workspaces[0], 0, 0)
+
+    def _workspace_pointers(self, count: int) -> list[int]:
+        """Addresses of `count` 64-byte-aligned workspaces, allocated on first use and kept."""
+        elements = self.plan.workspace_elements
+        while len(self._workspaces) < count:
+            self._workspaces.append(np.zeros(elements + 16, np.float32))
+        return [array.ctypes.data + (-array.ctypes.data % 64) for array in self._workspaces[:count]]
+
+    def __repr__(self) -> str:
+        source = "disk cache" if self.build.from_disk else "compiled"
+        return f"<HostProgram {self.module.name} {self.isa} {self.knobs} ({source} in {self.build.seconds:.3f} s)>"

@@ -1,0 +1,155 @@
+"""Double buffering: software prefetch of DMA transfers (thesis algorithm 8, 3.3.2).
+
+Guarantees: every transfer placed in a loop gets two halves of its buffer (a new leading axis of
+2). Iteration i computes on half i % 2 while the transfer for iteration i + 1 moves into the other
+half; the address of "the next iteration" advances the innermost enclosing loop and rolls over to
+outer loops at loop ends (algorithm 8, over every enclosing loop: a loop the address does not
+depend on still repeats the transfer). A prologue before the outermost enclosing loop issues the
+first transfer. An output tile is written back from its half without waiting; its next get waits
+for the previous put, and the last put is waited for after the loops. An output is left single
+buffered when its innermost loop runs once (the next tile would be the one being written).
+Transfers at the root run once and are left as they are. The bytes moved are unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from swauto.ir import expr as ex
+from swauto.ir.analysis import trip_count
+from swauto.ir.nodes import Access, Compare, Dma, DmaWait, For, Gemm, If, Module, Seq, Stmt, Zero, seq
+from swauto.ir.visitor import Rewriter
+
+
+@dataclass(frozen=True)
+class _Transfer:
+    zero: Zero | None
+    get: Dma
+    put: Dma | None
+
+
+def _split_body(body: Stmt) -> tuple[list[_Transfer], list[Stmt]]:
+    """The body's leading transfers (zero?, get, wait), its middle, and its trailing (put, wait) pairs."""
+    stmts = list(body.stmts) if isinstance(body, Seq) else [body]
+    transfers: list[_Transfer] = []
+    i = 0
+    while i < len(stmts):
+        zero = stmts[i] if isinstance(stmts[i], Zero) else None
+        j = i + (zero is not None)
+        if j + 1 < len(stmts) and isinstance(stmts[j], Dma) and stmts[j].direction == "get" \
+                and isinstance(stmts[j + 1], DmaWait):
+            transfers.append(_Transfer(zero, stmts[j], None))
+            i = j + 2
+        else:
+            break
+    end = len(stmts)
+    puts: dict[str, Dma] = {}
+    while end >= 2 and isinstance(stmts[end - 2], Dma) and stmts[end - 2].direction == "put":
+        puts[stmts[end - 2].buffer.name] = stmts[end - 2]
+        end -= 2
+    transfers = [replace(t, put=puts.get(t.get.buffer.name)) for t in transfers]
+    return transfers, stmts[i:end]
+
+
+def _with_half(access: Access, half: ex.Expr) -> Access:
+    return Access(access.name, (half, *access.starts), (1, *access.extents), (None, *access.dims),
+                  (0, *access.pad) if access.pad else ())
+
+
+def _linear_index(chain: list[For]) -> ex.Expr:
+    index: ex.Expr = ex.Const(0)
+    for loop in chain:
+        index = index * trip_count(loop) + (ex.Var(loop.var) - loop.start) // loop.stride
+    return index
+
+
+def _next_points(chain: list[For]) -> list[tuple[Compare, dict[str, ex.Expr]]]:
+    """Algorithm 8: (condition, substitution) from the innermost loop outwards."""
+    points = []
+    for depth in range(len(chain) - 1, -1, -1):
+        loop = chain[depth]
+        advanced = ex.Var(loop.var) + loop.stride
+        mapping: dict[str, ex.Expr] = {loop.var: advanced}
+        mapping.update({inner.var: inner.start for inner in chain[depth + 1 :]})
+        points.append((Compare("<", advanced, loop.stop), mapping))
+    return points
+
+
+def _box_at(dma: Dma, mapping: dict[str, ex.Expr]) -> Access:
+    return replace(dma.tensor, starts=tuple(ex.substitute(s, mapping) for s in dma.tensor.starts))
+
+
+class _DoubleBuffer(Rewriter):
+    def __init__(self, module: Module) -> None:
+        self.doubled: set[str] = set()
+        self.prologues: dict[int, list[Stmt]] = {}
+        self.epilogues: dict[int, list[Stmt]] = {}
+        self.chain: list[For] = []
+
+    def rewrite_For(self, loop: For) -> Stmt:
+        self.chain.append(loop)
+        body = self.rewrite(loop.body)
+        chain = list(self.chain)
+        self.chain.pop()
+        transfers, middle = _split_body(body)
+        if not transfers:
+            result: Stmt = For(loop.var, loop.start, loop.stop, loop.stride, body)
+        else:
+            result = For(loop.var, loop.start, loop.stop, loop.stride, self.pipeline(chain, transfers, middle))
+        outer = id(loop)
+        return seq(*self.prologues.pop(outer, []), result, *self.epilogues.pop(outer, []))
+
+    def pipeline(self, chain: list[For], transfers: list[_Transfer], middle: list[Stmt]) -> Stmt:
+        index = _linear_index(chain)
+        half, other = index % 2, (index + 1) % 2
+        first = {loop.var: loop.start for loop in chain}
+        waits, prefetch, puts, kept = [], [], [], []
+        for transfer in transfers:
+            get, buffer = transfer.get, transfer.get.buffer.name
+            if transfer.put is not None and trip_count(chain[-1]) < 2:
+                kept.append(transfer)  # the next tile is this one: prefetching would read it stale
+                continue
+            self.doubled.add(buffer)
+            zero_now = [] if transfer.zero is None else [Zero(_with_half(transfer.zero.buffer, ex.Const(0)))]
+            self.prologues.setdefault(id(chain[0]), []).extend(
+                [*zero_now, replace(get, tensor=_box_at(get, first), buffer=_with_half(get.buffer, ex.Const(0)))]
+            )
+            waits.append(DmaWait(get.reply))
+            if transfer.put is not None:
+                waits.append(DmaWait(transfer.put.reply))
+                puts.append(replace(transfer.put, buffer=_with_half(transfer.put.buffer, half)))
+                self.epilogues.setdefault(id(chain[0]), []).append(DmaWait(transfer.put.reply))
+            zero_next = [] if transfer.zero is None else [Zero(_with_half(transfer.zero.buffer, other))]
+            nested: Stmt | None = None
+            for cond, mapping in reversed(_next_points(chain)):
+                next_get = replace(get, tensor=_box_at(get, mapping), buffer=_with_half(get.buffer, other))
+                issue = seq(*zero_next, next_get)
+                nested = If(cond, issue, nested)
+            prefetch.append(nested)
+        kept_before = [s for t in kept for s in ((t.zero,) if t.zero else ()) + (t.get, DmaWait(t.get.reply))]
+        kept_after = [s for t in kept if t.put for s in (t.put, DmaWait(t.put.reply))]
+        doubled = {t.get.buffer.name for t in transfers if t not in kept}
+        middle = [_UseHalves({name: half for name in doubled}).rewrite(stmt) for stmt in middle]
+        return seq(*kept_before, *waits, *prefetch, *middle, *puts, *kept_after)
+
+
+class _UseHalves(Rewriter):
+    """Primitive operands on a doubled buffer read the half of the current iteration."""
+
+    def __init__(self, halves: dict[str, ex.Expr]) -> None:
+        self.halves = halves
+
+    def rewrite_Gemm(self, call: Gemm) -> Stmt:
+        def use(access: Access) -> Access:
+            return _with_half(access, self.halves[access.name]) if access.name in self.halves else access
+
+        return replace(call, a=use(call.a), b=use(call.b), c=use(call.c))
+
+
+def double_buffer(module: Module) -> Module:
+    pass_ = _DoubleBuffer(module)
+    body = pass_.rewrite(module.body)
+    if not pass_.doubled:
+        return module
+    buffers = tuple(replace(b, shape=(2, *b.shape)) if b.name in pass_.doubled else b for b in module.buffers)
+    return replace(module, buffers=buffers, body=body)

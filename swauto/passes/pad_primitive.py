@@ -1,0 +1,64 @@
+"""Lightweight zero padding: the second half of boundary handling (thesis 4.2.4, 6.2.4.5).
+
+Guarantees: every primitive call has sizes the primitive accepts (the vectorized dimension a
+multiple of 128, the other free one of 32, K of 8, from the machine description). A call whose
+size is not is padded: the outermost axis carrying that dimension in each operand gets `pad`
+zeros after its valid elements, so only the tile in local memory grows; nothing is copied in
+main memory. Calls whose sizes are accepted (full tiles, remainders that happen to fit: primitive
+switching) are left as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from math import gcd, prod
+
+from swauto.ir.nodes import Access, Gemm, Module
+from swauto.ir.visitor import Rewriter
+from swauto.machine import SW26010
+
+
+def _multiples(machine: SW26010, vectorize: str) -> dict[str, int]:
+    constraints = machine.gemm
+    other = "N" if vectorize == "M" else "M"
+    return {vectorize: constraints.vectorized_multiple, other: constraints.other_multiple, "K": constraints.k_multiple}
+
+
+def _padding(access: Access, dim: str, multiple: int) -> tuple[int, int] | None:
+    """(axis, zeros) that make `dim` a multiple of `multiple` in `access`, or None if it already is."""
+    axes = [axis for axis, carried in enumerate(access.dims) if carried == dim]
+    inner = prod(access.extents[axis] for axis in axes[1:])
+    outer = access.extents[axes[0]]
+    if (outer * inner) % multiple == 0:
+        return None
+    step = multiple // gcd(multiple, inner)
+    return axes[0], -(-outer // step) * step - outer
+
+
+class _Pad(Rewriter):
+    def __init__(self, machine: SW26010) -> None:
+        self.machine = machine
+
+    def rewrite_Gemm(self, call: Gemm) -> Gemm:
+        assert call.vectorize is not None, "pad_primitive runs after vectorization is chosen"
+        operands = dict(call.operands)
+        sizes = {"M": call.m, "N": call.n, "K": call.k}
+        for dim, multiple in _multiples(self.machine, call.vectorize).items():
+            for name, access in operands.items():
+                if dim not in access.dims:
+                    continue
+                padding = _padding(access, dim, multiple)
+                if padding is None:
+                    continue
+                axis, zeros = padding
+                pad = list(access.pad or (0,) * len(access.extents))
+                pad[axis] += zeros
+                operands[name] = replace(access, pad=tuple(pad))
+            carrier = next(a for a in operands.values() if dim in a.dims)
+            sizes[dim] = prod(e for e, d in zip(carrier.padded_extents(), carrier.dims, strict=True) if d == dim)
+        return replace(call, m=sizes["M"], n=sizes["N"], k=sizes["K"], a=operands["A"], b=operands["B"],
+                       c=operands["C"])
+
+
+def pad_primitive(module: Module, machine: SW26010) -> Module:
+    return replace(module, body=_Pad(machine).rewrite(module.body))

@@ -1,0 +1,249 @@
+"""The host performance model: flops against the micro-kernel's measured rate, packing (DMA) traffic
+against the bandwidth of the memory level its data comes from, and the parallel nest's iterations
+shared by the threads.
+
+Its machine constants come from `calibrate()`, a micro-benchmark of a few seconds (the micro-kernel on
+cache-resident panels, copies sized for L2, L3 and DRAM), run once per machine and stored with the
+date in the cache directory (`host_machine.json`); a different CPU measures again.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from math import ceil, prod
+from pathlib import Path
+
+import numpy as np
+
+from swauto.ir import expr as ex
+from swauto.ir.nodes import Dma, For, Gemm, MemCopy, Module, Stmt
+from swauto.ir.visitor import walk
+
+CALIBRATION_FILE = "host_machine.json"
+CALIBRATION_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Measured constants of the host: the micro-kernel's flops per second on one core, copy
+    bandwidth (bytes per second, one core) out of L2, L3 and DRAM, DRAM's total over all cores, and
+    cache sizes in bytes."""
+
+    cpu: str
+    measured: str  # ISO date
+    kernel_flops: float
+    l2_bandwidth: float
+    l3_bandwidth: float
+    dram_bandwidth: float
+    dram_bandwidth_total: float
+    l1_bytes: int
+    l2_bytes: int
+    l3_bytes: int
+
+
+@dataclass(frozen=True)
+class HostEstimate:
+    """Predicted seconds of one call: `compute` (micro-kernels), `traffic` (packing copies and C tile
+    loads), and `seconds`, their wall time on the threads."""
+
+    flops: int
+    copy_bytes: int
+    compute: float
+    traffic: float
+    seconds: float
+
+
+def estimate(module: Module, threads: int, machine: Machine, rows: int = 8, columns: int = 48) -> HostEstimate:
+    """The predicted time of `module` on `threads` cores of `machine` with a micro-kernel of `rows` x
+    `columns` (see the module docstring). Deterministic and cheap: it reads only the IR."""
+    from swauto.backends.host.parallel import split
+
+    phases = split(module)
+    in_group = set()
+    if phases.loops:
+        in_group = {id(node) for node, _ in walk(phases.loops[-1].body)}
+    shared = max(1, min(threads, phases.iterations)) if phases.loops else 1
+    share = ceil(phases.iterations / shared) / phases.iterations if phases.loops else 1.0
+    level = _source_bandwidth(module, machine)
+    parallel = [0.0, 0.0]
+    serial = [0.0, 0.0]
+    flops = copy_bytes = 0
+    for node, loops in walk(module.body):
+        cost = _node_cost(node, module, machine, rows, columns, level)
+        if cost is None:
+            continue
+        trips = _trips(loops)
+        node_flops, node_bytes, compute, traffic = cost
+        flops += node_flops * trips
+        copy_bytes += node_bytes * trips
+        target = parallel if id(node) in in_group else serial
+        target[0] += compute * trips
+        target[1] += traffic * trips
+    # Compute and traffic out of the caches scale with the threads; DRAM traffic only up to its total bandwidth.
+    traffic_share = share
+    if level == machine.dram_bandwidth:
+        traffic_share = 1.0 / max(1.0, min(shared, machine.dram_bandwidth_total / machine.dram_bandwidth))
+    seconds = parallel[0] * share + parallel[1] * traffic_share + serial[0] + serial[1]
+    return HostEstimate(flops, copy_bytes, parallel[0] + serial[0], parallel[1] + serial[1], seconds)
+
+
+def _node_cost(node: Stmt, module: Module, machine: Machine, rows: int, columns: int,
+               source_bandwidth: float) -> tuple[int, int, float, float] | None:
+    """(flops, copied bytes, compute seconds, traffic seconds) of one execution of `node`."""
+    if isinstance(node, (Dma, MemCopy)):
+        box = node.tensor if isinstance(node, Dma) else node.source
+        size = 4 * prod(box.extents)
+        return 0, size, 0.0, size / source_bandwidth
+    if isinstance(node, Gemm):
+        from swauto.backends.host.layout import gemm_roles
+
+        roles = gemm_roles(node)
+        sizes = {"M": node.m, "N": node.n, "K": node.k}
+        u, v = roles["broadcast"][0], roles["vector"][0]
+        # Edge tiles run with fewer rows or columns but the same K loop: count their padding as work.
+        padded = ceil(sizes[u] / rows) * rows * ceil(sizes[v] / columns) * columns
+        compute = 2 * padded * node.k / machine.kernel_flops
+        # The C tile is loaded and stored once per call, from the cache level that holds it.
+        c_bytes = 8 * sizes[u] * sizes[v]
+        buffers = sum(4 * prod(access.extents) for _, access in node.operands)
+        bandwidth = machine.l2_bandwidth if buffers <= machine.l2_bytes else machine.l3_bandwidth
+        # The vector operand's micro-panel should stay in L1 while the broadcast operand streams by.
+        if 4 * node.k * columns > machine.l1_bytes // 2:
+            compute *= 1.15
+        return node.flops, 0, compute, c_bytes / bandwidth
+    return None
+
+
+def _source_bandwidth(module: Module, machine: Machine) -> float:
+    """Bandwidth of the level the tensors live in: all of them fit L2, L3, or only DRAM."""
+    footprint = sum(4 * prod(t.shape) for t in module.tensors)
+    if footprint <= machine.l2_bytes // 2:
+        return machine.l2_bandwidth
+    if footprint <= machine.l3_bytes // 2:
+        return machine.l3_bandwidth
+    return machine.dram_bandwidth
+
+
+def _trips(loops: tuple[For, ...]) -> int:
+    return prod(max(0, -(-ex.evaluate(loop.stop - loop.start, {}) // loop.stride)) for loop in loops)
+
+
+# --- calibration ----------------------------------------------------------------------------------
+
+
+def machine(cache_dir: Path | None = None) -> Machine:
+    """The calibration of this machine from the cache directory, measured (a few seconds) and stored
+    first when missing, outdated or made on another CPU."""
+    from swauto.backends.host import cache
+    from swauto.backends.host.isa import host_cpu, select, target_features
+
+    folder = cache_dir or cache.cache_dir()
+    path = folder / CALIBRATION_FILE
+    features = hashlib.sha256(target_features(select()).encode()).hexdigest()[:12]
+    cpu = f"{host_cpu()[0]} {select().name} {features}"
+    try:
+        stored = json.loads(path.read_text())
+        if stored.get("version") == CALIBRATION_VERSION and stored["machine"]["cpu"] == cpu:
+            return Machine(**stored["machine"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    measured = calibrate(cpu)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"version": CALIBRATION_VERSION, "machine": asdict(measured)}, indent=2))
+    except OSError:
+        pass
+    return measured
+
+
+def calibrate(cpu: str) -> Machine:
+    """Measure this machine's constants (a few seconds)."""
+    l1, l2, l3 = cache_sizes()
+    return Machine(
+        cpu=cpu,
+        measured=datetime.date.today().isoformat(),
+        kernel_flops=_kernel_rate(),
+        l2_bandwidth=_copy_bandwidth(l2 // 4),
+        l3_bandwidth=_copy_bandwidth(min(l3 // 4, 8 << 20)),
+        dram_bandwidth=_copy_bandwidth(max(4 * l3, 64 << 20)),
+        dram_bandwidth_total=_copy_bandwidth(max(4 * l3, 64 << 20), threads=2),
+        l1_bytes=l1,
+        l2_bytes=l2,
+        l3_bytes=l3,
+    )
+
+
+def cache_sizes() -> tuple[int, int, int]:
+    """Per-core L1d and L2, and the L3, in bytes (from Linux's sysfs; Zen 4 sizes elsewhere)."""
+    sizes = {1: 32 << 10, 2: 1 << 20, 3: 32 << 20}
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            level = int((index / "level").read_text())
+            text = (index / "size").read_text().strip()
+            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
+            sizes[level] = int(text.rstrip("KMG")) * scale
+        except (OSError, ValueError):
+            continue
+    return sizes[1], sizes[2], sizes[3]
+
+
+def _kernel_rate() -> float:
+    """Flops per second of the default micro-kernel on cache-resident packed panels, one core."""
+    from swauto.backends.host import compile_module
+
+    module = kernel_benchmark_module()
+    program = compile_module(module)
+    flops = sum(node.flops * _trips(loops) for node, loops in walk(module.body) if isinstance(node, Gemm))
+    program.run({}, threads=1)
+    return flops / _median_seconds(lambda: program.run({}, threads=1))
+
+
+def kernel_benchmark_module(repeat: int = 400) -> Module:
+    """`repeat` GEMMs of 96 x 192 x 128 on local buffers (no copies): the micro-kernel's rate."""
+    from swauto.ir.expr import Const
+    from swauto.ir.nodes import Access, LocalBuffer
+
+    def box(name: str, extents: tuple[int, int], dims: str) -> Access:
+        return Access(name, (Const(0), Const(0)), extents, tuple(dims))
+
+    m, n, k = 96, 192, 128
+    gemm = Gemm(m, n, k, box("A", (m, k), "MK"), box("B", (k, n), "KN"), box("C", (m, n), "MN"), "N")
+    return Module("kernel_rate", (), (LocalBuffer("A", (m, k)), LocalBuffer("B", (k, n)), LocalBuffer("C", (m, n))),
+                  For("r", Const(0), Const(repeat), 1, gemm))
+
+
+def _copy_bandwidth(size: int, threads: int = 1) -> float:
+    """Bytes per second copied from one array of `size` bytes to another (per thread, summed)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    sources = [np.ones(size // 4, np.float32) for _ in range(threads)]
+    targets = [np.empty_like(source) for source in sources]
+    repeat = max(1, (64 << 20) // size)
+
+    def copy(index: int) -> None:
+        for _ in range(repeat):
+            np.copyto(targets[index], sources[index])
+
+    if threads == 1:
+        seconds = _median_seconds(lambda: copy(0))
+    else:
+        with ThreadPoolExecutor(threads) as pool:
+            seconds = _median_seconds(lambda: list(pool.map(copy, range(threads))))
+    return threads * repeat * size / seconds
+
+
+def _median_seconds(function, runs: int = 5) -> float:
+    function()
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)

@@ -1,0 +1,61 @@
+"""Measured tuning on the host: run candidates and keep the fastest.
+
+`measure` times every legal candidate; `hybrid` only the host model's `top` best. Each candidate is
+compiled (through the JIT's disk cache), run once to warm up, then timed `runs` times on random
+inputs; its score is the median.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from swauto.ir.nodes import Module
+from swauto.schedule.candidate import Candidate
+from swauto.schedule.space import Space
+from swauto.tuner.host_model import HostEstimate, Machine, estimate
+
+HYBRID_TOP = 8
+
+
+@dataclass(frozen=True)
+class Measured:
+    candidate: Candidate
+    stages: list[tuple[str, Module]]
+    predicted: HostEstimate
+    seconds: float  # measured median; inf when not measured
+
+
+def rank_by_model(space: Space, threads: int, machine: Machine) -> list[Measured]:
+    """Legal candidates, fastest predicted first (ties keep the space's order); none is run."""
+    ranked = [Measured(c, stages, estimate(stages[-1][1], threads, machine), float("inf"))
+              for c, stages in space.legal]
+    return sorted(ranked, key=lambda r: r.predicted.seconds)
+
+
+def tune(space: Space, threads: int, machine: Machine, top: int | None = None, runs: int = 3) -> list[Measured]:
+    """The `top` best candidates by the model (all with None), measured, fastest measured first."""
+    ranked = rank_by_model(space, threads, machine)
+    chosen = ranked if top is None else ranked[:top]
+    measured = [Measured(r.candidate, r.stages, r.predicted, time_module(r.stages[-1][1], threads, runs))
+                for r in chosen]
+    return sorted(measured, key=lambda r: r.seconds)
+
+
+def time_module(module: Module, threads: int, runs: int = 3) -> float:
+    """Median seconds of `runs` calls of `module`'s host kernel on random inputs (after a warm-up)."""
+    from swauto.backends.host import compile_module
+
+    program = compile_module(module)
+    rng = np.random.default_rng(0)
+    arrays = {t.name: rng.standard_normal(t.shape, dtype=np.float32) for t in module.tensors if not t.scratch}
+    program.run(arrays, threads=threads)
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        program.run(arrays, threads=threads)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)

@@ -1,0 +1,100 @@
+"""The host performance model, its stored calibration, the parallel split of kernels, and the measured
+tuners. No timing thresholds: only structure, consistency and correctness."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from test_host_backend import transposed_gemm_module
+
+import swauto
+from conftest import GEMM_SW, gemm_inputs, gemm_reference, relative_error
+from swauto.api import load
+from swauto.backends.host import parallel
+from swauto.errors import ArgumentError
+from swauto.machine import SUNWAY
+from swauto.pipeline import lower
+from swauto.schedule.candidate import Candidate
+from swauto.schedule.space import explore
+from swauto.tuner import host_model
+from swauto.tuner.measure import rank_by_model, tune
+
+PARAMS = {"M": 256, "N": 256, "K": 128}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _shared_cache_dir(tmp_path_factory):
+    patch = pytest.MonkeyPatch()
+    patch.setenv("SWAUTO_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "swauto-cache"))
+    yield
+    patch.undo()
+
+
+def _module(order, tiles=(("M", 128), ("N", 128), ("K", 64))):
+    return lower(load(GEMM_SW, PARAMS), Candidate(tiles, order, "N"), SUNWAY)[-1][1]
+
+
+def test_calibration_is_measured_once_and_stored_with_the_date(tmp_path, monkeypatch):
+    first = host_model.machine(tmp_path)
+    stored = json.loads((tmp_path / host_model.CALIBRATION_FILE).read_text())
+    assert stored["machine"]["measured"] == first.measured and first.kernel_flops > 0
+    monkeypatch.setattr(host_model, "calibrate", lambda cpu: pytest.fail("measured twice"))
+    assert host_model.machine(tmp_path) == first
+
+
+def test_more_threads_never_predict_slower_and_flops_are_counted_exactly():
+    machine = host_model.machine()
+    module = _module(("M_outer", "N_outer", "K_outer"))
+    one, two = host_model.estimate(module, 1, machine), host_model.estimate(module, 2, machine)
+    assert one.flops == two.flops == 2 * 256 * 256 * 128
+    assert two.seconds < one.seconds
+
+
+def test_parallel_group_splits_the_tiles_of_c_and_never_the_reduction():
+    outer = parallel.split(_module(("M_outer", "N_outer", "K_outer")))
+    assert outer.loops[0].var == "M_outer" and {loop.var for loop in outer.loops} <= {"M_outer", "N_outer"}
+    assert outer.iterations >= 2
+    # K outermost: every thread runs the K loop and its own share of the C tiles inside it.
+    inner = parallel.split(_module(("K_outer", "M_outer", "N_outer")))
+    assert inner.nest is not None and inner.nest.var == "K_outer"
+    assert inner.loops and {loop.var for loop in inner.loops} <= {"M_outer", "N_outer"}
+
+
+def test_a_buffer_used_outside_the_nest_keeps_the_kernel_on_one_thread():
+    module = transposed_gemm_module(64, 48, 96, tile_k=32)  # C_tile is filled before the K loop
+    assert parallel.split(module).loops == ()
+
+
+def test_model_ranking_and_measured_tuners_agree_on_what_they_compare():
+    space = explore(load(GEMM_SW, PARAMS), SUNWAY)
+    machine = host_model.machine()
+    ranked = rank_by_model(space, 2, machine)
+    assert [r.predicted.seconds for r in ranked] == sorted(r.predicted.seconds for r in ranked)
+    measured = tune(space, 2, machine, top=3, runs=1)
+    assert {r.candidate.id for r in measured} == {r.candidate.id for r in ranked[:3]}
+    assert [r.seconds for r in measured] == sorted(r.seconds for r in measured)
+
+
+@pytest.mark.parametrize("tuner", ["hybrid", "model"])
+def test_compile_with_a_tuner_and_threads_computes_gemm(tuner):
+    kernel = swauto.compile(GEMM_SW, PARAMS, target="host", tuner=tuner, threads=2)
+    arrays = gemm_inputs(256, 256, 128)
+    expected = gemm_reference(arrays)
+    kernel(**arrays)
+    assert relative_error(arrays["C"], expected) <= 1e-5
+    assert kernel.threads == 2 and kernel.report["predicted_s"] > 0
+
+
+def test_measured_tuners_are_host_only():
+    with pytest.raises(ArgumentError, match="host"):
+        swauto.compile(GEMM_SW, PARAMS, target="sw26010", tuner="measure")
+
+
+def test_the_kernel_rate_benchmark_runs_without_tensors():
+    from swauto.backends.host import compile_module
+
+    program = compile_module(host_model.kernel_benchmark_module(repeat=2))
+    program.run({}, threads=1)
+    assert np.isfinite(program.build.seconds)
