@@ -304,9 +304,9 @@ def test_dimensions_fused_over_several_axes_split_in_mixed_radix(threads):
         Gemm(s * b, n1 * n2, k, tiles["X"], tiles["W"], tiles["Y"], vectorize="N"),
         Dma("put", y_box, tiles["Y"], "w"), DmaWait("w"),
     ))
-    module = Module("fused", (Tensor("X", (s, b, k)), Tensor("W", (k, n1, n2)), Tensor("Y", (s, b, n1, n2), is_output=True)),
-                    tuple(LocalBuffer(f"{name}_t", box.extents) for name, box in (("X", x_box), ("W", w_box), ("Y", y_box))),
-                    body)
+    tensors = (Tensor("X", (s, b, k)), Tensor("W", (k, n1, n2)), Tensor("Y", (s, b, n1, n2), is_output=True))
+    buffers = tuple(LocalBuffer(f"{name}_t", box.extents) for name, box in (("X", x_box), ("W", w_box), ("Y", y_box)))
+    module = Module("fused", tensors, buffers, body)
     rng = np.random.default_rng(4)
     arrays = {"X": rng.standard_normal((s, b, k), dtype=np.float32),
               "W": rng.standard_normal((k, n1, n2), dtype=np.float32),
@@ -338,7 +338,8 @@ def test_a_hoisted_dma_moves_several_tiles_and_gemm_picks_one(threads):
     ))
     module = Module("hoisted", (Tensor("X", (t_count, m, k)), Tensor("W", (k, n)),
                                 Tensor("Y", (t_count, m, n), is_output=True)),
-                    (LocalBuffer("X_all", (t_count, m, k)), LocalBuffer("W_t", (k, n)), LocalBuffer("Y_t", (m, n))), body)
+                    (LocalBuffer("X_all", (t_count, m, k)), LocalBuffer("W_t", (k, n)), LocalBuffer("Y_t", (m, n))),
+                    body)
     rng = np.random.default_rng(5)
     arrays = {"X": rng.standard_normal((t_count, m, k), dtype=np.float32),
               "W": rng.standard_normal((k, n), dtype=np.float32),
@@ -370,7 +371,8 @@ def test_a_zero_filled_get_whose_single_index_axis_is_outside_moves_nothing():
     get = Dma("get", _box("X", (2, 0, 0), (1, 3, 4), (None, "M", "N")), _box("T", (0, 0), (3, 4), "MN"), "r",
               zero_fill=True)
     put = Dma("put", _box("Y", (0, 0), (3, 4), "MN"), _box("T", (0, 0), (3, 4), "MN"), "w")
-    module = Module("outside", (Tensor("X", (2, 3, 4)), Tensor("Y", (3, 4), is_output=True)), (LocalBuffer("T", (3, 4)),),
+    module = Module("outside", (Tensor("X", (2, 3, 4)), Tensor("Y", (3, 4), is_output=True)),
+                    (LocalBuffer("T", (3, 4)),),
                     Seq((get, DmaWait("r"), put, DmaWait("w"))))
     arrays = _run(module, {"X": np.ones((2, 3, 4), np.float32), "Y": np.full((3, 4), 7, np.float32)})
     np.testing.assert_array_equal(arrays["Y"], np.zeros((3, 4), np.float32))

@@ -48,7 +48,8 @@ def _pool() -> ThreadPoolExecutor:
 def split_range(count: int, parts: int) -> list[tuple[int, int]]:
     """`range(count)` cut into at most `parts` contiguous, non-empty ranges differing in length by at most 1."""
     parts = max(1, min(parts, count))
-    return [(count * p // parts, count * (p + 1) // parts) for p in range(parts) if count * p // parts < count * (p + 1) // parts]
+    bounds = [count * p // parts for p in range(parts + 1)]
+    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False) if lo < hi]
 
 
 class HostProgram:

@@ -41,12 +41,16 @@ class _Placement:
 
 
 def hoistable(access: Access, loops: tuple[For, ...]) -> int:
-    """How many of the loops a box depends on it can be hoisted over (its starts must be affine)."""
+    """How many of the loops a box depends on it can be hoisted over (innermost first): the starts
+    they move must be affine and on axes without padding."""
     used = set().union(*(ex.free_vars(s) for s in access.starts))
     deps = [loop for loop in loops if loop.var in used]
+    pads = access.pad or (0,) * len(access.starts)
     count = 0
     for loop in reversed(deps):
-        if any(loop.var in ex.free_vars(s) and ex.linear_form(s) is None for s in access.starts):
+        moves = [axis for axis, s in enumerate(access.starts) if loop.var in ex.free_vars(s)]
+        # A padded axis must stay padded with zeros, not with the neighbouring tiles a hoisted box holds.
+        if any(ex.linear_form(access.starts[axis]) is None or pads[axis] for axis in moves):
             break
         count += 1
     return count

@@ -8,11 +8,9 @@ counts of the loops around it), never a simulation or a measurement. The thesis'
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import prod
 
-from swauto.ir.analysis import traffic, trip_count
-from swauto.ir.nodes import Gemm, Module
-from swauto.ir.visitor import walk
+from swauto.ir.analysis import traffic
+from swauto.ir.nodes import Module
 from swauto.machine import HOST, SUNWAY
 
 
