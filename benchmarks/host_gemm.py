@@ -2,7 +2,8 @@
 
     python benchmarks/host_gemm.py [--shapes 1024 2048x64x64 ...] [--threads 1 2] [--repeat 5] [--tuner model]
 
-A shape is `S` (S x S x S) or `MxNxK`; the operator is examples/gemm.sw with tile sizes down to 32. For each shape and thread count: the median of `--repeat` calls
+A shape is `S` (S x S x S) or `MxNxK`; the operator is examples/gemm.sw with tile sizes down to 32.
+For each shape and thread count: the median of `--repeat` calls
 of each implementation, GFLOPS and the ratios to swauto, the tuning time and the compile time. The
 libraries' thread counts are set with threadpoolctl when available, else through the environment
 (`OPENBLAS_NUM_THREADS`), which this script sets before importing NumPy for every run. Prints the

@@ -14,6 +14,7 @@ from swauto.errors import ArgumentError, Rejected, ScheduleError
 from swauto.frontend.check import BoundOperator, check
 from swauto.frontend.parser import parse
 from swauto.frontend.source import Source
+from swauto.ir.analysis import traffic
 from swauto.ir.nodes import Module
 from swauto.ir.printer import format_module
 from swauto.machine import SUNWAY
@@ -135,17 +136,19 @@ class Kernel:
 
             self._program = None
             self.code = emit_program(module, SUNWAY, str(self.schedule))
+        flops = traffic(self.operator.seed)[1]  # the operator's own work, not the zeros of padding
         self.report = {
             "operator": self.operator.name,
             "params": dict(self.operator.params),
             "target": self.target,
             "candidate": self.schedule.id,
             "schedule": self.schedule.describe(),
-            "flops": predicted.flops,
+            "flops": flops,
             "dma_bytes": predicted.dma_bytes,
             "predicted_s": predicted.seconds,
-            "predicted_gflops": predicted.flops / predicted.seconds / 1e9,
-            "predicted_peak_fraction": predicted.flops / predicted.seconds / peak_flops(self.target, threads),
+            "predicted_gflops": flops / predicted.seconds / 1e9,
+            "predicted_peak_fraction": flops / predicted.seconds / peak_flops(self.target, threads),
+            "layouts": {name: list(axes) for name, axes in self.layouts.items()},
             "tuning_s": self.tuning_seconds,
         }
 
@@ -161,15 +164,25 @@ class Kernel:
 
     @property
     def tensors(self) -> tuple[str, ...]:
-        return tuple(t.name for t in self.module.tensors)
+        """The names of the arrays a call takes, in declaration order."""
+        return tuple(t.name for t in self.operator.seed.tensors)
 
-    def _validate(self, arrays: Mapping[str, object]) -> dict[str, np.ndarray]:
+    @property
+    def layouts(self) -> dict[str, tuple[int, ...]]:
+        """The memory layout this kernel keeps each tensor in, where it differs from the declared one:
+        the declared axes in memory order (`array.transpose(axes)` arranges an array that way).
+        A call converts at its boundary; `run_arranged` takes arrays already arranged."""
+        return {t.name: t.layout for t in self.module.tensors if t.layout and not t.scratch}
+
+    def _validate(self, arrays: Mapping[str, object], arranged: bool = False) -> dict[str, np.ndarray]:
         names = self.tensors
         unknown = sorted(set(arrays) - set(names))
         if unknown:
             raise ArgumentError(f"{self.operator.name} has no tensor {unknown[0]}; it takes {', '.join(names)}")
         checked: dict[str, np.ndarray] = {}
-        for tensor in self.module.tensors:
+        for tensor in (self.module if arranged else self.operator.seed).tensors:
+            if tensor.scratch:
+                continue
             if tensor.name not in arrays:
                 raise ArgumentError(f"missing array for tensor {tensor.name} (the kernel takes {', '.join(names)})")
             array = arrays[tensor.name]
@@ -196,7 +209,28 @@ class Kernel:
         return checked
 
     def __call__(self, **arrays: np.ndarray) -> None:
+        """Run on arrays in their declared layouts (outputs updated in place)."""
         checked = self._validate(arrays)
+        started = time.perf_counter()
+        # Tensors kept in another layout are converted here; that time is reported apart.
+        arranged = {
+            name: np.array(array.transpose(self.layouts[name]), order="C", copy=True) if name in self.layouts
+            else array
+            for name, array in checked.items()
+        }
+        converted = time.perf_counter() - started
+        self._run(arranged)
+        started = time.perf_counter()
+        for tensor in self.operator.seed.tensors:
+            if tensor.is_output and tensor.name in self.layouts:
+                checked[tensor.name][...] = arranged[tensor.name].transpose(np.argsort(self.layouts[tensor.name]))
+        self.report["layout_conversion_s"] = converted + time.perf_counter() - started
+
+    def run_arranged(self, **arrays: np.ndarray) -> None:
+        """Run on arrays already in this kernel's memory layouts (`Kernel.layouts`): no conversion."""
+        self._run(self._validate(arrays, arranged=True))
+
+    def _run(self, checked: dict[str, np.ndarray]) -> None:
         started = time.perf_counter()
         if self.target == "host":
             self._program.run(checked, threads=self.threads)

@@ -33,3 +33,17 @@ def relative_error(result: np.ndarray, expected: np.ndarray) -> float:
 @pytest.fixture
 def gemm_source() -> Path:
     return GEMM_SW
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_kernel_cache(tmp_path_factory: pytest.TempPathFactory):
+    """Tests never read or write the user's kernel cache (~/.cache/swauto)."""
+    import os
+
+    previous = os.environ.get("SWAUTO_CACHE_DIR")
+    os.environ["SWAUTO_CACHE_DIR"] = str(tmp_path_factory.mktemp("swauto-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("SWAUTO_CACHE_DIR", None)
+    else:
+        os.environ["SWAUTO_CACHE_DIR"] = previous

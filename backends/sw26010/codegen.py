@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from swauto.ir import expr as ex
 from swauto.ir.memory import dma_pattern, row_major_strides
-from swauto.ir.nodes import Access, Alloc, Dma, DmaWait, For, Gemm, If, Let, Module, Seq, Stmt
+from swauto.ir.nodes import Access, Alloc, Dma, DmaWait, For, Gemm, If, Let, MemCopy, Module, Seq, Stmt, Zero
+from swauto.ir.printer import format_access
 from swauto.machine import DTYPE_BYTES, SW26010
 from swauto.passes.plan_local_memory import per_cpe_bytes
 
@@ -43,12 +44,20 @@ def _lines(stmt: Stmt, module: Module, indent: int) -> list[str]:
         pattern = dma_pattern(tensor.shape, stmt.tensor.extents)
         stride = 0 if pattern.stride is None else pattern.stride * size
         memory = f"{tensor.name} + {_address(stmt.tensor, tensor.shape)}"
+        if stmt.zero_fill:  # the CPEs clip the box to the tensor and zero what lies outside
+            return [f"{pad}dma_{stmt.direction}_clipped({stmt.buffer.name}, {memory}, /* box */ "
+                    f"{format_access(stmt.tensor, False)}, /* tensor */ {list(tensor.shape)}, &{stmt.reply});"]
         return [
             f"{pad}dma_{stmt.direction}({stmt.buffer.name}, {memory}, /* block */ {pattern.block * size}, "
             f"/* stride */ {stride}, /* count */ {pattern.count}, &{stmt.reply});"
         ]
     if isinstance(stmt, DmaWait):
         return [f"{pad}dma_wait(&{stmt.reply}, 1);"]
+    if isinstance(stmt, Zero):
+        buffer = stmt.buffer
+        return [f"{pad}ldm_zero({buffer.name}, /* box */ {format_access(buffer, False)});"]
+    if isinstance(stmt, MemCopy):
+        return [f"{pad}mpe_copy(/* {format_access(stmt.source, False)} -> {format_access(stmt.target, False)} */);"]
     if isinstance(stmt, Gemm):
         layouts = ", ".join(f"{name}={access.name}/{''.join(d or '_' for d in access.dims)}"
                             for name, access in stmt.operands)
