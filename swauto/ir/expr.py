@@ -106,8 +106,10 @@ def maximum(a: Expr | int, b: Expr | int) -> Expr:
 Linear = tuple[dict[str, int], int]
 
 
+@lru_cache(maxsize=1 << 16)
 def linear_form(expr: Expr) -> Linear | None:
-    """`expr` as ({variable: coefficient}, constant) if it is affine, else None."""
+    """`expr` as ({variable: coefficient}, constant) if it is affine, else None (cached: callers must
+    not modify the dictionary)."""
     if isinstance(expr, Const):
         return {}, expr.value
     if isinstance(expr, Var):
@@ -163,6 +165,7 @@ def from_linear(coefficients: Mapping[str, int], constant: int) -> Expr:
     return result
 
 
+@lru_cache(maxsize=1 << 16)
 def simplify(expr: Expr) -> Expr:
     """Canonical, folded form of `expr` (see the module docstring)."""
     if not isinstance(expr, BinOp):
@@ -187,6 +190,7 @@ def simplify(expr: Expr) -> Expr:
 # --- queries --------------------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=1 << 16)
 def free_vars(expr: Expr) -> frozenset[str]:
     if isinstance(expr, Var):
         return frozenset((expr.name,))

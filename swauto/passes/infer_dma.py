@@ -92,6 +92,24 @@ def _place(access: Access, loops: tuple[For, ...], hoist: int, buffer: str, writ
     return _Placement(home, before, after, operand, shape)
 
 
+def _rename(placement: _Placement, old: str, new: str) -> _Placement:
+    """The same placement on buffer `new` instead of `old` (replies follow the buffer's name)."""
+
+    def access(a: Access) -> Access:
+        return replace(a, name=new) if a.name == old else a
+
+    def stmt(s: Stmt) -> Stmt:
+        if isinstance(s, Dma):
+            return replace(s, buffer=access(s.buffer), reply=s.reply.replace(old, new, 1))
+        if isinstance(s, DmaWait):
+            return DmaWait(s.reply.replace(old, new, 1))
+        assert isinstance(s, Zero)
+        return Zero(access(s.buffer))
+
+    return replace(placement, before=tuple(map(stmt, placement.before)), after=tuple(map(stmt, placement.after)),
+                   operand=access(placement.operand))
+
+
 def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> Module:
     """Algorithm 7, with operand `X` hoisted over its `hoist[X]` innermost dependent loops."""
     calls = [(node, loops) for node, loops in walk(module.body) if isinstance(node, Gemm)]
@@ -115,7 +133,7 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
                 taken = sum(1 for other in buffers if other[0] == role)
                 buffers[identity] = names[role] if taken == 0 else f"{names[role]}_{taken + 1}"
             name = buffers[identity]
-            placement = _place(access, loops, (hoist or {}).get(role, 0), name, tensor.is_output, tensor.shape)
+            placement = draft if name == names[role] else _rename(draft, names[role], name)
             for target, statements in ((before, placement.before), (after, placement.after)):
                 listed = target.setdefault(key, [])
                 if not all(stmt in listed for stmt in statements):
