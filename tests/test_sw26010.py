@@ -39,11 +39,10 @@ def test_every_candidate_matches_numpy(gemm_source, m, n, k):
         assert counters.dma_get_bytes + counters.dma_put_bytes == dma_bytes, candidate
 
 
-def _final(gemm_source, params=None, candidate=None):
-    op = load(gemm_source, params or {"M": 256, "N": 256, "K": 128})
-    order = ("M_outer", "N_outer", "K_outer")
-    candidate = candidate or Candidate((("M", 128), ("N", 128), ("K", 64)), order, "N")
-    return lower(op, candidate, SUNWAY)[-1][1]
+def _final(gemm_source, stage="plan_local_memory"):
+    op = load(gemm_source, {"M": 256, "N": 256, "K": 128})
+    candidate = Candidate((("M", 128), ("N", 128), ("K", 64)), ("M_outer", "N_outer", "K_outer"), "N")
+    return dict(lower(op, candidate, SUNWAY))[stage]
 
 
 def test_transactions_of_aligned_rows(gemm_source):
@@ -82,7 +81,7 @@ class _ShiftDma(Rewriter):
 
 
 def test_out_of_range_dma_names_the_transfer(gemm_source):
-    module = _final(gemm_source)
+    module = _final(gemm_source, "infer_dma")
     broken = replace(module, body=_ShiftDma().rewrite(module.body))
     expected = r"DMA out of bounds: dma get B\[K_outer \* 64 \+ 64:\+64, .*K_outer=1\) touches tensor B axis 0 at 128"
     with pytest.raises(SimulationError, match=expected):

@@ -134,9 +134,9 @@ class _Machine:
         starts = tuple(ex.compiled(s)(env) for s in access.starts)
         for axis, (start, extent, size) in enumerate(zip(starts, access.extents, shape, strict=True)):
             if start < 0 or start + extent > size:
-                where = ", ".join(f"{k}={v}" for k, v in env.items())
+                where = f" (with {', '.join(f'{k}={v}' for k, v in env.items())})" if env else ""
                 raise SimulationError(
-                    f"DMA out of bounds: {format_stmt(stmt)[0].split('  #')[0]} (with {where}) touches "
+                    f"DMA out of bounds: {format_stmt(stmt)[0].split('  #')[0]}{where} touches "
                     f"{what} axis {axis} at {start}..{start + extent - 1}, outside 0..{size - 1}"
                 )
         return starts
