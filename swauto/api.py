@@ -18,7 +18,7 @@ from swauto.ir.analysis import traffic
 from swauto.ir.nodes import Module
 from swauto.ir.printer import format_module
 from swauto.machine import SUNWAY
-from swauto.pipeline import before_double_buffering, lower
+from swauto.pipeline import lower
 from swauto.schedule.candidate import Candidate
 from swauto.schedule.space import Space, explore
 from swauto.tuner.cost_model import estimate, peak_flops
@@ -125,7 +125,7 @@ class Kernel:
     def __post_init__(self) -> None:
         module = self.module
         threads = self.threads if self.target == "host" else 1
-        predicted = estimate(before_double_buffering(self.stages), self.target, threads)
+        predicted = estimate(self.stages, self.target, threads)
         if self.target == "host":
             from swauto.backends.host import compile_module
 

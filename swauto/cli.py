@@ -58,6 +58,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _progress(what: str):
+    """A progress bar on standard error for long loops (quiet when standard error is not a terminal)."""
+    from tqdm import tqdm
+
+    return lambda items: tqdm(items, desc=what, unit=" candidates", disable=None, leave=False)
+
+
 def _params(args: argparse.Namespace) -> dict[str, int]:
     return dict(args.defines)
 
@@ -91,18 +98,17 @@ def _compile(args: argparse.Namespace) -> int:
 def _schedules(args: argparse.Namespace) -> int:
     from swauto.api import load
     from swauto.machine import SUNWAY
-    from swauto.pipeline import before_double_buffering
     from swauto.schedule.space import explore
     from swauto.tuner.cost_model import estimate
 
     op = load(args.file, _params(args))
-    space = explore(op, SUNWAY)
+    space = explore(op, SUNWAY, progress=_progress("building candidates"))
     print(f"operator {op.name} {op.params}: {space.total} candidates, {len(space.legal)} legal")
     for reason, count in space.rejected.most_common():
         print(f"  rejected {count:6d}  {reason}")
     print(f"{'id':8}  {'sw26010 ms':>10}  schedule")
     for candidate, stages in space.legal:
-        seconds = estimate(before_double_buffering(stages), "sw26010").seconds
+        seconds = estimate(stages, "sw26010").seconds
         print(f"{candidate.id}  {seconds * 1e3:10.4f}  {candidate.describe()}")
     return 0
 

@@ -42,12 +42,16 @@ def test_hoisting_only_ever_reduces_traffic(gemm_source):
     assert traffic(_module(gemm_source, ("M_outer", "N_outer", "K_outer"), stage="hoist_dma"))[0] < placed
 
 
-def test_estimate_is_the_larger_of_memory_and_compute(gemm_source):
-    module = _module(gemm_source, ("M_outer", "N_outer", "K_outer"))
-    predicted = estimate(module, "sw26010")
-    assert predicted.memory_seconds == predicted.dma_bytes / SUNWAY.peak_bandwidth
-    assert predicted.compute_seconds == predicted.flops / SUNWAY.peak_flops
-    assert predicted.seconds == max(predicted.memory_seconds, predicted.compute_seconds)
+def test_estimate_overlaps_memory_and_compute_only_when_double_buffered(gemm_source):
+    op = load(gemm_source, PARAMS)
+    order = ("M_outer", "N_outer", "K_outer")
+    for double_buffer in (False, True):
+        stages = lower(op, Candidate((("M", 128), ("N", 256), ("K", 64)), order, "N", (), double_buffer), SUNWAY)
+        predicted = estimate(stages, "sw26010")
+        assert predicted.memory_seconds == predicted.dma_bytes / SUNWAY.peak_bandwidth
+        assert predicted.compute_seconds == predicted.flops / SUNWAY.peak_flops
+        combine = max if double_buffer else sum
+        assert predicted.seconds == combine((predicted.memory_seconds, predicted.compute_seconds))
 
 
 def test_rank_orders_by_predicted_time_then_traffic(gemm_source):

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from swauto.ir.nodes import Module
-from swauto.pipeline import before_double_buffering
 from swauto.schedule.candidate import Candidate
 from swauto.schedule.space import Space
 from swauto.tuner.cost_model import Estimate, estimate
@@ -20,7 +19,7 @@ class Ranked:
 
 def rank(space: Space, target: str, threads: int = 1) -> list[Ranked]:
     """Legal candidates, cheapest predicted first; ties keep the space's stable order."""
-    ranked = [Ranked(c, stages, estimate(before_double_buffering(stages), target, threads))
+    ranked = [Ranked(c, stages, estimate(stages, target, threads))
               for c, stages in space.legal]
     # Among equally fast candidates prefer the one that moves less data: it leaves more headroom.
     return sorted(ranked, key=lambda r: (r.estimate.seconds, r.estimate.dma_bytes))
