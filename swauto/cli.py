@@ -12,7 +12,8 @@ import numpy as np
 
 from swauto.errors import SwautoError
 
-TOLERANCE = 1e-4  # max |error| / max |reference| that `swauto run` accepts
+TOLERANCE = 1e-4
+_MODEL = {"sw26010": "first analytic cost", "host": "host model"}  # max |error| / max |reference| that `swauto run` accepts
 
 
 def _define(text: str) -> tuple[str, int]:
@@ -74,7 +75,7 @@ def _print_report(report: dict) -> None:
     print(f"target     {report['target']}   params {report['params']}")
     print(f"flops      {report['flops']:.4g}   DMA bytes {report['dma_bytes']:.4g}")
     print(f"predicted  {report['predicted_s'] * 1e3:.4g} ms  {report['predicted_gflops']:.1f} GFLOPS  "
-          f"{100 * report['predicted_peak_fraction']:.1f}% of peak  (first analytic cost)")
+          f"{100 * report['predicted_peak_fraction']:.1f}% of peak  ({_MODEL[report['target']]})")
     print(f"tuning     {report['tuning_s']:.3f} s")
 
 
