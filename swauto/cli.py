@@ -12,8 +12,8 @@ import numpy as np
 
 from swauto.errors import SwautoError
 
-TOLERANCE = 1e-4
-_MODEL = {"sw26010": "first analytic cost", "host": "host model"}  # max |error| / max |reference| that `swauto run` accepts
+TOLERANCE = 1e-4  # max |error| / max |reference| that `swauto run` accepts
+_MODEL = {"sw26010": "first analytic cost", "host": "host model"}
 
 
 def _define(text: str) -> tuple[str, int]:
@@ -122,7 +122,7 @@ def _run(args: argparse.Namespace) -> int:
                             tuner=args.tuner, threads=args.threads)
     _print_report(kernel.report)
     rng = np.random.default_rng(args.seed)
-    arrays = {t.name: rng.standard_normal(t.shape, dtype=np.float32) for t in kernel.module.tensors}
+    arrays = {t.name: rng.standard_normal(t.shape, dtype=np.float32) for t in kernel.operator.seed.tensors}
     expected = reference(kernel.operator, arrays)
     outputs = {name: arrays[name].copy() for name in expected}
     kernel(**{**arrays, **outputs})

@@ -15,8 +15,18 @@ def reference(op: BoundOperator, arrays: dict[str, np.ndarray]) -> dict[str, np.
     values = {name: array.astype(np.float64) for name, array in arrays.items()}
 
     def box(access: Access, env: dict[str, int]) -> np.ndarray:
+        """The box as a view; a box reaching outside a (padded) tensor reads zeros there, as a copy."""
+        array = values[access.name]
         starts = tuple(ex.evaluate(s, env) for s in access.starts)
-        return values[access.name][box_slices(starts, access.extents)]
+        if all(0 <= s and s + e <= n for s, e, n in zip(starts, access.extents, array.shape, strict=True)):
+            return array[box_slices(starts, access.extents)]
+        padded = np.zeros(access.extents)
+        inside = tuple(slice(max(s, 0), min(s + e, n)) for s, e, n in zip(starts, access.extents, array.shape,
+                                                                          strict=True))
+        target = tuple(slice(i.start - s, i.stop - s) for i, s in zip(inside, starts, strict=True))
+        if all(i.stop > i.start for i in inside):
+            padded[target] = array[inside]
+        return padded
 
     def run(stmt: Stmt, env: dict[str, int]) -> None:
         if isinstance(stmt, For):

@@ -53,6 +53,15 @@ def test_run_compares_with_reference_on_both_targets():
         assert "GFLOPS" in result.stdout
 
 
+def test_run_a_convolution_with_padding_and_stride():
+    conv = str(GEMM_SW.parent / "conv2d.sw")
+    for target in ("sw26010", "host"):
+        result = swauto("run", conv, "-D", "B=2", "-D", "Ri=9", "-D", "Ci=9", "-D", "stride=2", "-D", "pad=2",
+                        "--target", target, "--repeat", "1")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "relative to the NumPy float64 reference: ok" in result.stdout
+
+
 def test_syntax_error_exits_2_with_caret(tmp_path):
     bad = tmp_path / "bad.sw"
     bad.write_text("operator g(M) {\n  tensor A[M\n}\n")

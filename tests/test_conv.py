@@ -7,6 +7,7 @@ divides), stride 2, pad 0/1/2, 1x1/3x3/5x5 kernels and B = 1.
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -214,8 +215,32 @@ def test_figure_6_2_golden_ir():
     for stage, module in lower(op, candidate, SUNWAY):
         text += f"=== IR after {stage} ===\n{format_module(module)}"
     golden = GOLDEN / "conv2d_figure_6_2.txt"
-    import os
-
     if os.environ.get("SWAUTO_UPDATE_GOLDEN"):
         golden.write_text(text)
     assert text == golden.read_text(), "printed IR changed; rerun with SWAUTO_UPDATE_GOLDEN=1 if intended"
+
+
+def test_fusing_two_loops_into_one():
+    text = CONV_SW.read_text()
+    schedule = text[text.index("  schedule {"):]
+    text = text.replace(schedule, "  schedule {\n    fuse cKr, cKc\n    reorder any\n  }\n}\n")
+    shape = SHAPES[3]
+    op = load(text, params_of(shape))
+    _, arrays, expected = problem(shape)
+    space = explore(op, SUNWAY)
+    assert {c.order for c in space.candidates} >= {("cRo", "cCo", "cKr_cKc"), ("cKr_cKc", "cRo", "cCo")}
+    for candidate, stages in space.legal:
+        output, _ = run_arranged_on_simulator(stages[-1][1], arrays)
+        assert relative_error(output, expected) <= 1e-5, candidate
+
+
+@pytest.mark.skipif(not os.environ.get("SWAUTO_EXHAUSTIVE"), reason="set SWAUTO_EXHAUSTIVE=1 (minutes)")
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-Ni{}-No{}-{}x{}-k{}-s{}-p{}".format(*s))
+def test_every_candidate_on_the_host(shape):
+    """Every candidate compiled for the host: too slow for every run, run before a release."""
+    op, arrays, expected = problem(shape, seed=4)
+    for candidate in swauto.schedules(CONV_SW, params_of(shape)):
+        kernel = swauto.compile(CONV_SW, params_of(shape), target="host", schedule=candidate, threads=2)
+        output = arrays["output"].copy()
+        kernel(input=arrays["input"], weight=arrays["weight"], output=output)
+        assert relative_error(output, expected) <= 1e-5, candidate
