@@ -26,6 +26,24 @@ def gemm_reference(arrays: dict[str, np.ndarray]) -> np.ndarray:
     return arrays["C"].astype(np.float64) + arrays["A"].astype(np.float64) @ arrays["B"].astype(np.float64)
 
 
+def assert_golden_stages(op, candidate, name: str) -> None:
+    """The printed IR of `candidate` after every stage equals tests/golden/NAME (rewritten instead
+    when SWAUTO_UPDATE_GOLDEN is set)."""
+    import os
+
+    from swauto.ir.printer import format_module
+    from swauto.machine import SUNWAY
+    from swauto.pipeline import lower
+
+    text = f"# candidate {candidate}\n"
+    for stage, module in lower(op, candidate, SUNWAY):
+        text += f"=== IR after {stage} ===\n{format_module(module)}"
+    golden = Path(__file__).parent / "golden" / name
+    if os.environ.get("SWAUTO_UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text(), "printed IR changed; rerun with SWAUTO_UPDATE_GOLDEN=1 if intended"
+
+
 def relative_error(result: np.ndarray, expected: np.ndarray) -> float:
     return float(np.abs(result - expected).max() / np.abs(expected).max())
 

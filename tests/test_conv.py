@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import swauto
-from conftest import EXAMPLES, relative_error
+from conftest import EXAMPLES, assert_golden_stages, relative_error
 from swauto.api import load
 from swauto.backends.sw26010 import simulate
 from swauto.ir.nodes import Dma, Gemm
@@ -211,13 +211,7 @@ def test_figure_6_2_golden_ir():
         (("cCo", 4),), ("cRo", "cCo_outer", "cKr", "cKc"), "N",
         (("input", (0, 1, 2, 3)), ("output", (0, 1, 2, 3))), True,
     )
-    text = f"# candidate {candidate}\n"
-    for stage, module in lower(op, candidate, SUNWAY):
-        text += f"=== IR after {stage} ===\n{format_module(module)}"
-    golden = GOLDEN / "conv2d_figure_6_2.txt"
-    if os.environ.get("SWAUTO_UPDATE_GOLDEN"):
-        golden.write_text(text)
-    assert text == golden.read_text(), "printed IR changed; rerun with SWAUTO_UPDATE_GOLDEN=1 if intended"
+    assert_golden_stages(op, candidate, "conv2d_figure_6_2.txt")
 
 
 def test_fusing_two_loops_into_one():

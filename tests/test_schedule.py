@@ -3,7 +3,6 @@ and the printed IR of one candidate after each pass (golden file)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -11,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import swauto
+from conftest import assert_golden_stages
 from swauto.api import load
 from swauto.errors import ScheduleError
 from swauto.ir.nodes import Dma, For
-from swauto.ir.printer import format_module
 from swauto.ir.visitor import walk
 from swauto.machine import SUNWAY
 from swauto.pipeline import lower
@@ -97,13 +96,7 @@ def test_sizes_smaller_than_every_tile_are_refused(gemm_source):
 def test_golden_ir_after_each_pass(gemm_source):
     op = load(gemm_source, {"M": 256, "N": 384, "K": 128})
     candidate = Candidate((("M", 128), ("N", 128), ("K", 64)), ("M_outer", "N_outer", "K_outer"), "N")
-    text = f"# candidate {candidate}\n"
-    for stage, module in lower(op, candidate, SUNWAY):
-        text += f"=== IR after {stage} ===\n{format_module(module)}"
-    golden = GOLDEN / "gemm_256x384x128.txt"
-    if os.environ.get("SWAUTO_UPDATE_GOLDEN"):
-        golden.write_text(text)
-    assert text == golden.read_text(), "printed IR changed; rerun with SWAUTO_UPDATE_GOLDEN=1 if intended"
+    assert_golden_stages(op, candidate, "gemm_256x384x128.txt")
 
 
 def test_ir_compares_structurally_and_hashes_stably(gemm_source):
