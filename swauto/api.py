@@ -172,7 +172,7 @@ class Kernel:
         """The memory layout this kernel keeps each tensor in, where it differs from the declared one:
         the declared axes in memory order (`array.transpose(axes)` arranges an array that way).
         A call converts at its boundary; `run_arranged` takes arrays already arranged."""
-        return {t.name: t.layout for t in self.module.tensors if t.layout and not t.scratch}
+        return {t.name: t.layout for t in self.module.tensors if t.layout}
 
     def _validate(self, arrays: Mapping[str, object], arranged: bool = False) -> dict[str, np.ndarray]:
         names = self.tensors
@@ -181,8 +181,6 @@ class Kernel:
             raise ArgumentError(f"{self.operator.name} has no tensor {unknown[0]}; it takes {', '.join(names)}")
         checked: dict[str, np.ndarray] = {}
         for tensor in (self.module if arranged else self.operator.seed).tensors:
-            if tensor.scratch:
-                continue
             if tensor.name not in arrays:
                 raise ArgumentError(f"missing array for tensor {tensor.name} (the kernel takes {', '.join(names)})")
             array = arrays[tensor.name]

@@ -1,7 +1,7 @@
 """The host backend: every legal GEMM candidate computes C + A B at several shapes on 1 and 2 threads,
 and with the AVX2 and generic code paths forced; hand-built modules exercise a transposed operand
 layout, every statement and operator, and the IR's fused dimensions, multi-tile DMAs, zero-filled
-DMAs, scratch tensors and memory copies; equal modules share one compiled program; failures are
+DMAs and zeroed boxes; equal modules share one compiled program; failures are
 CodegenErrors."""
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from swauto.ir.nodes import (
     If,
     Let,
     LocalBuffer,
-    MemCopy,
     Module,
     Seq,
     Tensor,
@@ -281,7 +280,7 @@ def test_unsupported_dtypes_are_codegen_errors():
         compile_module(module)
 
 
-# --- the IR's fused dimensions, multi-tile DMAs, zero filling, scratch tensors and copies -----------
+# --- the IR's fused dimensions, multi-tile DMAs and zero filling ---------------------------------------
 
 
 def _run(module: Module, arrays: dict[str, np.ndarray], threads: int = 2) -> dict[str, np.ndarray]:
@@ -376,40 +375,6 @@ def test_a_zero_filled_get_whose_single_index_axis_is_outside_moves_nothing():
                     Seq((get, DmaWait("r"), put, DmaWait("w"))))
     arrays = _run(module, {"X": np.ones((2, 3, 4), np.float32), "Y": np.full((3, 4), 7, np.float32)})
     np.testing.assert_array_equal(arrays["Y"], np.zeros((3, 4), np.float32))
-
-
-def test_scratch_tensors_are_zeroed_for_every_call_and_copies_reshape_boxes():
-    # Y = S (read before anything writes S: all zeros), then S[1:3, 1:4] = X[1] (a (6,) box into (2, 3)),
-    # Z = S: a second call must see a zeroed S again.
-    module = Module(
-        "scratch",
-        (Tensor("X", (2, 6)), Tensor("Y", (3, 4), is_output=True), Tensor("Z", (3, 4), is_output=True),
-         Tensor("S", (3, 4), scratch=True)),
-        (LocalBuffer("T", (3, 4)),),
-        Seq((
-            Dma("get", _box("S", (0, 0), (3, 4), "MN"), _box("T", (0, 0), (3, 4), "MN"), "r"), DmaWait("r"),
-            Dma("put", _box("Y", (0, 0), (3, 4), "MN"), _box("T", (0, 0), (3, 4), "MN"), "w"), DmaWait("w"),
-            MemCopy(_box("X", (1, 0), (1, 6), (None, "N")), _box("S", (1, 1), (2, 3), "MN")),
-            MemCopy(_box("S", (0, 0), (3, 4), "MN"), _box("Z", (0, 0), (3, 4), "MN")),
-        )),
-    )
-    x = np.arange(12, dtype=np.float32).reshape(2, 6)
-    expected_z = np.zeros((3, 4), np.float32)
-    expected_z[1:3, 1:4] = x[1].reshape(2, 3)
-    program = compile_module(module)
-    for _ in range(2):
-        arrays = {"X": x, "Y": np.full((3, 4), 5, np.float32), "Z": np.full((3, 4), 5, np.float32)}
-        program.run(arrays)
-        np.testing.assert_array_equal(arrays["Y"], np.zeros((3, 4), np.float32))
-        np.testing.assert_array_equal(arrays["Z"], expected_z)
-
-
-def test_a_memcopy_between_boxes_of_different_shapes_keeps_row_major_order():
-    module = Module("reshape", (Tensor("X", (2, 6)), Tensor("Z", (3, 4), is_output=True)), (),
-                    MemCopy(_box("X", (0, 0), (2, 6), "MN"), _box("Z", (0, 0), (3, 4), "MN")))
-    x = np.arange(12, dtype=np.float32).reshape(2, 6)
-    arrays = _run(module, {"X": x, "Z": np.zeros((3, 4), np.float32)})
-    np.testing.assert_array_equal(arrays["Z"], x.reshape(3, 4))
 
 
 def test_zero_sets_a_box_of_a_buffer():

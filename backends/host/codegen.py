@@ -2,12 +2,12 @@
 
 The generated module defines up to three functions (`Plan.symbols`), one per phase of
 `parallel.split`: 'before', 'loop' and 'after'. Each takes one `noalias float*` per tensor in
-`module.tensors` order (scratch tensors included), a `float*` to a per-thread workspace holding the
-local buffers at `Plan.offsets`, and an i64 range `lo, hi`: 'loop' runs those flattened iterations of
-the parallel nest, the others ignore it. Buffers live in the layouts of `layout.plan`; a DMA or a
-`MemCopy` is a copy loop nest in row-major element order of its boxes (packing into micro-panels on
-the way), and the GEMM primitive a register-blocked micro-kernel (`microkernel`). Integer
-expressions are i64; `/` and `%` keep Python's floor semantics.
+`module.tensors` order, a `float*` to a per-thread workspace holding the local buffers at
+`Plan.offsets`, and an i64 range `lo, hi`: 'loop' runs those flattened iterations of the parallel
+nest, the others ignore it. Buffers live in the layouts of `layout.plan`; a DMA is a copy loop nest
+in row-major element order of its boxes (packing into micro-panels on the way), and the GEMM
+primitive a register-blocked micro-kernel (`microkernel`). Integer expressions are i64; `/` and `%`
+keep Python's floor semantics.
 
 The module carries no target triple or data layout: the JIT sets them for the host.
 """
@@ -34,7 +34,6 @@ from swauto.ir.nodes import (
     If,
     Let,
     LocalBuffer,
-    MemCopy,
     Module,
     Seq,
     Stmt,
@@ -227,8 +226,6 @@ class Lowering:
             starts = [self.expr(start, env) for start in box.starts]
             self._fill_zero(box, self.access_storage(box), starts, [b for b, e in enumerate(box.extents) if e > 1],
                             f"zero.{box.name}")
-        elif isinstance(stmt, MemCopy):
-            self.copy(stmt.target, stmt.source, env, into_driver=True)
         elif isinstance(stmt, Gemm):
             from .microkernel import emit_gemm
 

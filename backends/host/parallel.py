@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from math import prod
 
 from swauto.ir.expr import Const, linear_form
-from swauto.ir.nodes import Access, Dma, For, Gemm, Let, MemCopy, Module, Seq, Stmt
+from swauto.ir.nodes import Access, Dma, For, Gemm, Let, Module, Seq, Stmt
 from swauto.ir.visitor import walk
 
 # The outermost group with at least this many iterations wins (coarse work, enough to share);
@@ -108,7 +108,7 @@ def _writes(body: Stmt, besides: Stmt) -> bool:
         if stmt is besides:
             continue
         for node, _ in walk(stmt):
-            if isinstance(node, (MemCopy, Gemm)) or isinstance(node, Dma) and node.direction == "put":
+            if isinstance(node, Gemm) or isinstance(node, Dma) and node.direction == "put":
                 return True
     return False
 
@@ -144,8 +144,6 @@ def _tensor_accesses(stmt: Stmt, written: set[str]) -> list[Access]:
     for node, _ in walk(stmt):
         if isinstance(node, Dma) and node.tensor.name in written:
             found.append(node.tensor)
-        elif isinstance(node, MemCopy):
-            found.extend(a for a in (node.source, node.target) if a.name in written)
         elif isinstance(node, Gemm):
             found.extend(access for _, access in node.operands if access.name in written)
     return found
@@ -157,8 +155,6 @@ def _written(body: Stmt) -> set[str]:
     for node, _ in walk(body):
         if isinstance(node, Dma) and node.direction == "put":
             written.add(node.tensor.name)
-        elif isinstance(node, MemCopy):
-            written.add(node.target.name)
         elif isinstance(node, Gemm):
             written.add(node.c.name)
     return written

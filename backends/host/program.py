@@ -1,4 +1,4 @@
-"""A compiled host kernel and its runtime: scratch tensors, per-thread workspaces and the thread pool.
+"""A compiled host kernel and its runtime: per-thread workspaces and the thread pool.
 
 A call runs the 'before' phase on the calling thread, the parallel nest's flattened iterations split
 into one contiguous range per thread (ctypes releases the GIL while native code runs), then 'after'.
@@ -85,17 +85,16 @@ class HostProgram:
         return self.plan.phases.iterations
 
     def run(self, arrays: dict[str, np.ndarray], threads: int | None = None) -> None:
-        """Run the kernel on `arrays` (the non-scratch tensors, by name); outputs are updated in place.
+        """Run the kernel on `arrays` (by tensor name); outputs are updated in place.
 
         `threads` (default: every available core) is capped by the parallel iterations. The caller
         guarantees each array is C-contiguous float32 of its tensor's shape: the compiled code trusts
-        the pointers it gets. Scratch tensors get fresh zeroed memory for each call.
+        the pointers it gets.
         """
         threads = available_threads() if threads is None else threads
         if threads < 1:
             raise ArgumentError(f"threads must be a positive integer, got {threads}")
-        scratch = {t.name: np.zeros(t.shape, np.float32) for t in self.module.tensors if t.scratch}
-        pointers = [(scratch[t.name] if t.scratch else arrays[t.name]).ctypes.data for t in self.module.tensors]
+        pointers = [arrays[t.name].ctypes.data for t in self.module.tensors]
         ranges = split_range(self.parallel_iterations, threads)
         with self._run_lock:
             workspaces = self._workspace_pointers(max(len(ranges), 1))

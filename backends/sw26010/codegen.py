@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from swauto.ir import expr as ex
 from swauto.ir.memory import dma_pattern, row_major_strides
-from swauto.ir.nodes import Access, Alloc, Dma, DmaWait, For, Gemm, If, Let, MemCopy, Module, Seq, Stmt, Zero
+from swauto.ir.nodes import Access, Alloc, Dma, DmaWait, For, Gemm, If, Let, Module, Seq, Stmt, Zero
 from swauto.ir.printer import format_access
 from swauto.machine import DTYPE_BYTES, SW26010
 from swauto.passes.plan_local_memory import per_cpe_bytes
@@ -56,8 +56,6 @@ def _lines(stmt: Stmt, module: Module, indent: int) -> list[str]:
     if isinstance(stmt, Zero):
         buffer = stmt.buffer
         return [f"{pad}ldm_zero({buffer.name}, /* box */ {format_access(buffer, False)});"]
-    if isinstance(stmt, MemCopy):
-        return [f"{pad}mpe_copy(/* {format_access(stmt.source, False)} -> {format_access(stmt.target, False)} */);"]
     if isinstance(stmt, Gemm):
         layouts = ", ".join(f"{name}={access.name}/{''.join(d or '_' for d in access.dims)}"
                             for name, access in stmt.operands)

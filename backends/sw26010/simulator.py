@@ -20,7 +20,7 @@ import numpy as np
 from swauto.errors import SimulationError
 from swauto.ir import expr as ex
 from swauto.ir.memory import box_slices, matrix_view, row_major_strides, store_matrix
-from swauto.ir.nodes import Access, Alloc, Dma, DmaWait, For, Gemm, If, Let, MemCopy, Module, Seq, Stmt, Zero
+from swauto.ir.nodes import Access, Alloc, Dma, DmaWait, For, Gemm, If, Let, Module, Seq, Stmt, Zero
 from swauto.ir.printer import format_stmt
 from swauto.machine import DTYPE_BYTES, SW26010
 from swauto.passes.plan_local_memory import per_cpe_bytes
@@ -39,7 +39,6 @@ class Counters:
     dma_transactions: int = 0  # 128-byte memory transactions
     flops: int = 0
     gemm_calls: int = 0
-    copy_bytes: int = 0  # main-memory copies by the management core
     ldm_bytes_per_cpe: int = 0
     seconds_estimate: float = 0.0  # rough: transactions over bandwidth against flops over peak
 
@@ -123,8 +122,6 @@ class _Machine:
             if state.busy(stmt.buffer.name, starts, stmt.buffer.extents):
                 raise SimulationError(f"zeroing {stmt.buffer.name} while a DMA on that tile is in flight")
             buffer[box_slices(starts, stmt.buffer.extents)] = 0
-        elif isinstance(stmt, MemCopy):
-            self.memcopy(stmt, env, state)
         elif isinstance(stmt, (Alloc, Let)):
             pass
         else:
@@ -178,16 +175,6 @@ class _Machine:
         state.counters.dma_requests += requests
         state.counters.dma_transactions += transactions
 
-    def memcopy(self, stmt: MemCopy, env: dict[str, int], state: _State) -> None:
-        boxes = []
-        for access in (stmt.source, stmt.target):
-            array = state.arrays[access.name]
-            starts = self.box(access, env, array.shape, f"tensor {access.name}", stmt)
-            boxes.append(array[box_slices(starts, access.extents)])
-        source, target = boxes
-        target[...] = source.reshape(target.shape)
-        state.counters.copy_bytes += source.nbytes
-
     def transactions(self, starts: tuple[int, ...], extents: tuple[int, ...], shape: tuple[int, ...],
                      element_bytes: int) -> tuple[int, int]:
         """DMA requests and 128-byte transactions of a box moved by the whole mesh.
@@ -232,8 +219,7 @@ def simulate(module: Module, arrays: dict[str, np.ndarray], machine: SW26010) ->
     """Run `module` on `arrays` (outputs updated in place) and return what it moved and computed."""
     sim = _Machine(module, machine)
     buffers, used = sim.allocate()
-    scratch = {t.name: np.zeros(t.shape, dtype=t.dtype) for t in module.tensors if t.scratch}
-    state = _State({**arrays, **scratch}, buffers)
+    state = _State(arrays, buffers)
     state.counters.ldm_bytes_per_cpe = used
     sim.run(module.body, {}, state)
     if state.in_flight:

@@ -18,9 +18,7 @@ class Tensor:
     """A tensor in main memory, row-major (C order) in `shape`, which is its memory order.
 
     `layout` says which declared axis each memory axis is (empty: the declared order); the kernel
-    converts arrays at its boundary, so backends only ever see memory order. A `scratch` tensor is
-    not a kernel argument: the runtime gives it zeroed memory of its shape for each call (the
-    auxiliary buffers of lightweight zero padding live there).
+    converts arrays at its boundary, so backends only ever see memory order.
     """
 
     name: str
@@ -28,7 +26,6 @@ class Tensor:
     dtype: str = "float32"
     is_output: bool = False
     layout: tuple[int, ...] = ()
-    scratch: bool = False
 
 
 @dataclass(frozen=True)
@@ -144,15 +141,6 @@ class Zero:
 
 
 @dataclass(frozen=True)
-class MemCopy:
-    """A copy between two boxes of main-memory tensors of the same number of elements, done by the
-    management core outside the mesh (filling and draining lightweight zero-padding buffers)."""
-
-    source: Access
-    target: Access
-
-
-@dataclass(frozen=True)
 class DmaWait:
     reply: str
 
@@ -181,12 +169,12 @@ class Gemm:
         return 2 * self.m * self.n * self.k
 
 
-Stmt = For | Seq | If | Let | Alloc | Dma | DmaWait | Zero | MemCopy | Gemm
+Stmt = For | Seq | If | Let | Alloc | Dma | DmaWait | Zero | Gemm
 
 
 @dataclass(frozen=True)
 class Module:
-    """One kernel: its tensors (the arguments, in order, then any scratch tensors), local buffers and body."""
+    """One kernel: its tensors (the arguments, in order), local buffers and body."""
 
     name: str
     tensors: tuple[Tensor, ...]

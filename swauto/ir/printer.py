@@ -12,7 +12,6 @@ from swauto.ir.nodes import (
     Gemm,
     If,
     Let,
-    MemCopy,
     Module,
     Seq,
     Stmt,
@@ -71,8 +70,6 @@ def format_stmt(stmt: Stmt, module: Module | None = None, indent: int = 0) -> li
         return [f"{pad}dma wait {stmt.reply}"]
     if isinstance(stmt, Zero):
         return [f"{pad}zero {format_access(stmt.buffer, False)}"]
-    if isinstance(stmt, MemCopy):
-        return [f"{pad}copy {format_access(stmt.source, False)} -> {format_access(stmt.target, False)}"]
     if isinstance(stmt, Gemm):
         vec = stmt.vectorize or "?"
         operands = ", ".join(f"{name}={format_access(access)}" for name, access in stmt.operands)
@@ -83,8 +80,7 @@ def format_stmt(stmt: Stmt, module: Module | None = None, indent: int = 0) -> li
 def format_module(module: Module) -> str:
     lines = [f"kernel {module.name}"]
     for tensor in module.tensors:
-        notes = [note for flag, note in ((tensor.is_output, "output"), (tensor.scratch, "scratch, zeroed"))
-                 if flag]
+        notes = ["output"] if tensor.is_output else []
         if tensor.layout:
             notes.append(f"memory order of declared axes {list(tensor.layout)}")
         comment = f"  # {'; '.join(notes)}" if notes else ""

@@ -199,7 +199,7 @@ def set_layout(module: Module, tensor_name: str, permutation: tuple[int, ...]) -
 
     loops, call = loop_nest(module.body)
     stored = Tensor(tensor.name, tuple(tensor.shape[a] for a in permutation), tensor.dtype, tensor.is_output,
-                    permutation, tensor.scratch)
+                    permutation)
     tensors = tuple(stored if t.name == tensor_name else t for t in module.tensors)
     return replace(module, tensors=tensors, body=_rebuild(loops, _map_operands(call, permute)))
 

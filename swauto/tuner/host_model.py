@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from swauto.ir import expr as ex
-from swauto.ir.nodes import Dma, For, Gemm, MemCopy, Module, Stmt
+from swauto.ir.nodes import Dma, For, Gemm, Module, Stmt
 from swauto.ir.visitor import walk
 
 CALIBRATION_FILE = "host_machine.json"
@@ -95,9 +95,8 @@ def estimate(module: Module, threads: int, machine: Machine, rows: int = 8, colu
 def _node_cost(node: Stmt, module: Module, machine: Machine, rows: int, columns: int,
                source_bandwidth: float) -> tuple[int, int, float, float] | None:
     """(flops, copied bytes, compute seconds, traffic seconds) of one execution of `node`."""
-    if isinstance(node, (Dma, MemCopy)):
-        box = node.tensor if isinstance(node, Dma) else node.source
-        size = 4 * prod(box.extents)
+    if isinstance(node, Dma):
+        size = 4 * prod(node.tensor.extents)
         return 0, size, 0.0, size / source_bandwidth
     if isinstance(node, Gemm):
         from swauto.backends.host.layout import gemm_roles

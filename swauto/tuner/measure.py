@@ -51,7 +51,7 @@ def time_module(module: Module, threads: int, runs: int = 3) -> float:
 
     program = compile_module(module)
     rng = np.random.default_rng(0)
-    arrays = {t.name: rng.standard_normal(t.shape, dtype=np.float32) for t in module.tensors if not t.scratch}
+    arrays = {t.name: rng.standard_normal(t.shape, dtype=np.float32) for t in module.tensors}
     program.run(arrays, threads=threads)
     times = []
     for _ in range(runs):
