@@ -1,53 +1,72 @@
 """DMA hoisting (thesis 5.1.2.3).
 
-Guarantees: starting from algorithm 7's placement, an operand's transfer moves over its innermost
-dependent loop (its box grows to cover every iteration of that loop, and the primitive reads its
-tile at an offset) whenever that reduces the bytes moved and the buffers still fit local memory
-(counting double buffering when it will be applied). Greedy: the move (over one or more loops)
-that saves the most bytes first, until none helps. The result is what `infer_dma` would give with those placements.
+Guarantees: starting from algorithm 7's placement, each operand's transfer moves out over some of
+its dependent loops (its box grows to cover every iteration of those loops, and the primitive reads
+its tile at an offset) so that the bytes moved are as few as possible while every buffer still fits
+local memory (counting double buffering when it will be applied); among placements that move as
+few bytes, the one using the least local memory. The result is what `place_transfers` gives with
+those placements.
 """
 
 from __future__ import annotations
 
-from swauto.ir.analysis import traffic
-from swauto.ir.nodes import Gemm, Module
-from swauto.ir.visitor import walk
-from swauto.machine import SW26010
-from swauto.passes.infer_dma import hoistable, place_transfers
-from swauto.passes.plan_local_memory import footprint
+import itertools
+from math import prod
 
-MAX_DISTANCE = 4  # loops an operand may cross in one step
+from swauto.ir.analysis import trip_count
+from swauto.ir.nodes import Dma, Gemm, LocalBuffer, Module
+from swauto.ir.visitor import walk
+from swauto.machine import DTYPE_BYTES, SW26010
+from swauto.passes.infer_dma import buffer_names, hoistable, place, place_transfers
+from swauto.passes.plan_local_memory import aligned, footprint, per_cpe_bytes
+
+ROLES = ("A", "B", "C")
+
+
+def _option(scheduled: Module, role: str, level: int, machine: SW26010) -> tuple[int, int]:
+    """(bytes moved, local bytes per CPE) of operand `role` hoisted over `level` dependent loops."""
+    calls = [(node, loops) for node, loops in walk(scheduled.body) if isinstance(node, Gemm)]
+    name = buffer_names(calls[0][0])[role]
+    placements: dict[tuple, tuple[int, tuple[int, ...]]] = {}
+    for call, loops in calls:
+        access = dict(call.operands)[role]
+        tensor = scheduled.tensor(access.name)
+        placement = place(access, loops, level, name, tensor.is_output, tensor.shape)
+        key = (None if placement.home is None else id(placement.home), placement.before, placement.after)
+        if key in placements:
+            continue
+        enclosing = loops[: loops.index(placement.home) + 1] if placement.home is not None else ()
+        trips = prod(trip_count(loop) for loop in enclosing)
+        box = next(s for s in placement.before if isinstance(s, Dma)).tensor  # the get's tensor box
+        moved = prod(box.extents) * DTYPE_BYTES[tensor.dtype] * trips * (2 if tensor.is_output else 1)
+        placements[key] = (moved, placement.shape)
+    moved = sum(m for m, _ in placements.values())
+    local = sum(aligned(per_cpe_bytes(LocalBuffer(name, shape), machine)) for _, shape in placements.values())
+    return moved, local
 
 
 def hoist_dma(scheduled: Module, machine: SW26010, double_buffered: bool) -> Module:
     """`scheduled` is the IR before any transfer was placed (the input of `infer_dma`)."""
-    levels = {"A": 0, "B": 0, "C": 0}
-    caps = dict.fromkeys(levels, 0)  # how far each operand can move at most
+    caps = dict.fromkeys(ROLES, 0)  # how far each operand can move at most
     for call, loops in walk(scheduled.body):
         if isinstance(call, Gemm):
             for role, access in call.operands:
                 caps[role] = max(caps[role], hoistable(access, loops))
-    placed: dict[tuple[int, ...], Module] = {}
+    options = {role: [_option(scheduled, role, level, machine) for level in range(caps[role] + 1)] for role in ROLES}
+    placed = place_transfers(scheduled, dict.fromkeys(ROLES, 0))
+    # The float64 copies do not depend on where transfers sit: count them once, from any placement.
+    copies = footprint(placed, machine) - sum(aligned(per_cpe_bytes(b, machine)) for b in placed.buffers)
+    factor = 2 if double_buffered else 1
+    best: tuple[int, int, tuple[int, ...]] | None = None
+    for levels in itertools.product(*(range(caps[role] + 1) for role in ROLES)):
+        chosen = [options[role][level] for role, level in zip(ROLES, levels, strict=True)]
+        local = copies + factor * sum(local for _, local in chosen)
+        if local > machine.ldm_usable_bytes:
+            continue
+        key = (sum(moved for moved, _ in chosen), local, levels)
+        if best is None or key < best:
+            best = key
+    if best is None or best[2] == (0, 0, 0):
+        return placed
+    return place_transfers(scheduled, dict(zip(ROLES, best[2], strict=True)))
 
-    def place(choice: dict[str, int]) -> Module:
-        key = tuple(choice.values())
-        if key not in placed:
-            placed[key] = place_transfers(scheduled, choice)
-        return placed[key]
-
-    best = place(levels)
-    best_bytes = traffic(best)[0]
-    while True:
-        options = []
-        for role in levels:
-            # Moving over one loop may save nothing until the next is crossed too: try each distance.
-            for distance in range(1, min(MAX_DISTANCE, caps[role] - levels[role]) + 1):
-                trial_levels = {**levels, role: levels[role] + distance}
-                trial = place(trial_levels)
-                moved = traffic(trial)[0]
-                if moved < best_bytes and footprint(trial, machine, double_buffered) <= machine.ldm_usable_bytes:
-                    options.append((moved, distance, role, trial))
-        if not options:
-            return best
-        best_bytes, distance, role, best = min(options, key=lambda option: option[:3])
-        levels[role] += distance

@@ -56,7 +56,7 @@ def hoistable(access: Access, loops: tuple[For, ...]) -> int:
     return count
 
 
-def _place(access: Access, loops: tuple[For, ...], hoist: int, buffer: str, writes: bool,
+def place(access: Access, loops: tuple[For, ...], hoist: int, buffer: str, writes: bool,
            tensor_shape: tuple[int, ...]) -> _Placement:
     used = set().union(*(ex.free_vars(s) for s in access.starts))
     deps = [loop for loop in loops if loop.var in used]
@@ -126,7 +126,7 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
         operands = {}
         for role, access in call.operands:
             tensor = module.tensor(access.name)
-            draft = _place(access, loops, (hoist or {}).get(role, 0), names[role], tensor.is_output, tensor.shape)
+            draft = place(access, loops, (hoist or {}).get(role, 0), names[role], tensor.is_output, tensor.shape)
             key = None if draft.home is None else id(draft.home)
             identity = (role, key, draft.before, draft.after)
             if identity not in buffers:

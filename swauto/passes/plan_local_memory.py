@@ -25,7 +25,8 @@ def per_cpe_bytes(buffer: LocalBuffer, machine: SW26010) -> int:
     return ceil(prod(buffer.shape) / machine.cpes) * DTYPE_BYTES[buffer.dtype]
 
 
-def _aligned(size: int) -> int:
+def aligned(size: int) -> int:
+    """`size` rounded up to the alignment of local buffers."""
     return ceil(size / ALIGNMENT) * ALIGNMENT
 
 
@@ -50,8 +51,8 @@ def footprint(module: Module, machine: SW26010, doubling: bool = False) -> int:
     """Per-CPE local memory the module's buffers and their float64 twins need; with `doubling`,
     as if every float32 buffer were double buffered (for passes that run before double buffering)."""
     factor = 2 if doubling else 1
-    own = sum(_aligned(per_cpe_bytes(b, machine)) * factor for b in module.buffers)
-    return own + sum(_aligned(per_cpe_bytes(t, machine)) for t in _twins(module, machine))
+    own = sum(aligned(per_cpe_bytes(b, machine)) * factor for b in module.buffers)
+    return own + sum(aligned(per_cpe_bytes(t, machine)) for t in _twins(module, machine))
 
 
 def plan_local_memory(module: Module, machine: SW26010) -> Module:
@@ -61,7 +62,7 @@ def plan_local_memory(module: Module, machine: SW26010) -> Module:
     offset = 0
     for buffer in buffers + twins:
         placed.append(replace(buffer, offset=offset))
-        offset += _aligned(per_cpe_bytes(buffer, machine))
+        offset += aligned(per_cpe_bytes(buffer, machine))
     if offset > machine.ldm_usable_bytes:
         raise Rejected(
             "local memory overflow",
