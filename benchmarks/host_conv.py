@@ -1,0 +1,142 @@
+"""swauto's host convolution against PyTorch's conv2d (oneDNN), side by side.
+
+    python benchmarks/host_conv.py [--batch 1 32] [--threads 1 2] [--kernel 3] [--models resnet50 vgg16]
+                                   [--repeat 5] [--limit N]
+
+Layers come from ../shared/workloads/cnn_conv_layers.csv (default: the 3x3 layers). For each layer,
+batch size and thread count: the median of `--repeat` calls of each implementation, GFLOPS, the
+ratio swauto / PyTorch, and the tuning and compile time. swauto runs on arrays already in the
+layouts its kernel wants (`Kernel.run_arranged`): a framework would hand them over that way, and
+PyTorch likewise gets its own NCHW arrays; the conversion swauto would need from NCHW is timed apart
+(`layout_s`). Prints the machine and the date; writes benchmarks/results/host_conv.{csv,md,png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import math
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+import swauto
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+LAYERS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"
+FIELDS = ["model", "layer", "batch", "threads", "gflop", "swauto_gflops", "torch_gflops", "swauto_vs_torch",
+          "layout_s", "tuning_s", "candidate"]
+
+
+def layers(path: Path, kernel: int | None, models: list[str] | None) -> list[dict[str, str]]:
+    rows = [row for row in csv.DictReader(line for line in path.open() if not line.startswith("#"))]
+    return [r for r in rows if (kernel is None or int(r["k"]) == kernel) and (not models or r["model"] in models)]
+
+
+def median_seconds(function, repeat: int) -> float:
+    function()
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def measure(layer: dict[str, str], batch: int, threads: int, repeat: int) -> dict[str, object]:
+    import torch
+
+    ci, co, hw, k, stride, pad = (int(layer[key]) for key in ("ci", "co", "in_hw", "k", "stride", "pad"))
+    params = {"B": batch, "Ni": ci, "No": co, "Ri": hw, "Ci": hw, "Kr": k, "Kc": k, "stride": stride, "pad": pad}
+    started = time.perf_counter()
+    kernel = swauto.compile(ROOT / "examples" / "conv2d.sw", params, target="host", threads=threads)
+    tuning = time.perf_counter() - started
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, ci, hw, hw), dtype=np.float32)  # NCHW, as PyTorch takes it
+    w = rng.standard_normal((co, ci, k, k), dtype=np.float32)  # OIHW
+    started = time.perf_counter()
+    # The declared layouts: input[Ri, Ci, Ni, B], weight[Kr, Kc, No, Ni].
+    declared = {"input": x.transpose(2, 3, 1, 0), "weight": w.transpose(2, 3, 0, 1)}
+    arranged = {name: np.ascontiguousarray(a.transpose(kernel.layouts[name]) if name in kernel.layouts else a)
+                for name, a in declared.items()}
+    layout_s = time.perf_counter() - started
+    out_shape = next(t.shape for t in kernel.module.tensors if t.name == "output")
+    arranged["output"] = np.zeros(out_shape, np.float32)
+    ours = median_seconds(lambda: kernel.run_arranged(**arranged), repeat)
+    torch.set_num_threads(threads)
+    tx, tw = torch.from_numpy(x), torch.from_numpy(w)
+    with torch.no_grad():
+        theirs = median_seconds(lambda: torch.nn.functional.conv2d(tx, tw, stride=stride, padding=pad), repeat)
+    flops = kernel.report["flops"]
+    return {
+        "model": layer["model"], "layer": layer["layer"], "batch": batch, "threads": threads,
+        "gflop": round(flops / 1e9, 3), "swauto_gflops": round(flops / ours / 1e9, 1),
+        "torch_gflops": round(flops / theirs / 1e9, 1), "swauto_vs_torch": round(theirs / ours, 3),
+        "layout_s": round(layout_s, 4), "tuning_s": round(tuning, 2), "candidate": kernel.schedule.describe(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, nargs="+", default=[1])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1])
+    parser.add_argument("--kernel", type=int, default=3, help="only layers with this kernel size (0: all)")
+    parser.add_argument("--models", nargs="*", default=["resnet50", "vgg16"])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--limit", type=int, default=0, help="at most this many layers (0: all)")
+    args = parser.parse_args()
+    import torch
+    from tqdm import tqdm
+
+    chosen = layers(LAYERS, args.kernel or None, args.models)[: args.limit or None]
+    print(f"{datetime.datetime.now().isoformat(timespec='seconds')}  {platform.processor() or platform.machine()}  "
+          f"{os.cpu_count()} cores  numpy {np.__version__}  torch {torch.__version__}  medians of {args.repeat}")
+    rows = []
+    jobs = [(layer, b, t) for layer in chosen for b in args.batch for t in args.threads]
+    for layer, batch, threads in tqdm(jobs, desc="layers", unit=" runs"):
+        row = measure(layer, batch, threads, args.repeat)
+        rows.append(row)
+        tqdm.write(f"{row['model']:9} {row['layer']:10} B={batch:<3} t={threads}  swauto {row['swauto_gflops']:7.1f}  "
+                   f"torch {row['torch_gflops']:7.1f}  ratio {row['swauto_vs_torch']:.2f}  ({row['candidate']})")
+    for batch in args.batch:
+        for threads in args.threads:
+            ratios = [r["swauto_vs_torch"] for r in rows if r["batch"] == batch and r["threads"] == threads]
+            geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+            print(f"B={batch} threads={threads}: geometric mean swauto / PyTorch = {geomean:.3f} "
+                  f"over {len(ratios)} layers")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with open(RESULTS / "host_conv.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    lines = ["| layer | B | threads | GFLOP | swauto GFLOPS | PyTorch GFLOPS | swauto / PyTorch |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['model']} {r['layer']} | {r['batch']} | {r['threads']} | {r['gflop']} | {r['swauto_gflops']} | "
+              f"{r['torch_gflops']} | {r['swauto_vs_torch']} |" for r in rows]
+    (RESULTS / "host_conv.md").write_text("\n".join(lines) + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    figure, axis = plt.subplots(figsize=(10, 4))
+    labels = [f"{r['layer']} B{r['batch']} t{r['threads']}" for r in rows]
+    axis.bar(range(len(rows)), [r["swauto_vs_torch"] for r in rows])
+    axis.axhline(1.0, color="black", linewidth=0.8)
+    axis.set_xticks(range(len(rows)), labels, rotation=70, fontsize=7)
+    axis.set_ylabel("swauto / PyTorch (higher is faster)")
+    axis.set_title("conv2d on the host")
+    figure.tight_layout()
+    figure.savefig(RESULTS / "host_conv.png", dpi=120)
+
+
+if __name__ == "__main__":
+    main()
