@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from swauto.ir import expr as ex
 from swauto.ir.nodes import Access, For, Gemm, Module, Seq, Stmt, seq
-from swauto.schedule.transforms import loop_nest
+from swauto.schedule.transforms import loop_nest, substitute_call, substitute_loops
 
 Ranges = dict[str, tuple[int, int]]
 
@@ -49,12 +49,6 @@ def _settle(call: Gemm, ranges: Ranges) -> Gemm:
     return replace(call, a=access(call.a), b=access(call.b), c=access(call.c), **sizes)
 
 
-def _substitute(loops: list[For], call: Gemm, mapping: dict[str, ex.Expr]) -> tuple[list[For], Gemm]:
-    from swauto.schedule.transforms import _substitute_call, _substitute_loops
-
-    return _substitute_loops(loops, mapping), _substitute_call(call, mapping)
-
-
 def _peel(loops: list[For], call: Gemm, ranges: Ranges) -> Stmt:
     if not loops:
         return _settle(call, ranges)
@@ -69,7 +63,8 @@ def _peel(loops: list[For], call: Gemm, ranges: Ranges) -> Stmt:
     if stop - 1 > start:
         full = {**ranges, loop.var: (start, stop - 2)}
         parts.append(For(loop.var, ex.Const(start), ex.Const(stop - 1), 1, _peel(rest, call, full)))
-    last_loops, last_call = _substitute(rest, call, {loop.var: ex.Const(stop - 1)})
+    last = {loop.var: ex.Const(stop - 1)}
+    last_loops, last_call = substitute_loops(rest, last), substitute_call(call, last)
     parts.append(_peel(last_loops, last_call, ranges))
     return seq(*parts)
 

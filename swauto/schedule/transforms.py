@@ -83,12 +83,14 @@ def _substitute(access: Access, mapping: dict[str, ex.Expr]) -> Access:
                    extents=tuple(size(ex.substitute(ex.as_expr(e), mapping)) for e in access.extents))
 
 
-def _substitute_call(call: Gemm, mapping: dict[str, ex.Expr]) -> Gemm:
+def substitute_call(call: Gemm, mapping: dict[str, ex.Expr]) -> Gemm:
+    """`call` with loop variables replaced in its operands' starts and extents and in its sizes."""
     call = _map_operands(call, lambda access: _substitute(access, mapping))
     return replace(call, **{d: size(ex.substitute(ex.as_expr(getattr(call, d)), mapping)) for d in "mnk"})
 
 
-def _substitute_loops(loops: list[For], mapping: dict[str, ex.Expr]) -> list[For]:
+def substitute_loops(loops: list[For], mapping: dict[str, ex.Expr]) -> list[For]:
+    """`loops` with variables replaced in their bounds (bodies are rebuilt by the caller)."""
     return [replace(loop, start=ex.substitute(loop.start, mapping), stop=ex.substitute(loop.stop, mapping))
             for loop in loops]
 
@@ -107,8 +109,8 @@ def split_loop(module: Module, var: str, factor: int, outer: str, inner: str) ->
         For(outer, ex.Const(0), ex.Const(-(-count // factor)), 1, call),
         For(inner, ex.Const(0), ex.as_expr(_tile(count, factor, ex.Var(outer))), 1, call),
     ]
-    new_loops = _substitute_loops([*loops[:index], *split, *loops[index + 1 :]], mapping)
-    return replace(module, body=_rebuild(new_loops, _substitute_call(call, mapping)))
+    new_loops = substitute_loops([*loops[:index], *split, *loops[index + 1 :]], mapping)
+    return replace(module, body=_rebuild(new_loops, substitute_call(call, mapping)))
 
 
 def fuse_into_primitive(module: Module, var: str, dim: str) -> Module:
@@ -162,7 +164,7 @@ def fuse_loops(module: Module, outer: str, inner: str, fused: str) -> Module:
     mapping = {outer: f // count_inner + first.start, inner: f % count_inner + second.start}
     new_loops = [*loops[:index], For(fused, ex.Const(0), ex.Const(count_outer * count_inner), 1, call),
                  *loops[index + 2 :]]
-    return replace(module, body=_rebuild(_substitute_loops(new_loops, mapping), _substitute_call(call, mapping)))
+    return replace(module, body=_rebuild(substitute_loops(new_loops, mapping), substitute_call(call, mapping)))
 
 
 def reorder(module: Module, order: tuple[str, ...]) -> Module:
