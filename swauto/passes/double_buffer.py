@@ -80,7 +80,7 @@ def _box_at(dma: Dma, mapping: dict[str, ex.Expr]) -> Access:
 
 
 class _DoubleBuffer(Rewriter):
-    def __init__(self, module: Module) -> None:
+    def __init__(self) -> None:
         self.doubled: set[str] = set()
         self.prologues: dict[int, list[Stmt]] = {}
         self.epilogues: dict[int, list[Stmt]] = {}
@@ -147,7 +147,7 @@ class _UseHalves(Rewriter):
 
 
 def double_buffer(module: Module) -> Module:
-    pass_ = _DoubleBuffer(module)
+    pass_ = _DoubleBuffer()
     body = pass_.rewrite(module.body)
     if not pass_.doubled:
         return module
