@@ -18,7 +18,7 @@ from pathlib import Path
 import llvmlite
 import llvmlite.binding as llvm
 
-ENV_VAR = "SWAUTO_CACHE_DIR"
+from swauto.cache import cache_dir
 
 
 def _source_hash() -> str:
@@ -30,12 +30,6 @@ def _source_hash() -> str:
 
 
 CODEGEN_VERSION = _source_hash()
-
-
-def cache_dir() -> Path:
-    """`$SWAUTO_CACHE_DIR`, else `~/.cache/swauto` (not created here)."""
-    configured = os.environ.get(ENV_VAR)
-    return Path(configured) if configured else Path.home() / ".cache" / "swauto"
 
 
 def kernel_key(fingerprint: str, knobs: str, isa: str, cpu: str, features: str) -> str:
