@@ -17,15 +17,15 @@ from swauto.frontend.source import Source
 from swauto.ir.analysis import traffic
 from swauto.ir.nodes import Module
 from swauto.ir.printer import format_module
-from swauto.machine import SUNWAY
+from swauto.machine import SUNWAY, LocalMemoryMachine, local_memory_machine
 from swauto.pipeline import lower
 from swauto.schedule.candidate import Candidate
-from swauto.schedule.space import Space, explore
+from swauto.schedule.space import explore
 from swauto.tuner.cost_model import estimate, peak_flops
 from swauto.tuner.model_tuner import rank
 
 TARGETS = ("host", "sw26010")
-TUNERS = ("model", "measure", "hybrid")  # measure and hybrid: host only
+TUNERS = ("model", "measure", "simulate", "hybrid")  # measure: host only; simulate: sw26010 only
 
 
 def load(source: str | Path, params: Mapping[str, object] | None = None) -> BoundOperator:
@@ -34,15 +34,19 @@ def load(source: str | Path, params: Mapping[str, object] | None = None) -> Boun
     return check(parse(src), src, params or {})
 
 
-def schedules(source: str | Path, params: Mapping[str, object] | None = None) -> list[Candidate]:
-    """Every legal candidate schedule of the operator at these sizes, in the space's stable order."""
-    return explore(load(source, params), SUNWAY).candidates
+def schedules(source: str | Path, params: Mapping[str, object] | None = None,
+              target: str = "sw26010") -> list[Candidate]:
+    """Every legal candidate schedule of the operator at these sizes for `target`, in the space's stable
+    order (the same space on both targets; what is legal differs: the host has no primitive constraints
+    and sizes its buffers for its caches)."""
+    _check_choice(target, TARGETS, "target")
+    return explore(load(source, params), local_memory_machine(target)).candidates
 
 
-def _resolve(op: BoundOperator, schedule: Candidate | str | Mapping[str, Any], space: Space | None):
+def _resolve(op: BoundOperator, schedule: Candidate | str | Mapping[str, Any], machine: LocalMemoryMachine):
     """The stages of the candidate the user named: a Candidate, its id, or its JSON form."""
     if isinstance(schedule, str) and not schedule.lstrip().startswith("{"):
-        space = space or explore(op, SUNWAY)
+        space = explore(op, machine)
         for candidate, stages in space.legal:
             if candidate.id == schedule:
                 return candidate, stages
@@ -52,7 +56,7 @@ def _resolve(op: BoundOperator, schedule: Candidate | str | Mapping[str, Any], s
         )
     candidate = schedule if isinstance(schedule, Candidate) else Candidate.from_json(schedule)  # type: ignore[arg-type]
     try:
-        return candidate, lower(op, candidate, SUNWAY)
+        return candidate, lower(op, candidate, machine)
     except Rejected as rejection:
         raise ScheduleError(f"candidate {candidate.id} is not legal here: {rejection}") from None
 
@@ -76,6 +80,8 @@ def compile(  # noqa: A001 - the public name users expect
     Without `schedule`, the tuner picks the candidate; with one (a Candidate from `schedules`, its id,
     or its JSON form) that candidate is compiled. On the host, `threads` cores run the kernel (default:
     all available); the `measure` tuner times every candidate there and `hybrid` the model's best few.
+    On sw26010 the `simulate` tuner times every candidate on the timed simulator and `hybrid` the
+    model's best few.
     """
     _check_choice(target, TARGETS, "target")
     _check_choice(tuner, TUNERS, "tuner")
@@ -83,20 +89,32 @@ def compile(  # noqa: A001 - the public name users expect
         raise ArgumentError(f"threads must be a positive integer, got {threads!r}")
     started = time.perf_counter()
     op = load(source, params)
-    if tuner != "model" and target != "host":
+    if tuner == "measure" and target != "host":
         raise ArgumentError(f"the {tuner} tuner runs candidates on the host; use tuner='model' for {target}")
+    if tuner == "simulate" and target != "sw26010":
+        raise ArgumentError("the simulate tuner runs candidates on the simulated sw26010; use tuner='measure' "
+                            "for the host")
     host_threads = threads or _available_threads()
-    if schedule is None and tuner != "model":
-        from swauto.tuner.host_model import machine
+    machine = local_memory_machine(target)
+    if schedule is None and tuner in ("simulate", "hybrid") and target == "sw26010":
+        # --- sw26010: the timed simulator's tuners (swauto.tuner.simulate; issue 4) ---
+        from swauto.tuner.simulate import HYBRID_TOP as SIMULATED_TOP
+        from swauto.tuner.simulate import tune as simulate_tune
+
+        found = simulate_tune(explore(op, SUNWAY), SIMULATED_TOP if tuner == "hybrid" else None).best.ranked
+        candidate, stages = found.candidate, found.stages
+    elif schedule is None and tuner != "model":
+        from swauto.tuner.host_model import machine as host_machine
         from swauto.tuner.measure import HYBRID_TOP, tune
 
-        best = tune(explore(op, SUNWAY), host_threads, machine(), top=HYBRID_TOP if tuner == "hybrid" else None)[0]
+        top = HYBRID_TOP if tuner == "hybrid" else None
+        best = tune(explore(op, machine), host_threads, host_machine(), top=top)[0]
         candidate, stages = best.candidate, best.stages
     elif schedule is None:
-        best = rank(explore(op, SUNWAY), target, host_threads if target == "host" else 1)[0]
+        best = rank(explore(op, machine), target, host_threads if target == "host" else 1)[0]
         candidate, stages = best.candidate, best.stages
     else:
-        candidate, stages = _resolve(op, schedule, None)
+        candidate, stages = _resolve(op, schedule, machine)
     tuning_seconds = time.perf_counter() - started
     return Kernel(op, candidate, stages, target, tuning_seconds, host_threads)
 
@@ -151,6 +169,13 @@ class Kernel:
             "layouts": {name: list(axes) for name, axes in self.layouts.items()},
             "tuning_s": self.tuning_seconds,
         }
+        if self.target == "sw26010":
+            # --- sw26010: the timed simulator's figures (timing only, no data; issue 4) ---
+            from swauto.backends.sw26010 import time_module
+
+            simulated = time_module(module, SUNWAY).seconds
+            self.report.update(simulated_s=simulated, gflops=flops / simulated / 1e9,
+                               peak_fraction=flops / simulated / SUNWAY.peak_flops)
 
     @property
     def module(self) -> Module:

@@ -1,4 +1,4 @@
-"""The `swauto` command: compile, schedules, run. User errors print one sentence and exit with 2."""
+"""The `swauto` command: compile, schedules, run, tune. User errors print one sentence and exit with 2."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from swauto.errors import SwautoError
+from swauto.errors import ArgumentError, SwautoError
 
 TOLERANCE = 1e-4  # max |error| / max |reference| that `swauto run` accepts
-_MODEL = {"sw26010": "first analytic cost", "host": "host model"}
+_MODEL = {"sw26010": "thesis model", "host": "host model"}
 
 
 def _define(text: str) -> tuple[str, int]:
@@ -40,9 +40,10 @@ def _parser() -> argparse.ArgumentParser:
     def target_options(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--target", choices=("host", "sw26010"), default="host")
         sub.add_argument("--schedule", metavar="ID", help="compile this candidate (an id from `swauto schedules`)")
-        sub.add_argument("--tuner", choices=("model", "measure", "hybrid"), default="model",
+        sub.add_argument("--tuner", choices=("model", "measure", "simulate", "hybrid"), default="model",
                          help="model: the analytic model; measure: time every candidate on the host; "
-                              "hybrid: time the model's best few")
+                              "simulate: time every candidate on the simulated sw26010; "
+                              "hybrid: time the model's best few (host or simulator)")
         sub.add_argument("--threads", type=int, default=None, help="host threads (default: all cores)")
 
     compile_cmd = operator_command("compile", "compile an operator; print the chosen candidate and its report")
@@ -50,12 +51,27 @@ def _parser() -> argparse.ArgumentParser:
     compile_cmd.add_argument("--dump-ir", action="store_true", help="print the IR after each pass")
     compile_cmd.add_argument("-o", dest="output", type=Path, help="write the generated code here")
 
-    operator_command("schedules", "count the schedule space, the rejections by reason, and list the candidates")
+    schedules_cmd = operator_command("schedules", "count the schedule space, the rejections by reason, and list "
+                                                  "the candidates")
+    schedules_cmd.add_argument("--target", choices=("host", "sw26010"), default="sw26010",
+                               help="whose legality rules and cost to use (default sw26010)")
 
     run_cmd = operator_command("run", "compile, run on random inputs and compare with the NumPy reference")
     target_options(run_cmd)
     run_cmd.add_argument("--repeat", type=int, default=5, help="timed calls on the host (median is shown)")
     run_cmd.add_argument("--seed", type=int, default=0, help="random seed of the inputs")
+
+    # --- sw26010 tuning on the timed simulator (issue 4) ---
+    tune_cmd = operator_command("tune", "tune on the simulated sw26010: the best candidates with predicted and "
+                                        "simulated time, GFLOPS, %% of peak, and the tuning time")
+    tune_cmd.add_argument("--target", choices=("sw26010",), default="sw26010")
+    tune_cmd.add_argument("--tuner", choices=("model", "simulate", "hybrid"), default="model",
+                          help="model: rank by the analytic model; simulate: time every candidate on the timed "
+                               "simulator; hybrid: time the model's best --top")
+    tune_cmd.add_argument("--top", type=int, default=None, help="candidates the hybrid tuner simulates (default 8)")
+    tune_cmd.add_argument("--show", type=int, default=10, help="rows of the table (default 10)")
+    tune_cmd.add_argument("--plot", type=Path, metavar="FILE.png",
+                          help="draw predicted against simulated time for every candidate (simulates them all)")
     return parser
 
 
@@ -76,6 +92,9 @@ def _print_report(report: dict) -> None:
     print(f"flops      {report['flops']:.4g}   DMA bytes {report['dma_bytes']:.4g}")
     print(f"predicted  {report['predicted_s'] * 1e3:.4g} ms  {report['predicted_gflops']:.1f} GFLOPS  "
           f"{100 * report['predicted_peak_fraction']:.1f}% of peak  ({_MODEL[report['target']]})")
+    if "simulated_s" in report:
+        print(f"simulated  {report['simulated_s'] * 1e3:.4g} ms  {report['gflops']:.1f} GFLOPS  "
+              f"{100 * report['peak_fraction']:.1f}% of peak  (timed simulator)")
     print(f"tuning     {report['tuning_s']:.3f} s")
 
 
@@ -98,24 +117,25 @@ def _compile(args: argparse.Namespace) -> int:
 
 def _schedules(args: argparse.Namespace) -> int:
     from swauto.api import load
-    from swauto.machine import SUNWAY
+    from swauto.machine import local_memory_machine
     from swauto.schedule.space import explore
     from swauto.tuner.cost_model import estimate
 
     op = load(args.file, _params(args))
-    space = explore(op, SUNWAY, progress=_progress("building candidates"))
-    print(f"operator {op.name} {op.params}: {space.total} candidates, {len(space.legal)} legal")
+    space = explore(op, local_memory_machine(args.target), progress=_progress("building candidates"))
+    print(f"operator {op.name} {op.params} on {args.target}: {space.total} candidates, {len(space.legal)} legal")
     for reason, count in space.rejected.most_common():
         print(f"  rejected {count:6d}  {reason}")
-    print(f"{'id':8}  {'sw26010 ms':>10}  schedule")
+    print(f"{'id':8}  {'predicted ms':>12}  schedule")
     for candidate, stages in space.legal:
-        seconds = estimate(stages, "sw26010").seconds
-        print(f"{candidate.id}  {seconds * 1e3:10.4f}  {candidate.describe()}")
+        seconds = estimate(stages, args.target, 1).seconds
+        print(f"{candidate.id}  {seconds * 1e3:12.4f}  {candidate.describe()}")
     return 0
 
 
 def _run(args: argparse.Namespace) -> int:
     import swauto
+    from swauto.machine import SUNWAY
     from swauto.reference import reference
 
     kernel = swauto.compile(args.file, _params(args), target=args.target, schedule=args.schedule,
@@ -140,20 +160,76 @@ def _run(args: argparse.Namespace) -> int:
               f"(median of {len(times)} calls on the host)")
     else:
         counters = kernel.report["simulated"]
-        seconds = counters["seconds_estimate"]
+        seconds = counters["seconds"]
         print(f"simulated  {counters['dma_get_bytes'] + counters['dma_put_bytes']} DMA bytes in "
               f"{counters['dma_transactions']} transactions, {counters['flops']} flops, "
               f"{counters['ldm_bytes_per_cpe']} B LDM per CPE")
-        print(f"estimate   {seconds * 1e3:.4g} ms  {kernel.report['flops'] / seconds / 1e9:.1f} GFLOPS "
-              "(rough: transactions over bandwidth against flops over peak; not a timed simulation)")
+        print(f"timed      {seconds * 1e3:.4g} ms  {kernel.report['flops'] / seconds / 1e9:.1f} GFLOPS  "
+              f"{100 * kernel.report['flops'] / seconds / SUNWAY.peak_flops:.1f}% of a core group's peak "
+              "(the timed simulator: one core group)")
     verdict = "ok" if worst <= TOLERANCE else "MISMATCH"
     print(f"max error  {worst:.3g} relative to the NumPy float64 reference: {verdict}")
     return 0 if worst <= TOLERANCE else 1
 
 
+def _tune(args: argparse.Namespace) -> int:
+    from swauto.api import load
+    from swauto.ir.analysis import traffic
+    from swauto.machine import SUNWAY
+    from swauto.schedule.space import explore
+    from swauto.tuner.simulate import HYBRID_TOP, simulate_all, tune
+
+    if args.top is not None and args.top < 1 or args.show < 1:
+        raise ArgumentError("--top and --show must be positive")
+    started = time.perf_counter()
+    op = load(args.file, _params(args))
+    space = explore(op, SUNWAY, progress=_progress("building candidates"))
+    explore_s = time.perf_counter() - started
+    top = {"model": 0, "simulate": None, "hybrid": args.top or HYBRID_TOP}[args.tuner]
+    tuning = tune(space, top, progress=_progress("simulating"))
+    tuned_s = explore_s + tuning.model_s + tuning.simulate_s
+    results = tuning.results
+    if args.tuner == "model":  # the model alone chose; simulate the rows shown, to judge it
+        results = simulate_all([r.ranked for r in results[:args.show]]) + results[args.show:]
+    flops = traffic(op.seed)[1]
+    print(f"operator {op.name} {op.params}: {len(space.legal)} legal candidates; tuner {args.tuner}")
+    print(f"{'#':>3}  {'id':8}  {'predicted ms':>12}  {'simulated ms':>12}  {'GFLOPS':>7}  {'% peak':>6}  schedule")
+    for place, result in enumerate(results[:args.show], 1):
+        simulated = result.simulated_s
+        gflops = flops / simulated / 1e9
+        print(f"{place:3d}  {result.ranked.candidate.id}  {result.predicted_s * 1e3:12.4f}  {simulated * 1e3:12.4f}  "
+              f"{gflops:7.1f}  {100 * gflops * 1e9 / SUNWAY.peak_flops:6.1f}  {result.ranked.candidate.describe()}")
+    print(f"tuning     {tuned_s:.3f} s (space {explore_s:.3f} s, model {tuning.model_s:.3f} s, "
+          f"simulation {tuning.simulate_s:.3f} s)")
+    if args.plot is not None:
+        everything = simulate_all([r.ranked for r in results], _progress("simulating for the plot"))
+        _plot(everything, args.plot, f"{op.name} {op.params}")
+        print(f"wrote      {args.plot}")
+    return 0
+
+
+def _plot(results: list, path: Path, title: str) -> None:
+    """Predicted (the model) against simulated time of every candidate, on log axes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    predicted = [r.predicted_s * 1e3 for r in results]
+    simulated = [r.simulated_s * 1e3 for r in results]
+    figure, axes = plt.subplots(figsize=(6, 5))
+    axes.loglog(simulated, predicted, ".", markersize=3)
+    line = [min(simulated + predicted), max(simulated + predicted)]
+    axes.plot(line, line, "k-", linewidth=0.8)
+    axes.set(xlabel="simulated time (ms)", ylabel="predicted time (ms)", title=title)
+    axes.title.set_fontsize(8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    command = {"compile": _compile, "schedules": _schedules, "run": _run}[args.command]
+    command = {"compile": _compile, "schedules": _schedules, "run": _run, "tune": _tune}[args.command]
     try:
         return command(args)
     except SwautoError as error:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 DTYPE_BYTES = {"float32": 4, "float64": 8}
 
@@ -55,6 +56,66 @@ class SW26010:
     gemm_compute_dtype: str = "float64"
     gemm: GemmConstraints = GemmConstraints()
 
+    # --- timed simulation (backends/sw26010/timing.py; issue 4) ---------------------------------
+    # DMA engine: besides the memory controller (128-byte transactions at peak_bandwidth), every block a
+    # CPE moves costs a fixed overhead plus its bytes over the mesh's transfer network. These two were
+    # fitted to the measured table ../shared/data/sw26010_dma_bandwidth.csv (64 B - 1 KB blocks, least
+    # absolute % error, 200-cycle latency included) by `benchmarks/sw26010_dma_bandwidth.py --fit`.
+    dma_block_overhead_cycles: float = 3.5
+    dma_network_bandwidth: float = 26.25e9
+    # Cycles a CPE spends issuing one DMA descriptor (assumption: a handful of P1 instructions).
+    dma_issue_cycles: int = 8
+    # The GEMM primitive's instruction schedule (thesis 4.1.2-4.1.3, listing 4.1, table 3.2): register
+    # blocks of 16 (vectorized dimension) x 4 (other) per CPE, 16 VMADs (4-wide FMA) in 16 cycles.
+    gemm_register_block_vectorized: int = 16
+    gemm_register_block_other: int = 4
+    vector_lanes: int = 4
+    vmad_latency_cycles: int = 7
+    vector_load_latency_cycles: int = 4
+    register_comm_latency_cycles: int = 11
+    sync_cycles: int = 14
+    # Single <-> double conversion in LDM: one P1 vector instruction per 4 elements (assumption,
+    # calibrated so that the best primitive call reaches the thesis' ~97% of peak).
+    gemm_conversion_cycles_per_element: float = 0.25
+    # Entering and leaving the primitive: argument set-up, a mesh-wide synchronisation (assumption).
+    gemm_call_overhead_cycles: int = 128
+    # Zeroing local memory: one 4-wide vector store per cycle per CPE.
+    zero_elements_per_cycle: int = 4
+
+    # --- the thesis' analytic model (swauto/tuner/sw26010_model.py) ----------------------------------
+    # Measured DMA bandwidth (MB/s) of one core group whose 64 CPEs each move a block of 16, 32, ...,
+    # 4080 bytes: run 2 of ../shared/data/sw26010_dma_bandwidth.csv (from swGEMM's MBW_map, which its
+    # implementation of the thesis' model divides by instead of PEAK_BW), rounded to 1 MB/s.
+    dma_measured_mbps: tuple[int, ...] = (
+        3390, 6033, 9181, 11876, 13767, 10087, 10523, 13365, 14134, 16452, 17314, 19446, 19997, 10186, 16442, 17509,
+        18274, 19345, 19300, 20966, 20429, 18137, 18710, 19885, 20117, 21051, 21009, 12402, 22579, 19771, 20369,
+        21030, 21638, 22161, 22898, 23053, 22214, 18107, 21088, 21992, 22231, 18907, 22901, 23413, 23620, 21629,
+        21917, 22202, 22933, 23259, 23629, 24179, 24569, 22159, 22024, 21704, 22001, 23542, 23898, 24653, 24752,
+        22705, 22908, 23677, 23608, 24061, 24265, 24463, 24885, 22664, 23200, 23772, 23822, 23878, 24193, 24365,
+        24848, 23300, 23664, 23730, 24297, 24190, 24189, 24159, 24807, 23511, 23840, 24218, 24235, 24448, 24828,
+        25148, 25310, 23574, 23647, 23984, 24372, 24844, 24925, 25110, 25379, 23925, 24215, 24551, 24588, 24818,
+        25052, 25338, 25317, 24100, 24159, 24437, 23581, 24540, 24686, 24942, 25381, 24163, 24271, 24741, 24684,
+        24816, 25080, 25462, 25447, 23707, 23754, 24642, 24930, 25200, 25365, 25548, 25656, 24630, 24703, 24874,
+        24807, 25210, 24867, 24863, 25700, 24607, 24904, 24893, 25083, 25196, 25277, 25602, 24222, 24872, 24891,
+        24978, 24897, 24061, 25350, 25540, 25816, 24777, 25126, 24797, 25261, 25498, 25511, 25738, 25644, 24911,
+        24659, 25004, 25064, 25410, 25567, 26173, 25682, 24768, 25034, 25204, 25142, 25420, 25580, 25676, 25702,
+        25408, 24874, 25332, 25431, 24968, 24645, 25573, 25950, 25004, 25082, 25334, 25365, 25559, 25915, 25814,
+        25804, 25249, 25130, 25357, 25371, 25617, 25525, 25743, 25208, 25129, 25233, 25451, 25447, 25710, 25743,
+        25949, 25412, 25397, 25393, 25511, 25636, 25447, 25925, 25914, 25231, 25107, 23748, 25196, 24578, 25139,
+        25759, 25726, 25259, 25432, 25490, 25511, 25539, 25747, 25806, 25706, 25156, 25206, 25381, 25307, 25506,
+        25770, 25684, 25912, 24692, 25299, 25432, 25418, 25702, 25772, 24928, 26052, 25050, 25460, 25445,
+    )
+    dma_measured_block_step: int = 16
+    # GEMM primitive time a*K + b*K*M/(vecM*4) + c*K*M*N/4 + d (equation 4-2), in seconds, M the
+    # vectorized dimension. Fitted by least squares to the timed simulator's primitive timings by
+    # `benchmarks/sw26010_gemm_fit.py` (the thesis fitted 1505 hardware timings: c = 3.10e-12 s there).
+    # Fit of 2026-11-21 over 9770 sizes: relative error mean 3.9%, max 75% (short K, where the
+    # register-block overhead the equation has no term for dominates).
+    gemm_fit_a: float = -1.91782e-09
+    gemm_fit_b: float = 4.32508e-11
+    gemm_fit_c: float = 1.15299e-11
+    gemm_fit_d: float = 6.23393e-07
+
     @property
     def cpes(self) -> int:
         return self.mesh_rows * self.mesh_columns
@@ -76,5 +137,44 @@ class Host:
     vector_lanes: int = 16
 
 
+@dataclass(frozen=True)
+class HostScratchpad:
+    """The host as the scheduler and the passes see it: the tile buffers of one core, sized for its
+    L2 cache (AMD Zen 4: 1 MiB per core), and a primitive (the micro-kernel) that takes any size,
+    computing in single precision. The SW26010's constraints and its float64 copies do not apply."""
+
+    cpes: int = 1
+    ldm_bytes: int = 1024 * 1024
+    ldm_reserve_bytes: int = 0
+    gemm_compute_dtype: str = "float32"
+    gemm: GemmConstraints = GemmConstraints(vectorized_multiple=1, other_multiple=1, k_multiple=1)
+
+    @property
+    def ldm_usable_bytes(self) -> int:
+        return self.ldm_bytes - self.ldm_reserve_bytes
+
+
+class LocalMemoryMachine(Protocol):
+    """What the scheduler and the passes need of a target: its local memory and its primitive."""
+
+    @property
+    def cpes(self) -> int: ...
+
+    @property
+    def ldm_usable_bytes(self) -> int: ...
+
+    @property
+    def gemm_compute_dtype(self) -> str: ...
+
+    @property
+    def gemm(self) -> GemmConstraints: ...
+
+
 SUNWAY = SW26010()
 HOST = Host()
+HOST_SCRATCHPAD = HostScratchpad()
+
+
+def local_memory_machine(target: str) -> LocalMemoryMachine:
+    """The machine description the scheduler uses for `target` ('sw26010' or 'host')."""
+    return SUNWAY if target == "sw26010" else HOST_SCRATCHPAD

@@ -5,7 +5,7 @@ from __future__ import annotations
 from swauto.errors import Rejected
 from swauto.frontend.check import BoundOperator
 from swauto.ir.nodes import Module
-from swauto.machine import SW26010
+from swauto.machine import LocalMemoryMachine
 from swauto.passes.double_buffer import double_buffer
 from swauto.passes.hoist_dma import hoist_dma
 from swauto.passes.infer_dma import infer_dma
@@ -18,7 +18,7 @@ from swauto.schedule.space import apply
 Stages = list[tuple[str, Module]]
 
 
-def lower(op: BoundOperator, candidate: Candidate, machine: SW26010) -> Stages:
+def lower(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) -> Stages:
     """IR after each stage: `seed`, `schedule` (the transformed loop nest), then each pass. The last
     stage is the final IR. Raises `Rejected` when the candidate is illegal."""
     stages: Stages = [("seed", op.seed)]

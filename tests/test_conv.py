@@ -233,7 +233,7 @@ def test_fusing_two_loops_into_one():
 def test_every_candidate_on_the_host(shape):
     """Every candidate compiled for the host: too slow for every run, run before a release."""
     op, arrays, expected = problem(shape, seed=4)
-    for candidate in swauto.schedules(CONV_SW, params_of(shape)):
+    for candidate in swauto.schedules(CONV_SW, params_of(shape), target="host"):
         kernel = swauto.compile(CONV_SW, params_of(shape), target="host", schedule=candidate, threads=2)
         output = arrays["output"].copy()
         kernel(input=arrays["input"], weight=arrays["weight"], output=output)

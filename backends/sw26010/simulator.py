@@ -4,8 +4,10 @@ It holds real data: every local buffer is a NumPy array (the whole mesh's tile; 
 8 x 8 block of it), DMAs copy real boxes between main memory and those buffers, and the GEMM
 primitive computes in float64 as the real one does after its single-to-double conversion. It
 enforces what the machine enforces: local-memory capacity, DMA bounds, and that no primitive
-touches a buffer whose DMA has not been waited for. It counts DMA bytes, 128-byte memory
-transactions (from the blocks each CPE moves and their real start addresses) and flops.
+touches a buffer whose DMA has not been waited for. It counts DMA bytes and flops, and times every
+statement as it executes on the event timeline of `timing.py` (128-byte memory transactions from the
+blocks each CPE moves and their real start addresses, contention, latency, overlap of transfers with
+compute as the program's waits allow, primitive cycles from its instruction schedule).
 
 It never calls the tuner's cost model: it is the machine the model is judged against.
 """
@@ -17,12 +19,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from swauto.backends.sw26010.timing import Statements, Timeline
 from swauto.errors import SimulationError
 from swauto.ir import expr as ex
-from swauto.ir.memory import box_slices, matrix_view, row_major_strides, store_matrix
+from swauto.ir.memory import box_slices, matrix_view, store_matrix
 from swauto.ir.nodes import Access, Alloc, Dma, DmaWait, For, Gemm, If, Let, Module, Seq, Stmt, Zero
 from swauto.ir.printer import format_stmt
-from swauto.machine import DTYPE_BYTES, SW26010
+from swauto.machine import SW26010
 from swauto.passes.plan_local_memory import per_cpe_bytes
 
 _COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
@@ -40,7 +43,7 @@ class Counters:
     flops: int = 0
     gemm_calls: int = 0
     ldm_bytes_per_cpe: int = 0
-    seconds_estimate: float = 0.0  # rough: transactions over bandwidth against flops over peak
+    seconds: float = 0.0  # simulated run time on one core group (the event timeline)
 
     def as_dict(self) -> dict[str, float]:
         return dict(self.__dict__)
@@ -61,6 +64,7 @@ class _State:
             for boxes in self.in_flight.values() for name, other, sizes in boxes
         )
     counters: Counters = field(default_factory=Counters)
+    timeline: Timeline | None = None
 
 
 class _Machine:
@@ -68,6 +72,7 @@ class _Machine:
         self.module = module
         self.machine = machine
         self.tensors = {t.name: t for t in module.tensors}
+        self.statements = Statements(module, machine)
 
     # --- local memory ----------------------------------------------------------------------------
 
@@ -114,6 +119,7 @@ class _Machine:
             self.dma(stmt, env, state)
         elif isinstance(stmt, DmaWait):
             state.in_flight.pop(stmt.reply, None)
+            self.statements.run(stmt, env, state.timeline)
         elif isinstance(stmt, Gemm):
             self.gemm(stmt, env, state)
         elif isinstance(stmt, Zero):
@@ -122,6 +128,7 @@ class _Machine:
             if state.busy(stmt.buffer.name, starts, stmt.buffer.extents):
                 raise SimulationError(f"zeroing {stmt.buffer.name} while a DMA on that tile is in flight")
             buffer[box_slices(starts, stmt.buffer.extents)] = 0
+            self.statements.run(stmt, env, state.timeline)
         elif isinstance(stmt, (Alloc, Let)):
             pass
         else:
@@ -146,6 +153,7 @@ class _Machine:
         if state.busy(stmt.buffer.name, buffer_starts, stmt.buffer.extents):
             raise SimulationError(f"DMA into {stmt.buffer.name} while another DMA on that tile is in flight")
         flight = (stmt.buffer.name, buffer_starts, stmt.buffer.extents)
+        self.statements.run(stmt, env, state.timeline)
         local = buffer[box_slices(buffer_starts, stmt.buffer.extents)].reshape(stmt.tensor.extents)
         if stmt.zero_fill and stmt.direction == "get":
             # Only the part inside the tensor moves; the CPEs zero the rest of their tile.
@@ -171,32 +179,6 @@ class _Machine:
             memory[...] = local
             state.counters.dma_put_bytes += memory.nbytes
         state.in_flight.setdefault(stmt.reply, []).append(flight)
-        requests, transactions = self.transactions(tensor_starts, extents, tensor.shape, DTYPE_BYTES[tensor.dtype])
-        state.counters.dma_requests += requests
-        state.counters.dma_transactions += transactions
-
-    def transactions(self, starts: tuple[int, ...], extents: tuple[int, ...], shape: tuple[int, ...],
-                     element_bytes: int) -> tuple[int, int]:
-        """DMA requests and 128-byte transactions of a box moved by the whole mesh.
-
-        The box's contiguous runs are its rows along the last axis; each is split evenly across the
-        mesh columns (each CPE moves its own block), and every piece costs the transactions of the
-        128-byte lines it touches from its real start address (tensors start 128-byte aligned).
-        """
-        strides = row_major_strides(shape)
-        row_starts = np.zeros(1, dtype=np.int64)
-        for start, extent, stride in zip(starts[:-1], extents[:-1], strides[:-1], strict=True):
-            row_starts = (row_starts[:, None] + (start + np.arange(extent)) * stride).ravel()
-        row_starts = row_starts + starts[-1]
-        columns = self.machine.mesh_columns
-        run = extents[-1]
-        pieces = columns if run % columns == 0 and run >= columns else 1
-        piece = run // pieces
-        first = (row_starts[:, None] + np.arange(pieces) * piece).ravel() * element_bytes
-        last = first + piece * element_bytes - 1
-        line = self.machine.dma_transaction_bytes
-        requests = min(first.size, self.machine.cpes)
-        return requests, int((last // line - first // line + 1).sum())
 
     def gemm(self, stmt: Gemm, env: dict[str, int], state: _State) -> None:
         views = {}
@@ -213,18 +195,22 @@ class _Machine:
         store_matrix(views["C"], stmt.c.dims, "M", "N", (c + a @ b).astype(np.float32))
         state.counters.flops += stmt.flops
         state.counters.gemm_calls += 1
+        self.statements.run(stmt, env, state.timeline)
 
 
 def simulate(module: Module, arrays: dict[str, np.ndarray], machine: SW26010) -> Counters:
-    """Run `module` on `arrays` (outputs updated in place) and return what it moved and computed."""
+    """Run `module` on `arrays` (outputs updated in place) and return what it moved and computed and
+    its simulated time (every statement timed as it executes, no extrapolation)."""
     sim = _Machine(module, machine)
     buffers, used = sim.allocate()
-    state = _State(arrays, buffers)
+    state = _State(arrays, buffers, timeline=Timeline(machine))
     state.counters.ldm_bytes_per_cpe = used
     sim.run(module.body, {}, state)
     if state.in_flight:
         raise SimulationError(f"the program ends with DMAs never waited for: {', '.join(sorted(state.in_flight))}")
     counters = state.counters
-    memory_seconds = counters.dma_transactions * machine.dma_transaction_bytes / machine.peak_bandwidth
-    counters.seconds_estimate = max(memory_seconds, counters.flops / machine.peak_flops)
+    timeline = state.timeline
+    counters.dma_requests = int(timeline.stats["dma_requests"])
+    counters.dma_transactions = int(timeline.stats["dma_transactions"])
+    counters.seconds = timeline.seconds
     return counters

@@ -16,14 +16,14 @@ from math import prod
 from swauto.ir.analysis import trip_count
 from swauto.ir.nodes import Dma, Gemm, LocalBuffer, Module
 from swauto.ir.visitor import walk
-from swauto.machine import DTYPE_BYTES, SW26010
+from swauto.machine import DTYPE_BYTES, LocalMemoryMachine
 from swauto.passes.infer_dma import buffer_names, hoistable, place, place_transfers
 from swauto.passes.plan_local_memory import aligned, footprint, per_cpe_bytes
 
 ROLES = ("A", "B", "C")
 
 
-def _option(scheduled: Module, role: str, level: int, machine: SW26010) -> tuple[int, int]:
+def _option(scheduled: Module, role: str, level: int, machine: LocalMemoryMachine) -> tuple[int, int]:
     """(bytes moved, local bytes per CPE) of operand `role` hoisted over `level` dependent loops."""
     calls = [(node, loops) for node, loops in walk(scheduled.body) if isinstance(node, Gemm)]
     name = buffer_names(calls[0][0])[role]
@@ -45,7 +45,7 @@ def _option(scheduled: Module, role: str, level: int, machine: SW26010) -> tuple
     return moved, local
 
 
-def hoist_dma(scheduled: Module, machine: SW26010, double_buffered: bool) -> Module:
+def hoist_dma(scheduled: Module, machine: LocalMemoryMachine, double_buffered: bool) -> Module:
     """`scheduled` is the IR before any transfer was placed (the input of `infer_dma`)."""
     caps = dict.fromkeys(ROLES, 0)  # how far each operand can move at most
     for call, loops in walk(scheduled.body):

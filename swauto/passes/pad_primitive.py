@@ -15,10 +15,10 @@ from math import gcd, prod
 
 from swauto.ir.nodes import Access, Gemm, Module
 from swauto.ir.visitor import Rewriter
-from swauto.machine import SW26010
+from swauto.machine import LocalMemoryMachine
 
 
-def _multiples(machine: SW26010, vectorize: str) -> dict[str, int]:
+def _multiples(machine: LocalMemoryMachine, vectorize: str) -> dict[str, int]:
     constraints = machine.gemm
     other = "N" if vectorize == "M" else "M"
     return {vectorize: constraints.vectorized_multiple, other: constraints.other_multiple, "K": constraints.k_multiple}
@@ -36,7 +36,7 @@ def _padding(access: Access, dim: str, multiple: int) -> tuple[int, int] | None:
 
 
 class _Pad(Rewriter):
-    def __init__(self, machine: SW26010) -> None:
+    def __init__(self, machine: LocalMemoryMachine) -> None:
         self.machine = machine
 
     def rewrite_Gemm(self, call: Gemm) -> Gemm:
@@ -60,5 +60,5 @@ class _Pad(Rewriter):
                        c=operands["C"])
 
 
-def pad_primitive(module: Module, machine: SW26010) -> Module:
+def pad_primitive(module: Module, machine: LocalMemoryMachine) -> Module:
     return replace(module, body=_Pad(machine).rewrite(module.body))

@@ -15,12 +15,12 @@ from math import ceil, prod
 from swauto.errors import Rejected
 from swauto.ir.nodes import Alloc, Gemm, LocalBuffer, Module, Seq, seq
 from swauto.ir.visitor import walk
-from swauto.machine import DTYPE_BYTES, SW26010
+from swauto.machine import DTYPE_BYTES, LocalMemoryMachine
 
 ALIGNMENT = 32
 
 
-def per_cpe_bytes(buffer: LocalBuffer, machine: SW26010) -> int:
+def per_cpe_bytes(buffer: LocalBuffer, machine: LocalMemoryMachine) -> int:
     """Bytes of `buffer` in each CPE: the mesh spreads the tile evenly over its CPEs."""
     return ceil(prod(buffer.shape) / machine.cpes) * DTYPE_BYTES[buffer.dtype]
 
@@ -30,7 +30,7 @@ def aligned(size: int) -> int:
     return ceil(size / ALIGNMENT) * ALIGNMENT
 
 
-def _twins(module: Module, machine: SW26010) -> list[LocalBuffer]:
+def _twins(module: Module, machine: LocalMemoryMachine) -> list[LocalBuffer]:
     """A float64 copy of each operand tile the primitive computes on (of the tile it sees, which is
     smaller than its buffer when the buffer holds a hoisted or double-buffered transfer)."""
     tiles: dict[str, tuple[int, ...]] = {}
@@ -47,7 +47,7 @@ def _twins(module: Module, machine: SW26010) -> list[LocalBuffer]:
     ]
 
 
-def footprint(module: Module, machine: SW26010, doubling: bool = False) -> int:
+def footprint(module: Module, machine: LocalMemoryMachine, doubling: bool = False) -> int:
     """Per-CPE local memory the module's buffers and their float64 twins need; with `doubling`,
     as if every float32 buffer were double buffered (for passes that run before double buffering)."""
     factor = 2 if doubling else 1
@@ -55,7 +55,7 @@ def footprint(module: Module, machine: SW26010, doubling: bool = False) -> int:
     return own + sum(aligned(per_cpe_bytes(t, machine)) for t in _twins(module, machine))
 
 
-def plan_local_memory(module: Module, machine: SW26010) -> Module:
+def plan_local_memory(module: Module, machine: LocalMemoryMachine) -> Module:
     buffers = [b for b in module.buffers if not b.name.endswith("_double")]
     twins = _twins(replace(module, buffers=tuple(buffers)), machine)
     placed = []

@@ -11,7 +11,7 @@ from swauto.errors import Rejected, ScheduleError
 from swauto.frontend.check import BoundOperator, SplitChoice
 from swauto.ir import expr as ex
 from swauto.ir.nodes import Module
-from swauto.machine import SW26010
+from swauto.machine import LocalMemoryMachine
 from swauto.schedule import transforms
 from swauto.schedule.candidate import Candidate
 
@@ -25,7 +25,7 @@ def _extent(op: BoundOperator, split: SplitChoice) -> int:
     return ex.evaluate(loop.stop - loop.start, {})
 
 
-def apply(op: BoundOperator, candidate: Candidate, machine: SW26010) -> Module:
+def apply(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) -> Module:
     """The scheduled IR of `candidate`: splits, fusions, loop order, layouts, vectorization.
     Raises `Rejected` with the reason when the candidate is illegal."""
     space = op.space
@@ -109,7 +109,7 @@ class Space:
         return [candidate for candidate, _ in self.legal]
 
 
-def explore(op: BoundOperator, machine: SW26010, progress=None) -> Space:
+def explore(op: BoundOperator, machine: LocalMemoryMachine, progress=None) -> Space:
     """Build every candidate through the pass pipeline; keep the legal ones with their IR stages.
     `progress`, if given, wraps the candidate iterator (e.g. a progress bar)."""
     from swauto.pipeline import lower

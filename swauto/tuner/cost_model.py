@@ -1,8 +1,8 @@
 """A first analytic cost: DMA bytes over memory bandwidth against flops over peak, the larger wins.
 
 It reads only the IR (what each DMA and primitive call moves or computes, times the trip counts of
-the loops around it), never a simulation or a measurement. The thesis' detailed model
-(per-transfer latency and transaction waste, fitted primitive time) replaces it in a later issue.
+the loops around it), never a simulation or a measurement. On the SW26010 it is the thesis' model
+(`swauto.tuner.sw26010_model`: per-transfer latency and transaction waste, fitted primitive time).
 """
 
 from __future__ import annotations
@@ -37,8 +37,15 @@ def estimate(stages: Stages, target: str, threads: int = 1) -> Estimate:
     overlapped = any(name == "double_buffer" for name, _ in stages)
     dma_bytes, flops = traffic(module)
     if target == "sw26010":
-        bandwidth, peak = SUNWAY.peak_bandwidth, SUNWAY.peak_flops
-        compute = flops / peak
+        # --- sw26010: the thesis' analytic model (swauto.tuner.sw26010_model; issue 4) ---
+        # The prologue's transfers are not hidden: they are added to both terms, so `seconds` is
+        # max(T_DMA, T_compute) + prologue when double buffered, T_DMA + T_compute otherwise.
+        from swauto.tuner.sw26010_model import estimate as sw26010_estimate
+
+        model = sw26010_estimate(module, stages[-1][1], overlapped, SUNWAY)
+        prologue = model.prologue_seconds
+        return Estimate(dma_bytes, flops, model.dma_seconds + prologue, model.compute_seconds + prologue,
+                        overlapped)
     else:
         # --- host: the host model (swauto.tuner.host_model), with this machine's measured constants ---
         from swauto.backends.host import default_register_tile
@@ -48,7 +55,6 @@ def estimate(stages: Stages, target: str, threads: int = 1) -> Estimate:
         rows, columns = default_register_tile()
         host = host_estimate(module, threads, machine(), rows, columns)
         return Estimate(dma_bytes, flops, min(host.traffic, host.seconds), host.seconds)
-    return Estimate(dma_bytes, flops, dma_bytes / bandwidth, compute, overlapped)
 
 
 def peak_flops(target: str, threads: int = 1) -> float:

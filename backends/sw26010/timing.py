@@ -1,0 +1,303 @@
+"""Timing of a candidate's program on one SW26010 core group, event by event.
+
+The mesh runs the program in lockstep (the GEMM primitive synchronises its 64 CPEs), so one clock
+`now` follows the instruction stream. A DMA statement is issued at `now` (costing a few issue
+cycles), starts moving data after the start latency once the memory system is free (the 64 CPEs'
+requests share one memory controller: transfers in flight queue behind each other), and completes
+after its service time (`dma.service_cycles`: 128-byte transactions from the real start addresses
+at the controller, per-block overhead on the transfer network). A `DmaWait` blocks until every
+transfer with its reply has completed; a GEMM or a zeroing advances the clock. Transfers overlap
+compute exactly as far as the program's waits allow.
+
+`time_module` times a program without moving data. Where a loop's timeline becomes periodic (the
+state relative to the clock repeats over whole periods of the addresses' 128-byte alignment) it
+jumps over the repeated periods instead of stepping through them; `extrapolate=False` steps through
+every iteration (the tests check both agree). It never calls the tuner's model.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from math import prod
+
+from swauto.backends.sw26010.dma import TransferCost, transfer_cost
+from swauto.ir import expr as ex
+from swauto.ir.memory import row_major_strides
+from swauto.ir.nodes import Dma, DmaWait, For, Gemm, If, Let, Module, Seq, Stmt, Zero
+from swauto.ir.visitor import walk
+from swauto.machine import DTYPE_BYTES, SW26010
+
+_COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
+            ">=": operator.ge}
+STATS = ("dma_get_bytes", "dma_put_bytes", "dma_transactions", "dma_requests", "dma_blocks", "flops",
+         "gemm_calls", "compute_cycles", "dma_service_cycles")
+_MAX_PERIOD = 64  # longest loop period (in iterations) the timing mode looks for
+
+
+@lru_cache(maxsize=4096)
+def gemm_cycles(m: int, n: int, k: int, vectorize: str | None, machine: SW26010) -> float:
+    """Cycles of one call of the mesh GEMM primitive, from its instruction schedule (thesis 4.1).
+
+    Each CPE holds an (M/8 x N/8) block of C; the call runs 8 register-communication steps, each over
+    K/8. In a step a CPE walks its register blocks (16 along the vectorized dimension x 4 along the
+    other): per block the K loop issues 16 VMADs in 16 cycles per K element (listing 4.1), after a
+    pipeline fill of a vector load and a VMAD latency. A step ends with the broadcast latency and a
+    synchronisation. Operands are converted single -> double in LDM before (C also back after), and
+    the call has a fixed entry/exit cost.
+    """
+    vec, other = (n, m) if vectorize == "N" else (m, n)
+    steps = machine.mesh_columns
+    per_cpe_vec = vec / machine.mesh_columns
+    per_cpe_other = other / machine.mesh_rows
+    blocks = math.ceil(per_cpe_vec / machine.gemm_register_block_vectorized) * math.ceil(
+        per_cpe_other / machine.gemm_register_block_other)
+    vmads_per_k = (machine.gemm_register_block_vectorized // machine.vector_lanes) * machine.gemm_register_block_other
+    k_per_step = k / steps
+    per_block = k_per_step * vmads_per_k + machine.vmad_latency_cycles + machine.vector_load_latency_cycles
+    per_step = blocks * per_block + machine.register_comm_latency_cycles + machine.sync_cycles
+    converted = (m * k + k * n + 2 * m * n) / machine.cpes
+    return (machine.gemm_call_overhead_cycles + steps * per_step
+            + converted * machine.gemm_conversion_cycles_per_element)
+
+
+@dataclass
+class Timeline:
+    """The machine's clocks (in cycles) and what has run so far.
+
+    Guarantees: `now` never decreases; a transfer completes no earlier than its issue plus the start
+    latency plus its service time, and no two transfers occupy the memory system at once.
+    """
+
+    machine: SW26010
+    now: float = 0.0
+    memory_free: float = 0.0
+    pending: dict[str, float] = field(default_factory=dict)  # reply -> completion of its last transfer
+    stats: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STATS, 0.0))
+
+    # --- events --------------------------------------------------------------------------------------
+
+    def transfer(self, direction: str, cost: TransferCost | None, reply: str, local_cycles: float = 0.0) -> None:
+        """Issue one mesh-wide DMA (None: nothing to move, only the reply) after `local_cycles` of
+        CPE work (zeroing the part of a tile outside a padded tensor)."""
+        machine = self.machine
+        self.now += machine.dma_issue_cycles + local_cycles
+        self.stats["compute_cycles"] += local_cycles
+        if cost is None:
+            self.pending.setdefault(reply, self.now)
+            return
+        start = max(self.now + machine.dma_latency_cycles, self.memory_free)
+        done = start + cost.service_cycles
+        self.memory_free = done
+        self.pending[reply] = max(self.pending.get(reply, 0.0), done)
+        stats = self.stats
+        stats["dma_get_bytes" if direction == "get" else "dma_put_bytes"] += cost.bytes
+        stats["dma_transactions"] += cost.transactions
+        stats["dma_requests"] += cost.requests
+        stats["dma_blocks"] += cost.blocks
+        stats["dma_service_cycles"] += cost.service_cycles
+
+    def wait(self, reply: str) -> None:
+        """Block until every transfer issued with `reply` has completed."""
+        self.now = max(self.now, self.pending.pop(reply, 0.0))
+
+    def compute(self, cycles: float, flops: int = 0, gemm: bool = False) -> None:
+        self.now += cycles
+        self.stats["compute_cycles"] += cycles
+        self.stats["flops"] += flops
+        self.stats["gemm_calls"] += gemm
+
+    # --- periodicity ---------------------------------------------------------------------------------
+
+    def relative_state(self) -> tuple:
+        """Everything that decides the future, relative to `now` (times already past are equivalent
+        to 0): equal states at two points evolve identically under identical statements."""
+        now = self.now
+        waiting = tuple(sorted((r, round(t - now, 6)) for r, t in self.pending.items() if t > now))
+        return round(max(self.memory_free - now, 0.0), 6), waiting
+
+    def snapshot(self) -> tuple[float, dict[str, float]]:
+        return self.now, dict(self.stats)
+
+    def repeat(self, before: tuple[float, dict[str, float]], after: tuple[float, dict[str, float]],
+               times: int) -> None:
+        """Advance by `times` more repetitions of what happened between two snapshots whose relative
+        states are equal (the current state is `after`): every clock shifts by the same amount."""
+        shift = (after[0] - before[0]) * times
+        self.now += shift
+        self.memory_free += shift
+        self.pending = {r: t + shift for r, t in self.pending.items()}
+        for key in STATS:
+            self.stats[key] += (after[1][key] - before[1][key]) * times
+
+    @property
+    def seconds(self) -> float:
+        return self.now / self.machine.clock_hz
+
+
+class Statements:
+    """The cost of each leaf statement given the loop variables: shared by the functional simulator
+    (which also moves the data) and the timing-only mode."""
+
+    def __init__(self, module: Module, machine: SW26010) -> None:
+        self.machine = machine
+        self.tensors = {t.name: t for t in module.tensors}
+        self.strides = {t.name: row_major_strides(t.shape) for t in module.tensors}
+
+    def run(self, stmt: Stmt, env: dict[str, int], timeline: Timeline) -> None:
+        """Apply a leaf statement (Dma, DmaWait, Gemm, Zero) to the timeline."""
+        if isinstance(stmt, Dma):
+            self.dma(stmt, env, timeline)
+        elif isinstance(stmt, DmaWait):
+            timeline.wait(stmt.reply)
+        elif isinstance(stmt, Gemm):
+            timeline.compute(gemm_cycles(stmt.m, stmt.n, stmt.k, stmt.vectorize, self.machine), stmt.flops, True)
+        elif isinstance(stmt, Zero):
+            timeline.compute(self.zero_cycles(stmt.buffer.extents))
+
+    def zero_cycles(self, extents: tuple[int, ...]) -> float:
+        return prod(extents) / self.machine.cpes / self.machine.zero_elements_per_cycle
+
+    def dma(self, stmt: Dma, env: dict[str, int], timeline: Timeline) -> None:
+        tensor = self.tensors[stmt.tensor.name]
+        starts = [ex.compiled(s)(env) for s in stmt.tensor.starts]
+        extents = stmt.tensor.extents
+        local = 0.0
+        if stmt.zero_fill and stmt.direction == "get":
+            low = [max(s, 0) for s in starts]
+            high = [min(s + e, n) for s, e, n in zip(starts, extents, tensor.shape, strict=True)]
+            clipped = tuple(max(h - lo, 0) for lo, h in zip(low, high, strict=True))
+            if clipped != extents:  # the CPEs zero their part of the tile, then the inside moves
+                local = self.zero_cycles(extents)
+            starts, extents = low, clipped
+            if 0 in extents:
+                timeline.transfer(stmt.direction, None, stmt.reply, local)
+                return
+        element = DTYPE_BYTES[tensor.dtype]
+        base = sum(s * t for s, t in zip(starts, self.strides[tensor.name], strict=True)) * element
+        cost = transfer_cost(tensor.shape, tuple(extents), base % self.machine.dma_transaction_bytes, element,
+                             self.machine)
+        timeline.transfer(stmt.direction, cost, stmt.reply, local)
+
+
+@dataclass(frozen=True)
+class _LoopFacts:
+    period: int  # iterations after which every address in the body has the same 128-byte alignment
+    edge: int  # iterations at either end where a zero-filled transfer may be clipped (run exactly)
+
+
+class _Timer:
+    def __init__(self, module: Module, machine: SW26010, extrapolate: bool) -> None:
+        self.module = module
+        self.statements = Statements(module, machine)
+        self.timeline = Timeline(machine)
+        self.extrapolate = extrapolate
+        self.facts: dict[int, _LoopFacts] = {}
+
+    def run(self, stmt: Stmt, env: dict[str, int]) -> None:
+        if isinstance(stmt, Seq):
+            for child in stmt.stmts:
+                if isinstance(child, Let):
+                    env = {**env, child.var: ex.compiled(child.value)(env)}
+                else:
+                    self.run(child, env)
+        elif isinstance(stmt, For):
+            self.loop(stmt, env)
+        elif isinstance(stmt, If):
+            cond = stmt.cond
+            if _COMPARE[cond.op](ex.compiled(cond.left)(env), ex.compiled(cond.right)(env)):
+                self.run(stmt.then, env)
+            elif stmt.otherwise is not None:
+                self.run(stmt.otherwise, env)
+        elif not isinstance(stmt, Let):
+            self.statements.run(stmt, env, self.timeline)
+
+    def loop_facts(self, loop: For) -> _LoopFacts:
+        facts = self.facts.get(id(loop))
+        if facts is None:
+            facts = self.facts[id(loop)] = _loop_facts(loop, self.module, self.statements.machine)
+        return facts
+
+    def loop(self, stmt: For, env: dict[str, int]) -> None:
+        start, stop = ex.compiled(stmt.start)(env), ex.compiled(stmt.stop)(env)
+        trips = max(0, -(-(stop - start) // stmt.stride))
+        facts = self.loop_facts(stmt)
+        timeline = self.timeline
+        history: list[tuple[int, tuple, tuple]] = []  # (iteration, relative state, snapshot) before it
+        i = 0
+        while i < trips:
+            if self.extrapolate and trips - i > facts.edge + 1:
+                history.append((i, timeline.relative_state(), timeline.snapshot()))
+                del history[:-2 * _MAX_PERIOD - 1]
+                period = _period(history, facts)
+                if period:
+                    times = (trips - facts.edge - 1 - i) // period
+                    if times > 0:
+                        timeline.repeat(history[-1 - period][2], history[-1][2], times)
+                        i += times * period
+                        history.clear()
+                        continue
+            self.run(stmt.body, {**env, stmt.var: start + i * stmt.stride})
+            i += 1
+
+
+def _period(history: list[tuple[int, tuple, tuple]], facts: _LoopFacts) -> int | None:
+    """The shortest period (a multiple of the alignment period) over which the last two periods of
+    `history` repeated the same relative state, away from the loop's clipped first iterations."""
+    last, state = history[-1][0], history[-1][1]
+    for period in range(facts.period, _MAX_PERIOD + 1, facts.period):
+        if len(history) < 2 * period + 1:
+            return None
+        first = history[-1 - 2 * period]
+        if first[0] == last - 2 * period and first[0] >= facts.edge and history[-1 - period][1] == state \
+                and first[1] == state:
+            return period
+    return None
+
+
+def _loop_facts(loop: For, module: Module, machine: SW26010) -> _LoopFacts:
+    """How a loop's body depends on its variable: the alignment period of every DMA address in it,
+    and how many iterations at each end may clip a zero-filled transfer."""
+    period, edge = 1, 1
+    for node, _ in walk(loop.body):
+        if not isinstance(node, Dma):
+            continue
+        tensor = module.tensor(node.tensor.name)
+        element = DTYPE_BYTES[tensor.dtype]
+        step = 0
+        for start, extent, stride in zip(node.tensor.starts, node.tensor.extents, row_major_strides(tensor.shape),
+                                         strict=True):
+            form = ex.linear_form(start)
+            coefficient = form[0].get(loop.var, 0) * loop.stride if form is not None else 1
+            step += coefficient * stride * element
+            if node.zero_fill and coefficient:
+                edge = max(edge, -(-extent // abs(coefficient)) + 3)
+        line = machine.dma_transaction_bytes
+        period = math.lcm(period, line // math.gcd(line, abs(step)) if step else 1)
+    return _LoopFacts(period, edge)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The timed run of a program: its simulated seconds and what it moved and computed."""
+
+    seconds: float
+    cycles: float
+    stats: dict[str, float]
+
+    def as_dict(self) -> dict[str, float]:
+        return {"seconds": self.seconds, "cycles": self.cycles, **self.stats}
+
+
+def time_module(module: Module, machine: SW26010, extrapolate: bool = True) -> Timing:
+    """Simulated run time of `module` on one core group, without moving data (loop bounds must be
+    constant given the enclosing loops). With `extrapolate`, periodic stretches of a loop are jumped
+    over (same result as stepping through them, much faster)."""
+    timer = _Timer(module, machine, extrapolate)
+    timer.run(module.body, {})
+    for reply in list(timer.timeline.pending):
+        timer.timeline.wait(reply)
+    timeline = timer.timeline
+    return Timing(timeline.seconds, timeline.now, dict(timeline.stats))

@@ -1,0 +1,58 @@
+"""The thesis' analytic model: DMA equations 3-1/3-2, the least-squares fit of equation 4-2, and how a
+candidate's total is put together."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import GEMM_SW
+from swauto.api import load
+from swauto.machine import SUNWAY
+from swauto.pipeline import before_double_buffering
+from swauto.schedule.space import explore
+from swauto.tuner.cost_model import estimate
+from swauto.tuner.sw26010_model import ModelEstimate, dma_seconds, fit_gemm, gemm_features, transfer_bytes
+from swauto.tuner.sw26010_model import estimate as model_estimate
+
+
+def test_transfer_bytes_add_each_blocks_waste_from_its_start_address():
+    # One row of 256 floats: 8 blocks of 128 B. Aligned: no waste; 4 bytes off: every block spans 2 lines.
+    assert transfer_bytes((1, 256), (1, 256), 0, 4, 8, 128) == 1024
+    assert transfer_bytes((1, 256), (1, 256), 4, 4, 8, 128) == 2048
+    # 2 rows of 12 floats (48 B, moved whole), row stride 400 B: residues 0 and 16 -> 1 line each.
+    assert transfer_bytes((2, 100), (2, 12), 0, 4, 8, 128) == 256
+    # ... starting 96 B into a line: the first row spans 2 lines, the second (at 112) 2 as well.
+    assert transfer_bytes((2, 100), (2, 12), 96, 4, 8, 128) == 512
+
+
+def test_dma_time_is_latency_plus_fetched_bytes_over_peak_bandwidth():
+    seconds = dma_seconds((64, 256), (1, 0), (8, 256), 4, SUNWAY)
+    expected = SUNWAY.dma_latency_cycles / SUNWAY.clock_hz + 8 * 1024 / SUNWAY.peak_bandwidth
+    assert seconds == pytest.approx(expected)
+
+
+def test_the_fit_recovers_known_coefficients():
+    truth = np.array([2e-9, 5e-11, 3.1e-12, 4e-7])
+    rng = np.random.default_rng(0)
+    samples = []
+    for _ in range(200):
+        m, n, k = (int(x) for x in (rng.integers(1, 8) * 128, rng.integers(1, 16) * 32, rng.integers(1, 64) * 8))
+        features = gemm_features(m, n, k, "M", SUNWAY)
+        samples.append((features, float(np.dot(truth, features))))
+    assert np.allclose(fit_gemm(samples), truth, rtol=1e-6)
+
+
+def test_double_buffered_candidates_cost_the_larger_term_plus_the_prologue():
+    assert ModelEstimate(3.0, 2.0, 0.5, True).seconds == 3.5
+    assert ModelEstimate(3.0, 2.0, 0.5, False).seconds == 5.0
+    space = explore(load(GEMM_SW, {"M": 256, "N": 256, "K": 128}), SUNWAY)
+    kinds = set()
+    for candidate, stages in space.legal[::5]:
+        model = model_estimate(before_double_buffering(stages), stages[-1][1], candidate.double_buffer, SUNWAY)
+        assert model.dma_seconds > 0 and model.compute_seconds > 0
+        assert (model.prologue_seconds > 0) == candidate.double_buffer
+        # the cost model's sw26010 branch is this model
+        assert estimate(stages, "sw26010").seconds == pytest.approx(model.seconds)
+        kinds.add(candidate.double_buffer)
+    assert kinds == {True, False}
