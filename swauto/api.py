@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from swauto.errors import ArgumentError, Rejected, ScheduleError
+from swauto.errors import ArgumentError, Rejected, ScheduleError, SwautoError
 from swauto.frontend.check import BoundOperator, check
 from swauto.frontend.parser import parse
 from swauto.frontend.source import Source
@@ -21,6 +21,7 @@ from swauto.machine import SUNWAY, LocalMemoryMachine, local_memory_machine
 from swauto.pipeline import lower
 from swauto.schedule.candidate import Candidate
 from swauto.schedule.space import explore
+from swauto.tuner import database
 from swauto.tuner.cost_model import estimate, peak_flops
 from swauto.tuner.model_tuner import rank
 
@@ -96,27 +97,52 @@ def compile(  # noqa: A001 - the public name users expect
                             "for the host")
     host_threads = threads or _available_threads()
     machine = local_memory_machine(target)
-    if schedule is None and tuner in ("simulate", "hybrid") and target == "sw26010":
+    if schedule is not None:
+        candidate, stages = _resolve(op, schedule, machine)
+        remembered = False
+    else:
+        # The tuning log answers a request tuned before (same source, sizes, target, tuner, threads).
+        key = database.request_key(op.source.text, op.params, target, tuner, host_threads if target == "host" else 1)
+        candidate, stages = _remembered(op, database.lookup(key), machine)
+        remembered = candidate is not None
+        if not remembered:
+            candidate, stages = _tune(op, target, tuner, host_threads, machine)
+            database.record(key, candidate, {"operator": op.name, "params": op.params, "target": target,
+                                             "tuner": tuner, "tuning_s": time.perf_counter() - started})
+    tuning_seconds = time.perf_counter() - started
+    kernel = Kernel(op, candidate, stages, target, tuning_seconds, host_threads)
+    kernel.report["from_tuning_log"] = remembered
+    return kernel
+
+
+def _remembered(op: BoundOperator, candidate: Candidate | None, machine: LocalMemoryMachine):
+    """The logged candidate and its stages, or (None, None) when there is none or it is no longer legal."""
+    if candidate is None:
+        return None, None
+    try:
+        return candidate, lower(op, candidate, machine)
+    except (Rejected, SwautoError):
+        return None, None
+
+
+def _tune(op: BoundOperator, target: str, tuner: str, threads: int, machine: LocalMemoryMachine):
+    """The tuner's choice among every legal candidate: (candidate, stages)."""
+    if tuner in ("simulate", "hybrid") and target == "sw26010":
         # --- sw26010: the timed simulator's tuners (swauto.tuner.simulate; issue 4) ---
         from swauto.tuner.simulate import HYBRID_TOP as SIMULATED_TOP
         from swauto.tuner.simulate import tune as simulate_tune
 
         found = simulate_tune(explore(op, SUNWAY), SIMULATED_TOP if tuner == "hybrid" else None).best.ranked
-        candidate, stages = found.candidate, found.stages
-    elif schedule is None and tuner != "model":
+        return found.candidate, found.stages
+    if tuner != "model":
         from swauto.tuner.host_model import machine as host_machine
         from swauto.tuner.measure import HYBRID_TOP, tune
 
         top = HYBRID_TOP if tuner == "hybrid" else None
-        best = tune(explore(op, machine), host_threads, host_machine(), top=top)[0]
-        candidate, stages = best.candidate, best.stages
-    elif schedule is None:
-        best = rank(explore(op, machine), target, host_threads if target == "host" else 1)[0]
-        candidate, stages = best.candidate, best.stages
-    else:
-        candidate, stages = _resolve(op, schedule, machine)
-    tuning_seconds = time.perf_counter() - started
-    return Kernel(op, candidate, stages, target, tuning_seconds, host_threads)
+        best = tune(explore(op, machine), threads, host_machine(), top=top)[0]
+        return best.candidate, best.stages
+    best = rank(explore(op, machine), target, threads if target == "host" else 1)[0]
+    return best.candidate, best.stages
 
 
 def _available_threads() -> int:

@@ -34,3 +34,16 @@ def test_a_damaged_line_is_skipped(tmp_path):
     with open(tmp_path / database.LOG, "a") as log:
         log.write('{"key": "' + key + '", "candid')
     assert database.lookup(key, tmp_path) == CANDIDATE
+
+
+def test_compile_tunes_a_request_once(tmp_path, monkeypatch, gemm_source):
+    import swauto
+
+    monkeypatch.setenv("SWAUTO_CACHE_DIR", str(tmp_path))
+    params = {"M": 256, "N": 256, "K": 128}
+    first = swauto.compile(gemm_source, params, target="sw26010")
+    second = swauto.compile(gemm_source, params, target="sw26010")
+    assert not first.report["from_tuning_log"] and second.report["from_tuning_log"]
+    assert second.schedule == first.schedule
+    other = swauto.compile(gemm_source, {**params, "K": 256}, target="sw26010")
+    assert not other.report["from_tuning_log"]
