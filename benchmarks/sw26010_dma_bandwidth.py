@@ -86,7 +86,8 @@ def main() -> None:
     for run in (1, 2, None):
         chosen = [r for r in rows if run is None or r["run"] == run]
         window = [r for r in chosen if 64 <= r["block_bytes"] <= 1024]
-        line = (f"{'both runs' if run is None else f'run {run}'}: mean abs error {np.mean([r['error_pct'] for r in chosen]):.2f}% "
+        name = "both runs" if run is None else f"run {run}"
+        line = (f"{name}: mean abs error {np.mean([r['error_pct'] for r in chosen]):.2f}% "
                 f"over {len(chosen)} sizes, {np.mean([r['error_pct'] for r in window]):.2f}% on 64 B - 1 KB "
                 f"(max {max(r['error_pct'] for r in window):.1f}%)")
         summary.append(line)

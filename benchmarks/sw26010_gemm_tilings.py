@@ -67,7 +67,8 @@ def main() -> None:
         f"best variant per tiling from {rows[-1]['best_gflops']:.2f} to {rows[0]['best_gflops']:.2f} GFLOPS; "
         f"over all candidates {min(gflops):.2f} to {max(gflops):.2f} GFLOPS (thesis: 81 tilings, 66.83 to 363.59)",
         f"model's pick: {flops / model_pick.simulated_s / 1e9:.2f} GFLOPS simulated "
-        f"({model_pick.simulated_s / tuning.best.simulated_s:.3f} x the best time): {model_pick.ranked.candidate.describe()}",
+        f"({model_pick.simulated_s / tuning.best.simulated_s:.3f} x the best time): "
+        f"{model_pick.ranked.candidate.describe()}",
     ]
     for line in lines:
         print(line)

@@ -48,8 +48,9 @@ def test_estimate_overlaps_memory_and_compute_only_when_double_buffered(gemm_sou
     for double_buffer in (False, True):
         stages = lower(op, Candidate((("M", 128), ("N", 256), ("K", 64)), order, "N", (), double_buffer), SUNWAY)
         predicted = estimate(stages, "sw26010")
-        assert predicted.memory_seconds == predicted.dma_bytes / SUNWAY.peak_bandwidth
-        assert predicted.compute_seconds == predicted.flops / SUNWAY.peak_flops
+        # the thesis' model (issue 4): at least the bytes over peak bandwidth, the flops over peak
+        assert predicted.memory_seconds > predicted.dma_bytes / SUNWAY.peak_bandwidth
+        assert predicted.compute_seconds > predicted.flops / SUNWAY.peak_flops
         combine = max if double_buffer else sum
         assert predicted.seconds == combine((predicted.memory_seconds, predicted.compute_seconds))
 

@@ -38,14 +38,14 @@ def estimate(stages: Stages, target: str, threads: int = 1) -> Estimate:
     dma_bytes, flops = traffic(module)
     if target == "sw26010":
         # --- sw26010: the thesis' analytic model (swauto.tuner.sw26010_model; issue 4) ---
-        # The prologue's transfers are not hidden: they are added to both terms, so `seconds` is
-        # max(T_DMA, T_compute) + prologue when double buffered, T_DMA + T_compute otherwise.
+        # Single buffered, the terms are T_DMA and T_compute (they add up). Double buffered, the
+        # memory term is the model's total (the time until the last transfer completes, stalls and
+        # prologue included), which is never below T_compute: `seconds` is the model's figure.
         from swauto.tuner.sw26010_model import estimate as sw26010_estimate
 
         model = sw26010_estimate(module, stages[-1][1], overlapped, SUNWAY)
-        prologue = model.prologue_seconds
-        return Estimate(dma_bytes, flops, model.dma_seconds + prologue, model.compute_seconds + prologue,
-                        overlapped)
+        memory = model.seconds if overlapped else model.dma_seconds
+        return Estimate(dma_bytes, flops, memory, model.compute_seconds, overlapped)
     else:
         # --- host: the host model (swauto.tuner.host_model), with this machine's measured constants ---
         from swauto.backends.host import default_register_tile
