@@ -63,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
 
     # --- sw26010 tuning on the timed simulator (issue 4) ---
     tune_cmd = operator_command("tune", "tune on the simulated sw26010: the best candidates with predicted and "
-                                        "simulated time, GFLOPS, %% of peak, and the tuning time")
+                                        "simulated time, GFLOPS, percent of peak, and the tuning time")
     tune_cmd.add_argument("--target", choices=("sw26010",), default="sw26010")
     tune_cmd.add_argument("--tuner", choices=("model", "simulate", "hybrid"), default="model",
                           help="model: rank by the analytic model; simulate: time every candidate on the timed "
