@@ -19,11 +19,11 @@ import datetime
 import math
 import os
 import platform
-import statistics
 import time
 from pathlib import Path
 
 import numpy as np
+from host_gemm import median_seconds  # benchmarks/ is on the path when run as a script
 
 import swauto
 
@@ -37,16 +37,6 @@ FIELDS = ["model", "layer", "batch", "threads", "gflop", "swauto_gflops", "torch
 def layers(path: Path, kernel: int | None, models: list[str] | None) -> list[dict[str, str]]:
     rows = [row for row in csv.DictReader(line for line in path.open() if not line.startswith("#"))]
     return [r for r in rows if (kernel is None or int(r["k"]) == kernel) and (not models or r["model"] in models)]
-
-
-def median_seconds(function, repeat: int) -> float:
-    function()
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 def measure(layer: dict[str, str], batch: int, threads: int, repeat: int) -> dict[str, object]:

@@ -139,12 +139,14 @@ class Host:
 
 @dataclass(frozen=True)
 class HostScratchpad:
-    """The host as the scheduler and the passes see it: the tile buffers of one core, sized for its
-    L2 cache (AMD Zen 4: 1 MiB per core), and a primitive (the micro-kernel) that takes any size,
-    computing in single precision. The SW26010's constraints and its float64 copies do not apply."""
+    """The host as the scheduler and the passes see it: the tile buffers of one core and a primitive
+    (the micro-kernel) that takes any size, computing in single precision. The SW26010's constraints
+    and its float64 copies do not apply. The host has no hard local-memory limit; the bound keeps a
+    core's buffers within its share of the caches (AMD Zen 4: 1 MiB L2 per core, 32 MiB L3) while
+    still admitting a whole 512 x 512 weight slice (1 MiB)."""
 
     cpes: int = 1
-    ldm_bytes: int = 1024 * 1024
+    ldm_bytes: int = 4 * 1024 * 1024
     ldm_reserve_bytes: int = 0
     gemm_compute_dtype: str = "float32"
     gemm: GemmConstraints = GemmConstraints(vectorized_multiple=1, other_multiple=1, k_multiple=1)
