@@ -127,14 +127,11 @@ class SW26010:
 
 @dataclass(frozen=True)
 class Host:
-    """The development machine's figures (DEVELOPERS.md: AMD Zen 4, AVX-512), used by the first,
-    rough host cost; the fast-host-backend work replaces them by a per-machine micro-benchmark."""
+    """The host's FMA peak, against which reports give a percent of peak (the development machine,
+    AMD Zen 4 with AVX-512, measured per DEVELOPERS.md). The host model's own constants are measured
+    on each machine (`swauto.tuner.host_model`)."""
 
     peak_flops_per_core: float = 117e9
-    memory_bandwidth: float = 20e9
-    # float32 lanes of one vector FMA (AVX-512); a primitive whose vectorized dimension is not the
-    # contiguous axis of its output runs scalar, this many times slower.
-    vector_lanes: int = 16
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
-"""A first analytic cost: DMA bytes over memory bandwidth against flops over peak, the larger wins.
+"""The analytic cost the model tuner ranks by: one entry point for both targets.
 
 It reads only the IR (what each DMA and primitive call moves or computes, times the trip counts of
 the loops around it), never a simulation or a measurement. On the SW26010 it is the thesis' model
-(`swauto.tuner.sw26010_model`: per-transfer latency and transaction waste, fitted primitive time).
+(`swauto.tuner.sw26010_model`: per-transfer latency and transaction waste, fitted primitive time);
+on the host, the host model (`swauto.tuner.host_model`, with this machine's measured constants).
 """
 
 from __future__ import annotations
