@@ -45,15 +45,17 @@ def _option(scheduled: Module, role: str, level: int, machine: LocalMemoryMachin
     return moved, local
 
 
-def hoist_dma(scheduled: Module, machine: LocalMemoryMachine, double_buffered: bool) -> Module:
-    """`scheduled` is the IR before any transfer was placed (the input of `infer_dma`)."""
+def hoist_dma(scheduled: Module, machine: LocalMemoryMachine, double_buffered: bool,
+              placed: Module | None = None) -> Module:
+    """`scheduled` is the IR before any transfer was placed (the input of `infer_dma`); `placed`, if
+    given, is `infer_dma(scheduled)`, which this would otherwise compute again."""
     caps = dict.fromkeys(ROLES, 0)  # how far each operand can move at most
     for call, loops in walk(scheduled.body):
         if isinstance(call, Gemm):
             for role, access in call.operands:
                 caps[role] = max(caps[role], hoistable(access, loops))
     options = {role: [_option(scheduled, role, level, machine) for level in range(caps[role] + 1)] for role in ROLES}
-    placed = place_transfers(scheduled, dict.fromkeys(ROLES, 0))
+    placed = placed or place_transfers(scheduled, dict.fromkeys(ROLES, 0))
     # The float64 copies do not depend on where transfers sit: count them once, from any placement.
     copies = footprint(placed, machine) - sum(aligned(per_cpe_bytes(b, machine)) for b in placed.buffers)
     factor = 2 if double_buffered else 1
