@@ -15,20 +15,17 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime
 import math
-import os
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
+from common import RESULTS, header, write_tables  # benchmarks/ is on the path when run as a script
 from host_gemm import median_seconds  # benchmarks/ is on the path when run as a script
 
 import swauto
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
 LAYERS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"
 FIELDS = ["model", "layer", "batch", "threads", "gflop", "swauto_gflops", "torch_gflops", "swauto_vs_torch",
           "layout_s", "tuning_s", "candidate"]
@@ -85,8 +82,7 @@ def main() -> None:
     from tqdm import tqdm
 
     chosen = layers(LAYERS, args.kernel or None, args.models)[: args.limit or None]
-    print(f"{datetime.datetime.now().isoformat(timespec='seconds')}  {platform.processor() or platform.machine()}  "
-          f"{os.cpu_count()} cores  numpy {np.__version__}  torch {torch.__version__}  medians of {args.repeat}")
+    print(header() + f"  torch {torch.__version__}  medians of {args.repeat}")
     rows = []
     jobs = [(layer, b, t) for layer in chosen for b in args.batch for t in args.threads]
     for layer, batch, threads in tqdm(jobs, desc="layers", unit=" runs"):
@@ -100,16 +96,7 @@ def main() -> None:
             geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
             print(f"B={batch} threads={threads}: geometric mean swauto / PyTorch = {geomean:.3f} "
                   f"over {len(ratios)} layers")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    with open(RESULTS / "host_conv.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
-    lines = ["| layer | B | threads | GFLOP | swauto GFLOPS | PyTorch GFLOPS | swauto / PyTorch |",
-             "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['model']} {r['layer']} | {r['batch']} | {r['threads']} | {r['gflop']} | {r['swauto_gflops']} | "
-              f"{r['torch_gflops']} | {r['swauto_vs_torch']} |" for r in rows]
-    (RESULTS / "host_conv.md").write_text("\n".join(lines) + "\n")
+    write_tables("host_conv", FIELDS, rows, "conv2d on the host: swauto against PyTorch")
     try:
         import matplotlib
 

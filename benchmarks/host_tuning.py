@@ -13,13 +13,10 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime
-import os
-import platform
 import time
 from pathlib import Path
 
-import numpy as np
+from common import header, write_tables  # benchmarks/ is on the path when run as a script
 from tqdm import tqdm
 
 from swauto.api import load
@@ -29,7 +26,6 @@ from swauto.tuner.host_model import machine
 from swauto.tuner.measure import rank_by_model, time_module
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
 LAYERS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"
 FIELDS = ["operator", "threads", "candidates", "space_s", "model_s", "measure_s", "speedup", "pick_ms", "best_ms",
           "pick_over_best"]
@@ -70,8 +66,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    print(f"{datetime.datetime.now().isoformat(timespec='seconds')}  {platform.processor() or platform.machine()}  "
-          f"{os.cpu_count()} cores  numpy {np.__version__}")
+    print(header())
     jobs = [(f"gemm {s}^3", ROOT / "examples" / "gemm.sw", {"M": s, "N": s, "K": s}) for s in args.gemm]
     jobs += [(f"conv {c} B={args.batch}", ROOT / "examples" / "conv2d.sw", conv_params(c, args.batch))
              for c in args.conv]
@@ -82,15 +77,7 @@ def main() -> None:
         print(f"{name}: {row['candidates']} candidates; model {row['model_s']} s, measuring all {row['measure_s']} s "
               f"({row['speedup']}x); model's pick {row['pick_ms']} ms, best {row['best_ms']} ms "
               f"(pick / best {row['pick_over_best']}); building the space {row['space_s']} s")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    with open(RESULTS / "host_tuning.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
-    lines = ["| operator | candidates | model s | measure-all s | pick / best | space s |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r['operator']} | {r['candidates']} | {r['model_s']} | {r['measure_s']} | {r['pick_over_best']} | "
-              f"{r['space_s']} |" for r in rows]
-    (RESULTS / "host_tuning.md").write_text("\n".join(lines) + "\n")
+    write_tables("host_tuning", FIELDS, rows, "The host model against measuring every candidate")
 
 
 if __name__ == "__main__":

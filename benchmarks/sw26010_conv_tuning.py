@@ -23,7 +23,7 @@ import csv
 import time
 from multiprocessing import Pool
 
-from sw26010_common import RESULTS, ROOT, header, write_tables
+from common import RESULTS, ROOT, header, write_tables
 from tqdm import tqdm
 
 LAYERS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"

@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from sw26010_common import RESULTS, ROOT, header, write_tables
+from common import RESULTS, ROOT, header, write_tables
 
 from swauto.backends.sw26010.dma import TransferCost, lines_touched, service_cycles
 from swauto.backends.sw26010.timing import Timeline

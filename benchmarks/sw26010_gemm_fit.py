@@ -13,7 +13,7 @@ prints them for swauto/machine.py, the fit's error, and the primitive's best eff
 from __future__ import annotations
 
 import numpy as np
-from sw26010_common import RESULTS, header, write_tables
+from common import RESULTS, header, write_tables
 
 from swauto.backends.sw26010 import gemm_cycles
 from swauto.machine import SUNWAY

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from sw26010_common import RESULTS, ROOT, header, write_tables
+from common import RESULTS, ROOT, header, write_tables
 from tqdm import tqdm
 
 from swauto.api import load

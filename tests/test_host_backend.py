@@ -58,15 +58,6 @@ CASES = [(shape, candidate) for shape in SHAPES
          for index, candidate in enumerate(legal_modules(shape)) if index % SAMPLE.get(shape, 1) == 0]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _private_cache_dir(tmp_path_factory):
-    """Compiled kernels go to a temporary disk cache, never the user's."""
-    patch = pytest.MonkeyPatch()
-    patch.setenv("SWAUTO_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "swauto-cache"))
-    yield
-    patch.undo()
-
-
 @pytest.mark.parametrize(
     ("shape", "candidate"), CASES, ids=[f"{'x'.join(map(str, s))}-{c}" for s, c in CASES]
 )

@@ -25,14 +25,6 @@ from swauto.tuner.measure import rank_by_model, tune
 PARAMS = {"M": 256, "N": 256, "K": 128}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _shared_cache_dir(tmp_path_factory):
-    patch = pytest.MonkeyPatch()
-    patch.setenv("SWAUTO_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "swauto-cache"))
-    yield
-    patch.undo()
-
-
 def _module(order, tiles=(("M", 128), ("N", 128), ("K", 64))):
     """The candidate with algorithm 7's transfers (before hoisting moves any of them out of the nest)."""
     stages = dict(lower(load(GEMM_SW, PARAMS), Candidate(tiles, order, "N"), SUNWAY))

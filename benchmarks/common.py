@@ -1,4 +1,4 @@
-"""Helpers shared by the SW26010 benchmarks: the header line (machine, date, command), CSV and
+"""Helpers shared by the benchmarks: the header line (machine, date, command), CSV and
 Markdown tables in benchmarks/results/."""
 
 from __future__ import annotations
