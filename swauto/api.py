@@ -171,9 +171,9 @@ class Kernel:
         threads = self.threads if self.target == "host" else 1
         predicted = estimate(self.stages, self.target, threads)
         if self.target == "host":
-            from swauto.backends.host import compile_module
+            from swauto.backends.host import compile_module, knobs_of
 
-            self._program = compile_module(module)
+            self._program = compile_module(module, knobs=knobs_of(self.schedule.micro_kernel))
             self.code = self._program.llvm_ir
         else:
             from swauto.backends.sw26010 import emit_program

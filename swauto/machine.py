@@ -38,6 +38,8 @@ class SW26010:
     """One core group of the Sunway SW26010 (the unit a kernel runs on): 1 MPE + an 8 x 8 CPE mesh."""
 
     core_groups_per_chip: int = 4
+    # The mesh GEMM primitive has one fixed register blocking (4 x 16 per CPE): no choice to explore.
+    micro_kernels: tuple[tuple[int, int], ...] = ()
     mesh_rows: int = 8
     mesh_columns: int = 8
     clock_hz: float = 1.45e9
@@ -134,6 +136,18 @@ class Host:
     peak_flops_per_core: float = 117e9
 
 
+# The host micro-kernel's register tiles (rows, vectors) the schedule space explores, per instruction
+# set, the default first: rows x vectors accumulators, one register per vector of the vector operand
+# and one broadcast register must fit the register file (AVX-512: 32 registers; AVX2 and SSE: 16).
+# On cache-resident data every one of them runs at the FMA rate (AVX-512 here: 114.8-115.7 GFLOPS for
+# eight shapes); they differ in the edge tiles they leave and in how their panels stream through L1.
+HOST_MICRO_KERNELS: dict[str, tuple[tuple[int, int], ...]] = {
+    "avx512": ((6, 4), (4, 4), (8, 2), (14, 2)),
+    "avx2": ((6, 2), (4, 2), (3, 3)),
+    "generic": ((4, 2), (6, 2)),
+}
+
+
 @dataclass(frozen=True)
 class HostScratchpad:
     """The host as the scheduler and the passes see it: the tile buffers of one core and a primitive
@@ -147,6 +161,9 @@ class HostScratchpad:
     ldm_reserve_bytes: int = 0
     gemm_compute_dtype: str = "float32"
     gemm: GemmConstraints = GemmConstraints(vectorized_multiple=1, other_multiple=1, k_multiple=1)
+    # Register tiles of the micro-kernel to explore (`HOST_MICRO_KERNELS` of the instruction set the
+    # kernels are compiled for); none: the backend uses its default.
+    micro_kernels: tuple[tuple[int, int], ...] = ()
 
     @property
     def ldm_usable_bytes(self) -> int:
@@ -168,6 +185,9 @@ class LocalMemoryMachine(Protocol):
     @property
     def gemm(self) -> GemmConstraints: ...
 
+    @property
+    def micro_kernels(self) -> tuple[tuple[int, int], ...]: ...
+
 
 SUNWAY = SW26010()
 HOST = Host()
@@ -175,5 +195,10 @@ HOST_SCRATCHPAD = HostScratchpad()
 
 
 def local_memory_machine(target: str) -> LocalMemoryMachine:
-    """The machine description the scheduler uses for `target` ('sw26010' or 'host')."""
-    return SUNWAY if target == "sw26010" else HOST_SCRATCHPAD
+    """The machine description the scheduler uses for `target` ('sw26010' or 'host'). The host's
+    explores the register tiles of the instruction set its kernels are compiled for."""
+    if target == "sw26010":
+        return SUNWAY
+    from swauto.backends.host.isa import select  # the host's instruction set is known at run time only
+
+    return HostScratchpad(micro_kernels=HOST_MICRO_KERNELS[select().name])

@@ -36,7 +36,8 @@ from swauto.ir.nodes import (
     Tensor,
     Zero,
 )
-from swauto.machine import SUNWAY
+from swauto.machine import SUNWAY, local_memory_machine
+from swauto.schedule.candidate import Candidate
 from swauto.schedule.space import explore
 
 SHAPES = [(256, 384, 128), (128, 128, 64), (384, 256, 96)]  # (M, N, K)
@@ -68,6 +69,26 @@ def test_every_legal_candidate_computes_gemm_on_one_and_two_threads(shape, candi
         expected = gemm_reference(arrays)
         program.run(arrays, threads=threads)
         assert relative_error(arrays["C"], expected) <= TOLERANCE, f"threads={threads}"
+
+
+def test_every_lowering_of_the_host_space_with_its_micro_kernels_in_turn():
+    """The host's own space (no primitive constraints, its micro-kernels) at a shape no tile divides:
+    every lowering runs right, each with the next micro-kernel in turn, so every register tile meets
+    every kind of edge."""
+    shape = (200, 160, 72)
+    source = Source.load(GEMM_SW)
+    op = check(parse(source), source, dict(zip("MNK", shape, strict=True)))
+    machine = local_memory_machine("host")
+    lowerings: dict[int, tuple[Candidate, Module]] = {}
+    for candidate, stages in explore(op, machine).legal:
+        lowerings.setdefault(id(stages), (candidate, stages[-1][1]))
+    kernels = machine.micro_kernels
+    for index, (candidate, module) in enumerate(lowerings.values()):
+        micro_kernel = kernels[index % len(kernels)]
+        arrays = gemm_inputs(*shape, seed=index)
+        expected = gemm_reference(arrays)
+        compile_module(module, knobs=Knobs(*micro_kernel)).run(arrays, threads=1 + index % 2)
+        assert relative_error(arrays["C"], expected) <= TOLERANCE, (candidate, micro_kernel)
 
 
 @pytest.mark.parametrize("isa", ["avx2", "generic"])

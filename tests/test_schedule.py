@@ -1,8 +1,9 @@
-"""The schedule space of the GEMM example: its size, its rejections, stable ids, JSON round trips,
-and the printed IR of one candidate after each pass (golden file)."""
+"""The schedule space of the GEMM example: its size, its rejections, the host's micro-kernel choices,
+stable ids, JSON round trips, and the printed IR of one candidate after each pass (golden file)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,10 +13,10 @@ from hypothesis import strategies as st
 import swauto
 from conftest import assert_golden_stages
 from swauto.api import load
-from swauto.errors import ScheduleError
+from swauto.errors import Rejected, ScheduleError
 from swauto.ir.nodes import Dma, For
 from swauto.ir.visitor import walk
-from swauto.machine import SUNWAY
+from swauto.machine import SUNWAY, HostScratchpad
 from swauto.pipeline import lower
 from swauto.schedule.candidate import Candidate
 from swauto.schedule.space import explore
@@ -55,6 +56,33 @@ def test_primitive_constraints_reject_small_vectorized_tiles():
 def test_candidate_json_round_trip_keeps_id(candidate):
     again = Candidate.from_json(candidate.to_json())
     assert again == candidate and again.id == candidate.id
+
+
+def test_the_host_space_multiplies_by_the_micro_kernels_sharing_each_lowering(gemm_source):
+    op = load(gemm_source, {"M": 256, "N": 256, "K": 128})
+    tiles = (6, 4), (4, 4)
+    host = explore(op, HostScratchpad(micro_kernels=tiles))
+    plain = explore(op, HostScratchpad())
+    assert host.total == 2 * plain.total and len(host.legal) == 2 * len(plain.legal)
+    by_lowering: dict[int, set] = {}
+    for candidate, stages in host.legal:
+        by_lowering.setdefault(id(stages), set()).add(candidate.micro_kernel)
+    assert all(kernels == set(tiles) for kernels in by_lowering.values())
+    assert {replace(c, micro_kernel=None) for c in host.candidates} == set(plain.candidates)
+    # A candidate keeps its micro-kernel through JSON; without one its id is what it always was.
+    candidate = host.candidates[1]
+    assert Candidate.from_json(candidate.to_json()) == candidate and "micro_kernel" in candidate.to_json()
+    assert "micro_kernel" not in replace(candidate, micro_kernel=None).to_json()
+    assert "micro-kernel 4 rows x 4 vectors" in candidate.describe()
+
+
+def test_a_micro_kernel_the_target_lacks_is_refused(gemm_source):
+    op = load(gemm_source, {"M": 256, "N": 256, "K": 128})
+    candidate = replace(explore(op, HostScratchpad()).candidates[0], micro_kernel=(9, 9))
+    with pytest.raises(Rejected, match="micro-kernel of 9 rows x 9 vectors"):
+        lower(op, candidate, HostScratchpad(micro_kernels=((6, 4),)))
+    with pytest.raises(ScheduleError, match="micro-kernel of 9 rows x 9 vectors"):
+        swauto.compile(gemm_source, {"M": 256, "N": 256, "K": 128}, target="sw26010", schedule=candidate)
 
 
 def test_ids_are_stable_across_shapes(gemm_source):

@@ -1,9 +1,12 @@
-"""The host backend's own schedule knobs, below the IR's schedule space: the micro-kernel's register
-tile. They shape code only inside the backend (packing and the micro-kernel), never the IR."""
+"""The host backend's own schedule knobs: the micro-kernel's register tile. The schedule space
+explores them (`Candidate.micro_kernel`, from the machine description's `HOST_MICRO_KERNELS`); they
+shape code only inside the backend (packing and the micro-kernel), never the IR."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from swauto.machine import HOST_MICRO_KERNELS
 
 from .isa import Isa
 
@@ -21,17 +24,11 @@ class Knobs:
         return self.rows >= 1 and self.vectors >= 1 and self.rows * self.vectors + self.vectors + 1 <= isa.registers
 
 
-DEFAULTS = {"avx512": Knobs(6, 4), "avx2": Knobs(6, 2), "generic": Knobs(4, 2)}
-
-
 def default_knobs(isa: Isa) -> Knobs:
-    return DEFAULTS[isa.name]
+    """The first register tile the machine description lists for `isa`."""
+    return Knobs(*HOST_MICRO_KERNELS[isa.name][0])
 
 
-def default_register_tile() -> tuple[int, int]:
-    """(rows, columns) of the default micro-kernel of the instruction set the host compiles for."""
-    from .isa import select
-
-    isa = select()
-    knobs = default_knobs(isa)
-    return knobs.rows, knobs.vectors * isa.width
+def knobs_of(micro_kernel: tuple[int, int] | None) -> Knobs | None:
+    """The knobs a candidate's `micro_kernel` (rows, vectors) asks for; None: the default."""
+    return None if micro_kernel is None else Knobs(*micro_kernel)

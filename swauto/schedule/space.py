@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from swauto.errors import Rejected, ScheduleError
 from swauto.frontend.check import BoundOperator, SplitChoice
@@ -70,6 +70,9 @@ def apply(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
     violation = machine.gemm.violation(tiles["M"], tiles["N"], tiles["K"], candidate.vectorize)
     if violation is not None:
         raise Rejected("primitive constraint", violation)
+    if candidate.micro_kernel is not None and candidate.micro_kernel not in machine.micro_kernels:
+        raise Rejected("not in this space", "this target has no micro-kernel of {} rows x {} vectors".format(
+            *candidate.micro_kernel))
     return module
 
 
@@ -108,19 +111,34 @@ class Space:
     def candidates(self) -> list[Candidate]:
         return [candidate for candidate, _ in self.legal]
 
+    def lowerings(self) -> Iterator[tuple[list[tuple[str, Module]], list[Candidate]]]:
+        """Each lowering (its stages) with the legal candidates that share it, in the space's order."""
+        group: list[Candidate] = []
+        for index, (candidate, stages) in enumerate(self.legal):
+            group.append(candidate)
+            if index + 1 == len(self.legal) or self.legal[index + 1][1] is not stages:
+                yield stages, group
+                group = []
+
 
 def explore(op: BoundOperator, machine: LocalMemoryMachine, progress=None) -> Space:
     """Build every candidate through the pass pipeline; keep the legal ones with their IR stages.
-    `progress`, if given, wraps the candidate iterator (e.g. a progress bar)."""
+    `progress`, if given, wraps the candidate iterator (e.g. a progress bar).
+
+    The machine's micro-kernel choices multiply the space, but they shape only the backend's code:
+    the candidates differing in them alone share one lowering (and one list of stages)."""
     from swauto.pipeline import lower
 
     space = Space(op)
     points = candidates(op)
+    micro_kernels = machine.micro_kernels or (None,)
     for candidate in progress(points) if progress else points:
         try:
-            space.legal.append((candidate, lower(op, candidate, machine)))
+            stages = lower(op, candidate, machine)
         except Rejected as rejection:
-            space.rejected[rejection.reason] += 1
+            space.rejected[rejection.reason] += len(micro_kernels)
+            continue
+        space.legal.extend((replace(candidate, micro_kernel=micro_kernel), stages) for micro_kernel in micro_kernels)
     if not space.legal:
         raise ScheduleError(_explain_empty(op, space))
     return space

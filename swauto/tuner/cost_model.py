@@ -34,6 +34,15 @@ def estimate(stages: Stages, target: str, threads: int = 1) -> Estimate:
     """Predicted run time of a candidate (its IR `stages`) on `target` ('sw26010': one core group;
     'host': `threads` cores). On the SW26010 the mesh GEMM synchronises its CPEs, so a transfer only
     overlaps compute when it is double buffered (thesis 3.2.1): the times add up otherwise."""
+    if target == "host":
+        # --- host: the host model (swauto.tuner.host_model), with this machine's measured constants ---
+        from swauto.tuner.host_model import estimate as host_estimate
+        from swauto.tuner.host_model import machine
+
+        module = before_double_buffering(stages)
+        dma_bytes, flops = traffic(module)
+        host = host_estimate(module, threads, machine())
+        return Estimate(dma_bytes, flops, min(host.traffic, host.seconds), host.seconds)
     module = before_double_buffering(stages)
     overlapped = any(name == "double_buffer" for name, _ in stages)
     dma_bytes, flops = traffic(module)
@@ -47,15 +56,7 @@ def estimate(stages: Stages, target: str, threads: int = 1) -> Estimate:
         model = sw26010_estimate(module, stages[-1][1], overlapped, SUNWAY)
         memory = model.seconds if overlapped else model.dma_seconds
         return Estimate(dma_bytes, flops, memory, model.compute_seconds, overlapped)
-    else:
-        # --- host: the host model (swauto.tuner.host_model), with this machine's measured constants ---
-        from swauto.backends.host import default_register_tile
-        from swauto.tuner.host_model import estimate as host_estimate
-        from swauto.tuner.host_model import machine
-
-        rows, columns = default_register_tile()
-        host = host_estimate(module, threads, machine(), rows, columns)
-        return Estimate(dma_bytes, flops, min(host.traffic, host.seconds), host.seconds)
+    raise ValueError(f"unknown target {target!r}")
 
 
 def peak_flops(target: str, threads: int = 1) -> float:

@@ -1,10 +1,10 @@
-"""The host performance model: flops against the micro-kernel's measured rate, packing (DMA) traffic
-against the bandwidth of the memory level its data comes from, and the parallel nest's iterations
-shared by the threads.
+"""The host performance model: flops against the micro-kernel's measured rate plus its cost per
+accumulator (loading and storing C around the K loop), packing (DMA) traffic against the bandwidth of
+the memory level its data comes from, and the parallel nest's iterations shared by the threads.
 
 Its machine constants come from `calibrate()`, a micro-benchmark of a few seconds (the micro-kernel on
-cache-resident panels, copies sized for L2, L3 and DRAM), run once per machine and stored with the
-date in the cache directory (`host_machine.json`); a different CPU measures again.
+cache-resident panels at a long and a short K, copies sized for L2, L3 and DRAM), run once per machine
+and stored with the date in the cache directory (`host_machine.json`); a different CPU measures again.
 """
 
 from __future__ import annotations
@@ -21,22 +21,24 @@ from pathlib import Path
 import numpy as np
 
 from swauto.ir import expr as ex
-from swauto.ir.nodes import Dma, For, Gemm, Module, Stmt
+from swauto.ir.nodes import Dma, For, Gemm, Module
 from swauto.ir.visitor import walk
 
 CALIBRATION_FILE = "host_machine.json"
-CALIBRATION_VERSION = 1
+CALIBRATION_VERSION = 3
 
 
 @dataclass(frozen=True)
 class Machine:
-    """Measured constants of the host: the micro-kernel's flops per second on one core, copy
-    bandwidth (bytes per second, one core) out of L2, L3 and DRAM, DRAM's total over all cores, and
-    cache sizes in bytes."""
+    """Measured constants of the host: the micro-kernel's flops per second on one core and its seconds
+    per accumulator vector (C loaded and stored once per call), copy bandwidth (bytes per second, one
+    core) out of L2, L3 and DRAM, DRAM's total over all cores, and cache sizes in bytes."""
 
     cpu: str
     measured: str  # ISO date
     kernel_flops: float
+    accumulator_seconds: float
+    vector_lanes: int  # float32 lanes of the instruction set the kernels are compiled for
     l2_bandwidth: float
     l3_bandwidth: float
     dram_bandwidth: float
@@ -58,9 +60,11 @@ class HostEstimate:
     seconds: float
 
 
-def estimate(module: Module, threads: int, machine: Machine, rows: int = 8, columns: int = 48) -> HostEstimate:
-    """The predicted time of `module` on `threads` cores of `machine` with a micro-kernel of `rows` x
-    `columns` (see the module docstring). Deterministic and cheap: it reads only the IR."""
+def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
+    """The predicted time of `module` on `threads` cores of `machine` (see the module docstring).
+    Deterministic and cheap: it reads only the IR. It does not depend on the micro-kernel's register
+    tile: every tile the space offers runs at the same rate (measured, see `HOST_MICRO_KERNELS`), and
+    edge tiles keep it with fewer rows or vectors; the measuring tuners choose among them."""
     from swauto.backends.host.parallel import split
 
     phases = split(module)
@@ -70,52 +74,42 @@ def estimate(module: Module, threads: int, machine: Machine, rows: int = 8, colu
     shared = max(1, min(threads, phases.iterations)) if phases.loops else 1
     share = ceil(phases.iterations / shared) / phases.iterations if phases.loops else 1.0
     level = _source_bandwidth(module, machine)
+    # Compute and traffic out of the caches scale with the threads; DRAM traffic only up to its total bandwidth.
+    traffic_share = share
+    if level == machine.dram_bandwidth:
+        traffic_share = 1.0 / max(1.0, min(shared, machine.dram_bandwidth_total / machine.dram_bandwidth))
     parallel = [0.0, 0.0]
     serial = [0.0, 0.0]
     flops = copy_bytes = 0
     for node, loops in walk(module.body):
-        cost = _node_cost(node, module, machine, rows, columns, level)
-        if cost is None:
+        if not isinstance(node, (Dma, Gemm)):
             continue
         trips = _trips(loops)
-        node_flops, node_bytes, compute, traffic = cost
+        node_flops, node_bytes, compute, traffic = _node_cost(node, machine, level)
         flops += node_flops * trips
         copy_bytes += node_bytes * trips
         target = parallel if id(node) in in_group else serial
         target[0] += compute * trips
         target[1] += traffic * trips
-    # Compute and traffic out of the caches scale with the threads; DRAM traffic only up to its total bandwidth.
-    traffic_share = share
-    if level == machine.dram_bandwidth:
-        traffic_share = 1.0 / max(1.0, min(shared, machine.dram_bandwidth_total / machine.dram_bandwidth))
     seconds = parallel[0] * share + parallel[1] * traffic_share + serial[0] + serial[1]
     return HostEstimate(flops, copy_bytes, parallel[0] + serial[0], parallel[1] + serial[1], seconds)
 
 
-def _node_cost(node: Stmt, module: Module, machine: Machine, rows: int, columns: int,
-               source_bandwidth: float) -> tuple[int, int, float, float] | None:
+def _node_cost(node: Dma | Gemm, machine: Machine, source_bandwidth: float) -> tuple[int, int, float, float]:
     """(flops, copied bytes, compute seconds, traffic seconds) of one execution of `node`."""
     if isinstance(node, Dma):
         size = 4 * prod(node.tensor.extents)
         return 0, size, 0.0, size / source_bandwidth
-    if isinstance(node, Gemm):
-        from swauto.backends.host.layout import gemm_roles
+    from swauto.backends.host.layout import gemm_roles
 
-        roles = gemm_roles(node)
-        sizes = {"M": node.m, "N": node.n, "K": node.k}
-        u, v = roles["broadcast"][0], roles["vector"][0]
-        # Edge tiles run with fewer rows or columns but the same K loop: count their padding as work.
-        padded = ceil(sizes[u] / rows) * rows * ceil(sizes[v] / columns) * columns
-        compute = 2 * padded * node.k / machine.kernel_flops
-        # The C tile is loaded and stored once per call, from the cache level that holds it.
-        c_bytes = 8 * sizes[u] * sizes[v]
-        buffers = sum(4 * prod(access.extents) for _, access in node.operands)
-        bandwidth = machine.l2_bandwidth if buffers <= machine.l2_bytes else machine.l3_bandwidth
-        # The vector operand's micro-panel should stay in L1 while the broadcast operand streams by.
-        if 4 * node.k * columns > machine.l1_bytes // 2:
-            compute *= 1.15
-        return node.flops, 0, compute, c_bytes / bandwidth
-    return None
+    roles = gemm_roles(node)
+    sizes = {"M": node.m, "N": node.n, "K": node.k}
+    u, v = roles["broadcast"][0], roles["vector"][0]
+    # Columns left over from whole vectors run one lane per FMA, each costing a vector's time.
+    width = machine.vector_lanes
+    accumulators = sizes[u] * (sizes[v] // width + sizes[v] % width)
+    compute = accumulators * (2 * width * node.k / machine.kernel_flops + machine.accumulator_seconds)
+    return node.flops, 0, compute, 0.0
 
 
 def _source_bandwidth(module: Module, machine: Machine) -> float:
@@ -162,11 +156,14 @@ def machine(cache_dir: Path | None = None) -> Machine:
 
 def calibrate(cpu: str) -> Machine:
     """Measure this machine's constants (a few seconds)."""
+    from swauto.backends.host.isa import select
+
     l1, l2, l3 = cache_sizes()
     return Machine(
         cpu=cpu,
         measured=datetime.date.today().isoformat(),
-        kernel_flops=_kernel_rate(),
+        **_kernel_rate(),
+        vector_lanes=select().width,
         l2_bandwidth=_copy_bandwidth(l2 // 4),
         l3_bandwidth=_copy_bandwidth(min(l3 // 4, 8 << 20)),
         dram_bandwidth=_copy_bandwidth(max(4 * l3, 64 << 20)),
@@ -193,26 +190,39 @@ def cache_sizes() -> tuple[int, int, int]:
     return sizes[1], sizes[2], sizes[3]
 
 
-def _kernel_rate() -> float:
-    """Flops per second of the default micro-kernel on cache-resident packed panels, one core."""
+def _kernel_rate() -> dict[str, float]:
+    """The default micro-kernel on cache-resident packed panels, one core, timed at a long and a short
+    K: its flops per second in the K loop and its seconds per accumulator vector outside it (a call
+    costs accumulators x (K x FMA time + accumulator time))."""
     from swauto.backends.host import compile_module
+    from swauto.backends.host.isa import select
 
-    module = kernel_benchmark_module()
-    program = compile_module(module)
-    flops = sum(node.flops * _trips(loops) for node, loops in walk(module.body) if isinstance(node, Gemm))
-    program.run({}, threads=1)
-    return flops / _median_seconds(lambda: program.run({}, threads=1))
+    seconds = {}
+    for k in (128, 8):
+        module = kernel_benchmark_module(k=k)
+        program = compile_module(module)
+        program.run({}, threads=1)
+        seconds[k] = _median_seconds(lambda: program.run({}, threads=1)) / sum(  # noqa: B023 - called at once
+            _trips(loops) for node, loops in walk(module.body) if isinstance(node, Gemm))
+    accumulators = KERNEL_BENCHMARK[0] * KERNEL_BENCHMARK[1] / select().width
+    per_k = (seconds[128] - seconds[8]) / (128 - 8)  # one K step of every accumulator
+    flops_per_step = 2 * KERNEL_BENCHMARK[0] * KERNEL_BENCHMARK[1]
+    return {"kernel_flops": flops_per_step / per_k,
+            "accumulator_seconds": max(0.0, seconds[8] - 8 * per_k) / accumulators}
 
 
-def kernel_benchmark_module(repeat: int = 400) -> Module:
-    """`repeat` GEMMs of 96 x 192 x 128 on local buffers (no copies): the micro-kernel's rate."""
+KERNEL_BENCHMARK = (96, 192)  # M, N of the micro-kernel benchmark: whole register tiles of every default
+
+
+def kernel_benchmark_module(repeat: int = 400, k: int = 128) -> Module:
+    """`repeat` GEMMs of 96 x 192 x `k` on local buffers (no copies): the micro-kernel's rate."""
     from swauto.ir.expr import Const
     from swauto.ir.nodes import Access, LocalBuffer
 
     def box(name: str, extents: tuple[int, int], dims: str) -> Access:
         return Access(name, (Const(0), Const(0)), extents, tuple(dims))
 
-    m, n, k = 96, 192, 128
+    m, n = KERNEL_BENCHMARK
     gemm = Gemm(m, n, k, box("A", (m, k), "MK"), box("B", (k, n), "KN"), box("C", (m, n), "MN"), "N")
     return Module("kernel_rate", (), (LocalBuffer("A", (m, k)), LocalBuffer("B", (k, n)), LocalBuffer("C", (m, n))),
                   For("r", Const(0), Const(repeat), 1, gemm))

@@ -31,8 +31,10 @@ class Measured:
 
 def rank_by_model(space: Space, threads: int, machine: Machine) -> list[Measured]:
     """Legal candidates, fastest predicted first (ties keep the space's order); none is run."""
-    ranked = [Measured(c, stages, estimate(stages[-1][1], threads, machine), float("inf"))
-              for c, stages in space.legal]
+    ranked = []
+    for stages, candidates in space.lowerings():  # the model reads the IR: one estimate per lowering
+        predicted = estimate(stages[-1][1], threads, machine)
+        ranked.extend(Measured(c, stages, predicted, float("inf")) for c in candidates)
     return sorted(ranked, key=lambda r: r.predicted.seconds)
 
 
@@ -40,16 +42,18 @@ def tune(space: Space, threads: int, machine: Machine, top: int | None = None, r
     """The `top` best candidates by the model (all with None), measured, fastest measured first."""
     ranked = rank_by_model(space, threads, machine)
     chosen = ranked if top is None else ranked[:top]
-    measured = [Measured(r.candidate, r.stages, r.predicted, time_module(r.stages[-1][1], threads, runs))
+    measured = [Measured(r.candidate, r.stages, r.predicted,
+                         time_module(r.stages[-1][1], threads, runs, r.candidate.micro_kernel))
                 for r in chosen]
     return sorted(measured, key=lambda r: r.seconds)
 
 
-def time_module(module: Module, threads: int, runs: int = 3) -> float:
-    """Median seconds of `runs` calls of `module`'s host kernel on random inputs (after a warm-up)."""
-    from swauto.backends.host import compile_module
+def time_module(module: Module, threads: int, runs: int = 3, micro_kernel: tuple[int, int] | None = None) -> float:
+    """Median seconds of `runs` calls of `module`'s host kernel with `micro_kernel` (None: the
+    default) on random inputs (after a warm-up)."""
+    from swauto.backends.host import compile_module, knobs_of
 
-    program = compile_module(module)
+    program = compile_module(module, knobs=knobs_of(micro_kernel))
     rng = np.random.default_rng(0)
     arrays = {t.name: rng.standard_normal(t.shape, dtype=np.float32) for t in module.tensors}
     program.run(arrays, threads=threads)

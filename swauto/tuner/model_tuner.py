@@ -19,7 +19,9 @@ class Ranked:
 
 def rank(space: Space, target: str, threads: int = 1) -> list[Ranked]:
     """Legal candidates, cheapest predicted first; ties keep the space's stable order."""
-    ranked = [Ranked(c, stages, estimate(stages, target, threads))
-              for c, stages in space.legal]
+    ranked = []
+    for stages, candidates in space.lowerings():  # the model reads the IR: one estimate per lowering
+        predicted = estimate(stages, target, threads)
+        ranked.extend(Ranked(c, stages, predicted) for c in candidates)
     # Among equally fast candidates prefer the one that moves less data: it leaves more headroom.
     return sorted(ranked, key=lambda r: (r.estimate.seconds, r.estimate.dma_bytes))
