@@ -20,7 +20,7 @@ from common import header, write_tables  # benchmarks/ is on the path when run a
 from tqdm import tqdm
 
 from swauto.api import load
-from swauto.machine import HOST_SCRATCHPAD
+from swauto.machine import local_memory_machine
 from swauto.schedule.space import explore
 from swauto.tuner.host_model import machine
 from swauto.tuner.measure import rank_by_model, time_module
@@ -41,14 +41,15 @@ def conv_params(name: str, batch: int) -> dict[str, int]:
 def compare(name: str, source: Path, params: dict[str, int], threads: int) -> dict[str, object]:
     op = load(source, params)
     started = time.perf_counter()
-    space = explore(op, HOST_SCRATCHPAD)
+    space = explore(op, local_memory_machine("host"))  # with this CPU's micro-kernels
     space_s = time.perf_counter() - started
     host = machine()
     started = time.perf_counter()
     ranked = rank_by_model(space, threads, host)
     model_s = time.perf_counter() - started
     started = time.perf_counter()
-    measured = {r.candidate: time_module(r.stages[-1][1], threads) for r in tqdm(ranked, desc=name, leave=False)}
+    measured = {r.candidate: time_module(r.stages[-1][1], threads, micro_kernel=r.candidate.micro_kernel)
+                for r in tqdm(ranked, desc=name, leave=False)}
     measure_s = time.perf_counter() - started
     best = min(measured.values())
     pick = measured[ranked[0].candidate]

@@ -40,6 +40,8 @@ class SW26010:
     core_groups_per_chip: int = 4
     # The mesh GEMM primitive has one fixed register blocking (4 x 16 per CPE): no choice to explore.
     micro_kernels: tuple[tuple[int, int], ...] = ()
+    # DMAs run asynchronously beside the CPEs' compute: double buffering can hide them.
+    asynchronous_dma: bool = True
     mesh_rows: int = 8
     mesh_columns: int = 8
     clock_hz: float = 1.45e9
@@ -164,6 +166,9 @@ class HostScratchpad:
     # Register tiles of the micro-kernel to explore (`HOST_MICRO_KERNELS` of the instruction set the
     # kernels are compiled for); none: the backend uses its default.
     micro_kernels: tuple[tuple[int, int], ...] = ()
+    # A "DMA" is a packing copy the core runs itself: double buffering has nothing to overlap it with,
+    # so the space leaves it out (the backend still runs double-buffered IR it is given).
+    asynchronous_dma: bool = False
 
     @property
     def ldm_usable_bytes(self) -> int:
@@ -187,6 +192,9 @@ class LocalMemoryMachine(Protocol):
 
     @property
     def micro_kernels(self) -> tuple[tuple[int, int], ...]: ...
+
+    @property
+    def asynchronous_dma(self) -> bool: ...
 
 
 SUNWAY = SW26010()

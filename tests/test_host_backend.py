@@ -6,13 +6,14 @@ CodegenErrors."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cache
 
 import numpy as np
 import pytest
 
 from conftest import GEMM_SW, gemm_inputs, gemm_reference, relative_error
-from swauto.backends.host import HostProgram, Knobs, compile_module
+from swauto.backends.host import HostProgram, Knobs, compile_module, layout
 from swauto.backends.host.codegen import generate
 from swauto.backends.host.isa import ISAS, select
 from swauto.errors import CodegenError
@@ -36,7 +37,8 @@ from swauto.ir.nodes import (
     Tensor,
     Zero,
 )
-from swauto.machine import SUNWAY, local_memory_machine
+from swauto.ir.visitor import Rewriter, walk
+from swauto.machine import HOST_MICRO_KERNELS, SUNWAY, local_memory_machine
 from swauto.schedule.candidate import Candidate
 from swauto.schedule.space import explore
 
@@ -123,6 +125,29 @@ def test_micro_kernel_shapes_with_edges_in_every_direction(knobs):
     module = transposed_gemm_module(m, n, k, tile_k=k, vectorize="N")
     compile_module(module, knobs=knobs).run(arrays)
     assert relative_error(arrays["C"], expected) <= TOLERANCE
+
+
+def test_tiles_of_cache_resident_tensors_are_views_and_others_copies():
+    module = next(iter(legal_modules((128, 128, 64)).values()))
+    isa = select()
+    knobs = Knobs(*HOST_MICRO_KERNELS[isa.name][0])
+    ignored = frozenset(b.name for b in module.buffers if b.dtype == "float64")
+    placed, aliases = layout.plan(module, knobs, isa.width, ignored, cache_resident=True)
+    gemm = next(node for node, _ in walk(module.body) if isinstance(node, Gemm))
+    vector = layout.gemm_roles(gemm)["vector"][1].name
+    # The C tile is read and written in place; the vector operand stays packed (a copy).
+    assert aliases[gemm.c.name] == "C" and vector not in aliases and len(placed[vector].axes[-1].extents) == 2
+    assert layout.plan(module, knobs, isa.width, ignored, cache_resident=False)[1] == {}
+    # A zero-filled (boundary) transfer is never a view: its buffer holds zeros the tensor lacks.
+    zero_filled = replace(module, body=Rewrite().rewrite(module.body))
+    assert layout.plan(zero_filled, knobs, isa.width, ignored, cache_resident=True)[1].get(gemm.c.name) is None
+
+
+class Rewrite(Rewriter):
+    """Marks every DMA zero-filled."""
+
+    def rewrite_Dma(self, node: Dma) -> Dma:
+        return replace(node, zero_fill=node.direction == "get")
 
 
 def test_inputs_are_left_alone_and_code_is_optimised_llvm_ir():

@@ -58,7 +58,7 @@ def test_candidate_json_round_trip_keeps_id(candidate):
     assert again == candidate and again.id == candidate.id
 
 
-def test_the_host_space_multiplies_by_the_micro_kernels_sharing_each_lowering(gemm_source):
+def test_the_host_space_has_micro_kernels_sharing_each_lowering_and_no_double_buffering(gemm_source):
     op = load(gemm_source, {"M": 256, "N": 256, "K": 128})
     tiles = (6, 4), (4, 4)
     host = explore(op, HostScratchpad(micro_kernels=tiles))
@@ -69,6 +69,9 @@ def test_the_host_space_multiplies_by_the_micro_kernels_sharing_each_lowering(ge
         by_lowering.setdefault(id(stages), set()).add(candidate.micro_kernel)
     assert all(kernels == set(tiles) for kernels in by_lowering.values())
     assert {replace(c, micro_kernel=None) for c in host.candidates} == set(plain.candidates)
+    # The host's copies are synchronous: its space leaves double buffering out.
+    assert not any(c.double_buffer for c in host.candidates)
+    assert {replace(c, double_buffer=False) for c in explore(op, SUNWAY).candidates} <= set(plain.candidates)
     # A candidate keeps its micro-kernel through JSON; without one its id is what it always was.
     candidate = host.candidates[1]
     assert Candidate.from_json(candidate.to_json()) == candidate and "micro_kernel" in candidate.to_json()

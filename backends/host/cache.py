@@ -1,11 +1,11 @@
 """The on-disk cache of compiled host kernels (object code), shared by every process of a user.
 
-A kernel's key hashes everything its machine code depends on: the IR's fingerprint, the host knobs
-and instruction set, the llvmlite and LLVM versions, the CPU's name and feature string, and
-`CODEGEN_VERSION`, a hash of the backend's own source, so any change to code generation changes every
-key. A changed compiler, backend or CPU therefore never finds a stale kernel. Files are written
-atomically, so concurrent processes never read a
-half-written one.
+A kernel's key hashes everything its machine code depends on: the IR's fingerprint, the host knobs,
+the buffers' placement (which depends on the caches' sizes), the instruction set, the llvmlite and
+LLVM versions, the CPU's name and feature string, and `CODEGEN_VERSION`, a hash of the backend's own
+source, so any change to code generation changes every key. A changed compiler, backend or CPU
+therefore never finds a stale kernel. Files are written atomically, so concurrent processes never
+read a half-written one.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 
 from llvmlite import ir
@@ -43,7 +43,7 @@ from swauto.ir.printer import format_access
 
 from . import layout as layouts
 from . import parallel
-from .isa import Isa
+from .isa import Isa, cache_sizes
 from .knobs import Knobs
 
 F32 = ir.FloatType()
@@ -72,6 +72,7 @@ class Plan:
     offsets: dict[str, int]
     workspace_elements: int
     layouts: dict[str, layouts.Layout]
+    aliases: dict[str, str]  # buffer -> the tensor it is a view of (no workspace, no copies)
 
 
 def plan_kernel(module: Module, isa: Isa, knobs: Knobs) -> Plan:
@@ -81,15 +82,17 @@ def plan_kernel(module: Module, isa: Isa, knobs: Knobs) -> Plan:
     """
     _check_dtypes(module)
     ignored = frozenset(b.name for b in module.buffers if is_ignored_buffer(b))
-    placed = layouts.plan(module, knobs, isa.width, ignored)
-    buffers = [b.name for b in module.buffers if b.name not in ignored]
+    # Tensors that fit half the L3 stay cache-resident: their tiles can be read in place.
+    tensor_bytes = sum(4 * prod(tensor.shape) for tensor in module.tensors)
+    placed, aliases = layouts.plan(module, knobs, isa.width, ignored, tensor_bytes <= cache_sizes()[2] // 2)
+    buffers = [b.name for b in module.buffers if b.name not in ignored and b.name not in aliases]
     offsets, size = layouts.workspace(placed, buffers)
     phases = parallel.split(module)
     base = "swauto_" + re.sub(r"\W", "_", module.name)
     symbols = {"before": f"{base}_before"}
     if phases.loops:
         symbols.update(loop=f"{base}_loop", after=f"{base}_after")
-    return Plan(phases, symbols, offsets, size, placed)
+    return Plan(phases, symbols, offsets, size, placed, aliases)
 
 
 def generate(module: Module, isa: Isa, knobs: Knobs) -> ir.Module:
@@ -122,12 +125,14 @@ def _check_dtypes(module: Module) -> None:
 
 @dataclass(frozen=True)
 class Storage:
-    """An array the kernel can address: a tensor argument or a buffer in the workspace."""
+    """An array the kernel can address: a tensor argument, a buffer in the workspace, or an aliased
+    buffer, whose element 0 is wherever its last get pointed it (kept in a stack slot)."""
 
     name: str
     shape: tuple[int, ...]
     layout: layouts.Layout
-    base: ir.Value  # float* to element 0
+    base: ir.Value  # float* to element 0 (float** to the slot holding it, for an alias)
+    alias: str | None = None  # the tensor an aliased buffer views
 
 
 class Lowering:
@@ -153,7 +158,11 @@ class Lowering:
             argument.add_attribute("noalias")
             self._add_storage(Storage(tensor.name, tensor.shape, plan.layouts[tensor.name], argument))
         for buffer in module.buffers:
-            if buffer.name not in self.ignored:
+            if buffer.name in plan.aliases:
+                slot = self.builder.alloca(pointer, name=buffer.name)
+                self._add_storage(Storage(buffer.name, buffer.shape, plan.layouts[buffer.name], slot,
+                                          plan.aliases[buffer.name]))
+            elif buffer.name not in self.ignored:
                 base = self.builder.gep(workspace, [i64(plan.offsets[buffer.name])], inbounds=True,
                                         name=buffer.name)
                 self._add_storage(Storage(buffer.name, buffer.shape, plan.layouts[buffer.name], base))
@@ -258,6 +267,14 @@ class Lowering:
             raise CodegenError(f"DMA direction {stmt.direction!r} is neither 'get' nor 'put'")
         if stmt.zero_fill and stmt.direction != "get":
             raise CodegenError(f"a zero-filled DMA must be a get, not a {stmt.direction}")
+        view = self.storage.get(stmt.buffer.name)
+        if view is not None and view.alias is not None:
+            # An aliased buffer: a get points it at the box (a put has nothing left to do).
+            if stmt.direction == "get":
+                tensor = self.access_storage(stmt.tensor)
+                start = self.layout_offset(tensor, [self.expr(s, env) for s in stmt.tensor.starts])
+                self.builder.store(self.builder.gep(tensor.base, [start], inbounds=True), view.base)
+            return
         self.copy(stmt.tensor, stmt.buffer, env, into_driver=stmt.direction == "put", zero_fill=stmt.zero_fill)
 
     # --- copies -----------------------------------------------------------------------------------
@@ -393,6 +410,8 @@ class Lowering:
         storage = self.storage.get(access.name)
         if storage is None:
             raise CodegenError(f"{access.name} is neither a tensor nor a local buffer of module {self.module.name}")
+        if storage.alias is not None:
+            storage = replace(storage, base=self.builder.load(storage.base))
         rank = len(storage.shape)
         if not len(access.starts) == len(access.extents) == len(access.dims) == rank:
             raise CodegenError(f"the access {_box(access)} does not have one start, extent and dim per axis "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 import llvmlite.binding as llvm
 
@@ -90,3 +91,20 @@ def target_features(isa: Isa) -> str:
         if feature in merged:
             merged[feature] = False
     return ",".join(f"{'+' if on else '-'}{name}" for name, on in sorted(merged.items()))
+
+
+@cache
+def cache_sizes() -> tuple[int, int, int]:
+    """Per-core L1d and L2, and the L3, in bytes (from Linux's sysfs; Zen 4 sizes elsewhere)."""
+    sizes = {1: 32 << 10, 2: 1 << 20, 3: 32 << 20}
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            level = int((index / "level").read_text())
+            text = (index / "size").read_text().strip()
+            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
+            sizes[level] = int(text.rstrip("KMG")) * scale
+        except (OSError, ValueError):
+            continue
+    return sizes[1], sizes[2], sizes[3]

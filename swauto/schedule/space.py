@@ -76,8 +76,9 @@ def apply(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
     return module
 
 
-def candidates(op: BoundOperator) -> Iterator[Candidate]:
-    """Every point of the space, legal or not, in a stable order."""
+def candidates(op: BoundOperator, double_buffering: tuple[bool, ...] = (False, True)) -> Iterator[Candidate]:
+    """Every point of the space, legal or not, in a stable order; single and double buffered, or
+    only as `double_buffering` says."""
     space = op.space
     if space.order is not None:
         orders = [space.order]
@@ -91,7 +92,7 @@ def candidates(op: BoundOperator) -> Iterator[Candidate]:
         for order in orders:
             for layouts in itertools.product(*layout_sets):
                 for dim in space.vectorize:
-                    for double_buffer in (False, True):
+                    for double_buffer in double_buffering:
                         yield Candidate(tuple(choice), order, dim, tuple(layouts), double_buffer)
 
 
@@ -125,12 +126,13 @@ def explore(op: BoundOperator, machine: LocalMemoryMachine, progress=None) -> Sp
     """Build every candidate through the pass pipeline; keep the legal ones with their IR stages.
     `progress`, if given, wraps the candidate iterator (e.g. a progress bar).
 
-    The machine's micro-kernel choices multiply the space, but they shape only the backend's code:
-    the candidates differing in them alone share one lowering (and one list of stages)."""
+    Double buffering is explored only where DMAs are asynchronous. The machine's micro-kernel choices
+    multiply the space, but they shape only the backend's code: the candidates differing in them
+    alone share one lowering (and one list of stages)."""
     from swauto.pipeline import lower
 
     space = Space(op)
-    points = candidates(op)
+    points = candidates(op, (False, True) if machine.asynchronous_dma else (False,))
     micro_kernels = machine.micro_kernels or (None,)
     for candidate in progress(points) if progress else points:
         try:

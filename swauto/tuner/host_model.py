@@ -156,7 +156,7 @@ def machine(cache_dir: Path | None = None) -> Machine:
 
 def calibrate(cpu: str) -> Machine:
     """Measure this machine's constants (a few seconds)."""
-    from swauto.backends.host.isa import select
+    from swauto.backends.host.isa import cache_sizes, select
 
     l1, l2, l3 = cache_sizes()
     return Machine(
@@ -172,22 +172,6 @@ def calibrate(cpu: str) -> Machine:
         l2_bytes=l2,
         l3_bytes=l3,
     )
-
-
-def cache_sizes() -> tuple[int, int, int]:
-    """Per-core L1d and L2, and the L3, in bytes (from Linux's sysfs; Zen 4 sizes elsewhere)."""
-    sizes = {1: 32 << 10, 2: 1 << 20, 3: 32 << 20}
-    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
-        try:
-            if (index / "type").read_text().strip() == "Instruction":
-                continue
-            level = int((index / "level").read_text())
-            text = (index / "size").read_text().strip()
-            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
-            sizes[level] = int(text.rstrip("KMG")) * scale
-        except (OSError, ValueError):
-            continue
-    return sizes[1], sizes[2], sizes[3]
 
 
 def _kernel_rate() -> dict[str, float]:
