@@ -14,10 +14,10 @@ import itertools
 from math import prod
 
 from swauto.ir.analysis import trip_count
-from swauto.ir.nodes import Dma, Gemm, LocalBuffer, Module
+from swauto.ir.nodes import Gemm, LocalBuffer, Module
 from swauto.ir.visitor import walk
 from swauto.machine import DTYPE_BYTES, LocalMemoryMachine
-from swauto.passes.infer_dma import buffer_names, hoistable, place, place_transfers
+from swauto.passes.infer_dma import buffer_names, hoistable, place_transfers, transfer_box
 from swauto.passes.plan_local_memory import aligned, footprint, per_cpe_bytes
 
 ROLES = ("A", "B", "C")
@@ -31,15 +31,16 @@ def _option(scheduled: Module, role: str, level: int, machine: LocalMemoryMachin
     for call, loops in calls:
         access = dict(call.operands)[role]
         tensor = scheduled.tensor(access.name)
-        placement = place(access, loops, level, name, tensor.is_output, tensor.shape)
-        key = (None if placement.home is None else id(placement.home), placement.before, placement.after)
+        box = transfer_box(access, loops, level)
+        # Calls whose transfers coincide (same loop, same box and padding) share them.
+        key = (None if box.home is None else id(box.home), box.starts, box.extents, access.pad)
         if key in placements:
             continue
-        enclosing = loops[: loops.index(placement.home) + 1] if placement.home is not None else ()
+        enclosing = loops[: loops.index(box.home) + 1] if box.home is not None else ()
         trips = prod(trip_count(loop) for loop in enclosing)
-        box = next(s for s in placement.before if isinstance(s, Dma)).tensor  # the get's tensor box
         moved = prod(box.extents) * DTYPE_BYTES[tensor.dtype] * trips * (2 if tensor.is_output else 1)
-        placements[key] = (moved, placement.shape)
+        pad = access.pad or (0,) * len(box.extents)
+        placements[key] = (moved, tuple(e + p for e, p in zip(box.extents, pad, strict=True)))
     moved = sum(m for m, _ in placements.values())
     local = sum(aligned(per_cpe_bytes(LocalBuffer(name, shape), machine)) for _, shape in placements.values())
     return moved, local

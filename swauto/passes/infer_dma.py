@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from swauto.ir import expr as ex
 from swauto.ir.nodes import Access, Alloc, Dma, DmaWait, For, Gemm, LocalBuffer, Module, Stmt, Zero, seq
@@ -43,12 +44,17 @@ class _Placement:
 def hoistable(access: Access, loops: tuple[For, ...]) -> int:
     """How many of the loops a box depends on it can be hoisted over (innermost first): the starts
     they move must be affine and on axes without padding."""
+    return _hoistable(access, tuple(loop.var for loop in loops))
+
+
+@lru_cache(maxsize=1 << 14)  # every candidate asks again about the same boxes in other loop orders
+def _hoistable(access: Access, loop_vars: tuple[str, ...]) -> int:
     used = set().union(*(ex.free_vars(s) for s in access.starts))
-    deps = [loop for loop in loops if loop.var in used]
+    deps = [var for var in loop_vars if var in used]
     pads = access.pad or (0,) * len(access.starts)
     count = 0
-    for loop in reversed(deps):
-        moves = [axis for axis, s in enumerate(access.starts) if loop.var in ex.free_vars(s)]
+    for var in reversed(deps):
+        moves = [axis for axis, s in enumerate(access.starts) if var in ex.free_vars(s)]
         # A padded axis must stay padded with zeros, not with the neighbouring tiles a hoisted box holds.
         if any(ex.linear_form(access.starts[axis]) is None or pads[axis] for axis in moves):
             break
@@ -56,40 +62,60 @@ def hoistable(access: Access, loops: tuple[For, ...]) -> int:
     return count
 
 
-def place(access: Access, loops: tuple[For, ...], hoist: int, buffer: str, writes: bool,
-           tensor_shape: tuple[int, ...]) -> _Placement:
+@dataclass(frozen=True)
+class TransferBox:
+    """Where an operand's transfer goes and what it moves: the loop whose body gets it (None: the
+    root), the loops it was hoisted over, and the tensor box (starts, extents)."""
+
+    home: For | None
+    crossed: tuple[For, ...]
+    starts: tuple[ex.Expr, ...]
+    extents: tuple[int, ...]
+
+
+def transfer_box(access: Access, loops: tuple[For, ...], hoist: int) -> TransferBox:
+    """The transfer of the operand box `access` inside `loops`, hoisted over `hoist` of the loops it
+    depends on (at most `hoistable`): its box grows to cover every iteration of those loops."""
     used = set().union(*(ex.free_vars(s) for s in access.starts))
     deps = [loop for loop in loops if loop.var in used]
     hoist = min(hoist, hoistable(access, loops))
-    crossed = deps[len(deps) - hoist :] if hoist else []
+    crossed = tuple(deps[len(deps) - hoist :]) if hoist else ()
     home = deps[len(deps) - hoist - 1] if len(deps) > hoist else None
-    ranges = {loop.var: (ex.evaluate(loop.start, {}), ex.evaluate(loop.stop, {}) - 1) for loop in loops}
     starts, extents = list(access.starts), list(access.extents)
-    for loop in crossed:  # the box grows to cover every iteration of the loops it is hoisted over
-        low, high = ranges[loop.var]
+    for loop in crossed:
+        low, high = ex.evaluate(loop.start, {}), ex.evaluate(loop.stop, {}) - 1
         for axis, start in enumerate(access.starts):
             form = ex.linear_form(start)
             coefficient = form[0].get(loop.var, 0) if form else 0
             if coefficient:
                 starts[axis] = ex.substitute(starts[axis], {loop.var: low if coefficient > 0 else high})
                 extents[axis] += abs(coefficient) * (high - low)
+    return TransferBox(home, crossed, tuple(starts), tuple(extents))
+
+
+def place(access: Access, loops: tuple[For, ...], hoist: int, buffer: str, writes: bool,
+          tensor_shape: tuple[int, ...]) -> _Placement:
+    box = transfer_box(access, loops, hoist)
+    starts, extents = box.starts, box.extents
     pad = access.pad or (0,) * len(extents)
     shape = tuple(e + p for e, p in zip(extents, pad, strict=True))
     operand = Access(buffer, tuple(s - n for s, n in zip(access.starts, starts, strict=True)), access.extents,
                      access.dims, access.pad)
-    outer = {v: r for v, r in ranges.items() if v not in {loop.var for loop in crossed}}
+    crossed = {loop.var for loop in box.crossed}
+    outer = {loop.var: (ex.evaluate(loop.start, {}), ex.evaluate(loop.stop, {}) - 1)
+             for loop in loops if loop.var not in crossed}
     inside = all(
         low >= 0 and high + extent <= size
         for (low, high), extent, size in zip((ex.bounds(s, outer) for s in starts), extents, tensor_shape, strict=True)
     )
-    tensor_box = Access(access.name, tuple(starts), tuple(extents), access.dims)
-    local_box = Access(buffer, tuple(ex.Const(0) for _ in extents), tuple(extents), access.dims)
+    tensor_box = Access(access.name, starts, extents, access.dims)
+    local_box = Access(buffer, tuple(ex.Const(0) for _ in extents), extents, access.dims)
     ready, written = f"{buffer}_ready", f"{buffer}_written"
     zero = (Zero(Access(buffer, tuple(ex.Const(0) for _ in shape), shape, access.dims)),) if any(pad) else ()
     get = Dma("get", tensor_box, local_box, ready, zero_fill=not inside)
     before = (*zero, get, DmaWait(ready))
     after = (Dma("put", tensor_box, local_box, written), DmaWait(written)) if writes else ()
-    return _Placement(home, before, after, operand, shape)
+    return _Placement(box.home, before, after, operand, shape)
 
 
 def _rename(placement: _Placement, old: str, new: str) -> _Placement:
