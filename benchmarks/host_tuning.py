@@ -5,8 +5,9 @@ and how much faster is it than measuring?
 
 For each operator: the model tuner's time (building the space is reported apart: both tuners need it)
 and pick; every candidate's measured time (the black box: `--tuner measure`); the model's pick divided
-by the best measured (1.00 = the model found the best). Prints the machine and the date; writes
-benchmarks/results/host_tuning.{csv,md,png}.
+by the best measured (1.00 = the model found the best), and the hybrid tuner's (the model's best 8,
+measured). Prints the machine and the date; writes benchmarks/results/host_tuning.{csv,md,png}
+(the plot: predicted against measured time of every candidate) and host_tuning_candidates.csv.
 """
 
 from __future__ import annotations
@@ -16,19 +17,20 @@ import csv
 import time
 from pathlib import Path
 
-from common import header, write_tables  # benchmarks/ is on the path when run as a script
+from common import RESULTS, header, write_tables  # benchmarks/ is on the path when run as a script
 from tqdm import tqdm
 
 from swauto.api import load
 from swauto.machine import local_memory_machine
 from swauto.schedule.space import explore
 from swauto.tuner.host_model import machine
-from swauto.tuner.measure import rank_by_model, time_module
+from swauto.tuner.measure import HYBRID_TOP, rank_by_model, time_module
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"
 FIELDS = ["operator", "threads", "candidates", "space_s", "model_s", "measure_s", "speedup", "pick_ms", "best_ms",
-          "pick_over_best"]
+          "pick_over_best", "hybrid_over_best", "model_pick", "best"]
+CANDIDATE_FIELDS = ["operator", "candidate", "predicted_ms", "measured_ms"]
 
 
 def conv_params(name: str, batch: int) -> dict[str, int]:
@@ -38,7 +40,8 @@ def conv_params(name: str, batch: int) -> dict[str, int]:
     return {"B": batch, "Ni": ci, "No": co, "Ri": hw, "Ci": hw, "Kr": k, "Kc": k, "stride": stride, "pad": pad}
 
 
-def compare(name: str, source: Path, params: dict[str, int], threads: int) -> dict[str, object]:
+def compare(name: str, source: Path, params: dict[str, int], threads: int) -> tuple[dict, list[dict]]:
+    """The summary row of one operator and a row per candidate."""
     op = load(source, params)
     started = time.perf_counter()
     space = explore(op, local_memory_machine("host"))  # with this CPU's micro-kernels
@@ -51,13 +54,45 @@ def compare(name: str, source: Path, params: dict[str, int], threads: int) -> di
     measured = {r.candidate: time_module(r.stages[-1][1], threads, micro_kernel=r.candidate.micro_kernel)
                 for r in tqdm(ranked, desc=name, leave=False)}
     measure_s = time.perf_counter() - started
-    best = min(measured.values())
-    pick = measured[ranked[0].candidate]
-    return {
+    best = min(measured, key=measured.__getitem__)
+    pick = ranked[0].candidate
+    hybrid = min((r.candidate for r in ranked[:HYBRID_TOP]), key=measured.__getitem__)
+    row = {
         "operator": name, "threads": threads, "candidates": len(ranked), "space_s": round(space_s, 2),
         "model_s": round(model_s, 3), "measure_s": round(measure_s, 1), "speedup": round(measure_s / model_s),
-        "pick_ms": round(pick * 1e3, 3), "best_ms": round(best * 1e3, 3), "pick_over_best": round(pick / best, 3),
+        "pick_ms": round(measured[pick] * 1e3, 3), "best_ms": round(measured[best] * 1e3, 3),
+        "pick_over_best": round(measured[pick] / measured[best], 3),
+        "hybrid_over_best": round(measured[hybrid] / measured[best], 3),
+        "model_pick": pick.describe(), "best": best.describe(),
     }
+    candidates = [{"operator": name, "candidate": r.candidate.describe(),
+                   "predicted_ms": round(r.predicted.seconds * 1e3, 4),
+                   "measured_ms": round(measured[r.candidate] * 1e3, 4)} for r in ranked]
+    return row, candidates
+
+
+def plot(candidates: list[dict]) -> None:
+    """Predicted against measured time of every candidate, one panel per operator."""
+    try:
+        import matplotlib
+    except ImportError:
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    operators = list(dict.fromkeys(c["operator"] for c in candidates))
+    figure, axes = plt.subplots(1, len(operators), figsize=(5 * len(operators), 4.5), squeeze=False)
+    for axis, operator in zip(axes[0], operators, strict=True):
+        rows = [c for c in candidates if c["operator"] == operator]
+        axis.scatter([c["measured_ms"] for c in rows], [c["predicted_ms"] for c in rows], s=6, alpha=0.5)
+        axis.scatter([rows[0]["measured_ms"]], [rows[0]["predicted_ms"]], color="red", label="model's pick")
+        low = min(min(c["measured_ms"], c["predicted_ms"]) for c in rows)
+        high = max(max(c["measured_ms"], c["predicted_ms"]) for c in rows)
+        axis.plot([low, high], [low, high], color="gray", linewidth=0.8)
+        axis.set(title=operator, xlabel="measured ms", ylabel="predicted ms (host model)")
+        axis.legend()
+    figure.tight_layout()
+    figure.savefig(RESULTS / "host_tuning.png", dpi=120)
 
 
 def main() -> None:
@@ -71,14 +106,20 @@ def main() -> None:
     jobs = [(f"gemm {s}^3", ROOT / "examples" / "gemm.sw", {"M": s, "N": s, "K": s}) for s in args.gemm]
     jobs += [(f"conv {c} B={args.batch}", ROOT / "examples" / "conv2d.sw", conv_params(c, args.batch))
              for c in args.conv]
-    rows = []
+    rows, candidates = [], []
     for name, source, params in jobs:
-        row = compare(name, source, params, args.threads)
+        row, measured = compare(name, source, params, args.threads)
         rows.append(row)
+        candidates += measured
         print(f"{name}: {row['candidates']} candidates; model {row['model_s']} s, measuring all {row['measure_s']} s "
               f"({row['speedup']}x); model's pick {row['pick_ms']} ms, best {row['best_ms']} ms "
               f"(pick / best {row['pick_over_best']}); building the space {row['space_s']} s")
     write_tables("host_tuning", FIELDS, rows, "The host model against measuring every candidate")
+    with open(RESULTS / "host_tuning_candidates.csv", "w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=CANDIDATE_FIELDS)
+        writer.writeheader()
+        writer.writerows(candidates)
+    plot(candidates)
 
 
 if __name__ == "__main__":

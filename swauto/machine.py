@@ -141,11 +141,13 @@ class Host:
 # The host micro-kernel's register tiles (rows, vectors) the schedule space explores, per instruction
 # set, the default first: rows x vectors accumulators, one register per vector of the vector operand
 # and one broadcast register must fit the register file (AVX-512: 32 registers; AVX2 and SSE: 16).
-# On cache-resident data every one of them runs at the FMA rate (AVX-512 here: 114.8-115.7 GFLOPS for
-# eight shapes); they differ in the edge tiles they leave and in how their panels stream through L1.
+# On cache-resident packed data eight AVX-512 tiles all ran at 114.8-115.7 GFLOPS; in whole GEMMs,
+# where the broadcast operand streams its rows in place, fewer rows won: over the 432 lowerings of
+# GEMM 1024^3 (benchmarks/host_tuning.py) 4 x 4 was fastest for 305, 6 x 4 for 125, 8 x 2 for 2 and
+# 14 x 2 for none (8 x 2 and 14 x 2 were 13% and 44% slower than the best tile at the median).
 HOST_MICRO_KERNELS: dict[str, tuple[tuple[int, int], ...]] = {
-    "avx512": ((6, 4), (4, 4), (8, 2), (14, 2)),
-    "avx2": ((6, 2), (4, 2), (3, 3)),
+    "avx512": ((4, 4), (6, 4)),
+    "avx2": ((4, 2), (6, 2)),
     "generic": ((4, 2), (6, 2)),
 }
 

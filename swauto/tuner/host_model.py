@@ -63,8 +63,8 @@ class HostEstimate:
 def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
     """The predicted time of `module` on `threads` cores of `machine` (see the module docstring).
     Deterministic and cheap: it reads only the IR. It does not depend on the micro-kernel's register
-    tile: every tile the space offers runs at the same rate (measured, see `HOST_MICRO_KERNELS`), and
-    edge tiles keep it with fewer rows or vectors; the measuring tuners choose among them."""
+    tile: the tiles the space offers differ by about 1% at the median (`HOST_MICRO_KERNELS`), and edge
+    tiles keep the rate with fewer rows or vectors; the measuring tuners choose among them."""
     from swauto.backends.host.parallel import split
 
     phases = split(module)
