@@ -28,6 +28,13 @@ def test_any_difference_in_the_request_is_another_key():
     assert len(keys) == 6
 
 
+def test_another_compiler_is_another_key(monkeypatch):
+    request = ("operator g(...)", {"M": 512}, "sw26010", "model", 1)
+    before = database.request_key(*request)
+    monkeypatch.setattr(database, "compiler_version", lambda: "a changed swauto")
+    assert database.request_key(*request) != before
+
+
 def test_a_damaged_line_is_skipped(tmp_path):
     key = database.request_key("x", {}, "host", "model", 1)
     database.record(key, CANDIDATE, {}, tmp_path)

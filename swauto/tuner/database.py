@@ -2,7 +2,8 @@
 on disk (`tuning.jsonl` in the cache folder) so the same request is not tuned twice.
 
 A record's key hashes the operator's source text, its bound parameters, the target, the tuner, the
-thread count and the swauto version, so editing the `.sw` file or upgrading swauto tunes afresh.
+thread count and swauto's own source, so editing the `.sw` file or changing swauto (its space, passes,
+models or backends) tunes afresh.
 Records are JSON lines appended with one write each: concurrent processes never interleave them.
 """
 
@@ -12,6 +13,7 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +24,21 @@ LOG = "tuning.jsonl"
 
 
 def request_key(source_text: str, params: Mapping[str, int], target: str, tuner: str, threads: int) -> str:
-    from swauto import __version__
-
-    request = [__version__, source_text, sorted(params.items()), target, tuner, threads]
+    request = [compiler_version(), source_text, sorted(params.items()), target, tuner, threads]
     return hashlib.sha256(json.dumps(request).encode()).hexdigest()[:32]
+
+
+@cache
+def compiler_version() -> str:
+    """A hash of the source of every module of swauto and its backends."""
+    import swauto
+    import swauto.backends
+
+    digest = hashlib.sha256()
+    for folder in sorted({Path(swauto.__file__).parent, *map(Path, swauto.backends.__path__)}):
+        for path in sorted(folder.rglob("*.py")):
+            digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def _log(folder: Path | None) -> Path:
