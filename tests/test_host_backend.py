@@ -127,6 +127,16 @@ def test_micro_kernel_shapes_with_edges_in_every_direction(knobs):
     assert relative_error(arrays["C"], expected) <= TOLERANCE
 
 
+def test_the_micro_kernel_vectorizes_cs_innermost_axis_longer_than_one():
+    def box(name: str, extents: tuple[int, ...], dims: tuple[str, ...]) -> Access:
+        return Access(name, tuple(Const(0) for _ in extents), extents, dims)
+
+    # C[Co, No, B] with B = 1 (a convolution's output): N, whose axis is contiguous, not the 1-long M axis.
+    gemm = Gemm(32, 128, 64, box("A", (32, 64, 1), ("M", "K", "M")), box("B", (128, 64), ("N", "K")),
+                box("C", (32, 128, 1), ("M", "N", "M")), "M")
+    assert layout.vector_dim(gemm) == "N"
+
+
 def test_tiles_of_cache_resident_tensors_are_views_and_others_copies():
     module = next(iter(legal_modules((128, 128, 64)).values()))
     isa = select()

@@ -47,6 +47,18 @@ def test_more_threads_never_predict_slower_and_flops_are_counted_exactly():
     assert two.seconds < one.seconds
 
 
+def test_register_tiles_too_small_to_hide_fma_latency_cost_more_per_flop():
+    machine = host_model.machine()
+    assert machine.latency_accumulators > 1
+
+    def seconds_per_flop(m: int) -> float:
+        module = host_model.kernel_benchmark_module(repeat=1, m=m)
+        return host_model.estimate(module, 1, machine).compute / (2 * m * host_model.KERNEL_BENCHMARK[1] * 128)
+
+    # One row gives a tile a row of accumulators; a whole register tile has plenty.
+    assert seconds_per_flop(1) > 1.5 * seconds_per_flop(96)
+
+
 def test_parallel_group_splits_the_tiles_of_c_and_never_the_reduction():
     outer = parallel.split(_module(("M_outer", "N_outer", "K_outer")))
     assert outer.loops[0].var == "M_outer" and {loop.var for loop in outer.loops} <= {"M_outer", "N_outer"}

@@ -66,9 +66,10 @@ def row_major(shape: tuple[int, ...], pad: bool = False) -> Layout:
 
 
 def vector_dim(gemm: Gemm) -> str:
-    """The dimension the host micro-kernel vectorizes: the one C's innermost carried axis holds (C is
-    row-major, so its vectors are contiguous); the other free dimension is broadcast."""
-    carried = [dim for dim in gemm.c.dims if dim is not None]
+    """The dimension the host micro-kernel vectorizes: the one C's innermost carried axis longer than
+    1 holds (C is row-major, so its vectors are contiguous); the other free dimension is broadcast."""
+    carried = [dim for dim, extent in zip(gemm.c.dims, gemm.c.padded_extents(), strict=True)
+               if dim is not None and extent > 1]
     return carried[-1] if carried and carried[-1] in ("M", "N") else "N"
 
 

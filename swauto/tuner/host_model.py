@@ -25,19 +25,21 @@ from swauto.ir.nodes import Dma, For, Gemm, Module
 from swauto.ir.visitor import walk
 
 CALIBRATION_FILE = "host_machine.json"
-CALIBRATION_VERSION = 3
+CALIBRATION_VERSION = 4
 
 
 @dataclass(frozen=True)
 class Machine:
-    """Measured constants of the host: the micro-kernel's flops per second on one core and its seconds
-    per accumulator vector (C loaded and stored once per call), copy bandwidth (bytes per second, one
-    core) out of L2, L3 and DRAM, DRAM's total over all cores, and cache sizes in bytes."""
+    """Measured constants of the host: the micro-kernel's flops per second on one core, its seconds
+    per accumulator vector (C loaded and stored once per call) and how many accumulators a register
+    tile needs to keep the FMA units busy, copy bandwidth (bytes per second, one core) out of L2, L3
+    and DRAM, DRAM's total over all cores, and cache sizes in bytes."""
 
     cpu: str
     measured: str  # ISO date
     kernel_flops: float
     accumulator_seconds: float
+    latency_accumulators: float  # a register tile with fewer accumulators waits on FMA latency
     vector_lanes: int  # float32 lanes of the instruction set the kernels are compiled for
     l2_bandwidth: float
     l3_bandwidth: float
@@ -105,11 +107,30 @@ def _node_cost(node: Dma | Gemm, machine: Machine, source_bandwidth: float) -> t
     roles = gemm_roles(node)
     sizes = {"M": node.m, "N": node.n, "K": node.k}
     u, v = roles["broadcast"][0], roles["vector"][0]
+    rows, vectors = _default_tile()
     # Columns left over from whole vectors run one lane per FMA, each costing a vector's time.
     width = machine.vector_lanes
-    accumulators = sizes[u] * (sizes[v] // width + sizes[v] % width)
-    compute = accumulators * (2 * width * node.k / machine.kernel_flops + machine.accumulator_seconds)
+    slots = sizes[v] // width + sizes[v] % width
+    fma = 2 * width / machine.kernel_flops  # seconds per vector FMA at the full rate
+    compute = 0.0
+    # Register tiles: whole ones, then the edge tiles with fewer rows or vectors. A K step of a tile
+    # costs its FMAs, or the FMA latency when it has too few accumulators to hide it.
+    for tile_rows, row_tiles in ((rows, sizes[u] // rows), (sizes[u] % rows, 1)):
+        for tile_vectors, column_tiles in ((vectors, slots // vectors), (slots % vectors, 1)):
+            accumulators = tile_rows * tile_vectors
+            if accumulators and row_tiles and column_tiles:
+                step = max(accumulators, machine.latency_accumulators) * fma
+                compute += row_tiles * column_tiles * (node.k * step + accumulators * machine.accumulator_seconds)
     return node.flops, 0, compute, 0.0
+
+
+def _default_tile() -> tuple[int, int]:
+    """(rows, vectors) of the default micro-kernel of the instruction set the host compiles for."""
+    from swauto.backends.host.isa import select
+    from swauto.backends.host.knobs import default_knobs
+
+    knobs = default_knobs(select())
+    return knobs.rows, knobs.vectors
 
 
 def _source_bandwidth(module: Module, machine: Machine) -> float:
@@ -177,36 +198,42 @@ def calibrate(cpu: str) -> Machine:
 def _kernel_rate() -> dict[str, float]:
     """The default micro-kernel on cache-resident packed panels, one core, timed at a long and a short
     K: its flops per second in the K loop and its seconds per accumulator vector outside it (a call
-    costs accumulators x (K x FMA time + accumulator time))."""
+    costs accumulators x (K x FMA time + accumulator time)); then on one row, whose register tiles have
+    too few accumulators to hide the FMA latency: how many they would need."""
     from swauto.backends.host import compile_module
     from swauto.backends.host.isa import select
 
-    seconds = {}
-    for k in (128, 8):
-        module = kernel_benchmark_module(k=k)
+    def seconds_per_call(m: int, k: int) -> float:
+        module = kernel_benchmark_module(repeat=400 * (KERNEL_BENCHMARK[0] // m), m=m, k=k)  # same work
         program = compile_module(module)
         program.run({}, threads=1)
-        seconds[k] = _median_seconds(lambda: program.run({}, threads=1)) / sum(  # noqa: B023 - called at once
-            _trips(loops) for node, loops in walk(module.body) if isinstance(node, Gemm))
-    accumulators = KERNEL_BENCHMARK[0] * KERNEL_BENCHMARK[1] / select().width
-    per_k = (seconds[128] - seconds[8]) / (128 - 8)  # one K step of every accumulator
-    flops_per_step = 2 * KERNEL_BENCHMARK[0] * KERNEL_BENCHMARK[1]
-    return {"kernel_flops": flops_per_step / per_k,
-            "accumulator_seconds": max(0.0, seconds[8] - 8 * per_k) / accumulators}
+        calls = sum(_trips(loops) for node, loops in walk(module.body) if isinstance(node, Gemm))
+        return _median_seconds(lambda: program.run({}, threads=1)) / calls
+
+    m, n = KERNEL_BENCHMARK
+    width = select().width
+    long, short = seconds_per_call(m, 128), seconds_per_call(m, 8)
+    per_k = (long - short) / (128 - 8)  # one K step of every accumulator
+    fma = per_k / (m * n / width)  # seconds per vector FMA
+    _, vectors = _default_tile()
+    one_row = seconds_per_call(1, 128) / 128 / (n / width / vectors)  # one K step of a one-row tile
+    return {"kernel_flops": 2 * width / fma,
+            "accumulator_seconds": max(0.0, short - 8 * per_k) / (m * n / width),
+            "latency_accumulators": max(float(vectors), one_row / fma)}
 
 
 KERNEL_BENCHMARK = (96, 192)  # M, N of the micro-kernel benchmark: whole register tiles of every default
 
 
-def kernel_benchmark_module(repeat: int = 400, k: int = 128) -> Module:
-    """`repeat` GEMMs of 96 x 192 x `k` on local buffers (no copies): the micro-kernel's rate."""
+def kernel_benchmark_module(repeat: int = 400, k: int = 128, m: int = KERNEL_BENCHMARK[0]) -> Module:
+    """`repeat` GEMMs of `m` x 192 x `k` on local buffers (no copies): the micro-kernel's rate."""
     from swauto.ir.expr import Const
     from swauto.ir.nodes import Access, LocalBuffer
 
     def box(name: str, extents: tuple[int, int], dims: str) -> Access:
         return Access(name, (Const(0), Const(0)), extents, tuple(dims))
 
-    m, n = KERNEL_BENCHMARK
+    n = KERNEL_BENCHMARK[1]
     gemm = Gemm(m, n, k, box("A", (m, k), "MK"), box("B", (k, n), "KN"), box("C", (m, n), "MN"), "N")
     return Module("kernel_rate", (), (LocalBuffer("A", (m, k)), LocalBuffer("B", (k, n)), LocalBuffer("C", (m, n))),
                   For("r", Const(0), Const(repeat), 1, gemm))
