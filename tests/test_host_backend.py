@@ -142,11 +142,11 @@ def test_tiles_of_cache_resident_tensors_are_views_and_others_copies():
     isa = select()
     knobs = Knobs(*HOST_MICRO_KERNELS[isa.name][0])
     ignored = frozenset(b.name for b in module.buffers if b.dtype == "float64")
-    placed, aliases = layout.plan(module, knobs, isa.width, ignored, cache_resident=True)
+    placed, views = layout.plan(module, knobs, isa.width, ignored, cache_resident=True)
     gemm = next(node for node, _ in walk(module.body) if isinstance(node, Gemm))
     vector = layout.gemm_roles(gemm)["vector"][1].name
     # The C tile is read and written in place; the vector operand stays packed (a copy).
-    assert aliases[gemm.c.name] == "C" and vector not in aliases and len(placed[vector].axes[-1].extents) == 2
+    assert views[gemm.c.name] == "C" and vector not in views and len(placed[vector].axes[-1].extents) == 2
     assert layout.plan(module, knobs, isa.width, ignored, cache_resident=False)[1] == {}
     # A zero-filled (boundary) transfer is never a view: its buffer holds zeros the tensor lacks.
     zero_filled = replace(module, body=Rewrite().rewrite(module.body))

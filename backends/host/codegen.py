@@ -72,7 +72,7 @@ class Plan:
     offsets: dict[str, int]
     workspace_elements: int
     layouts: dict[str, layouts.Layout]
-    aliases: dict[str, str]  # buffer -> the tensor it is a view of (no workspace, no copies)
+    views: dict[str, str]  # buffer -> the tensor it is a view of (no workspace, no copies)
 
 
 def plan_kernel(module: Module, isa: Isa, knobs: Knobs) -> Plan:
@@ -84,15 +84,15 @@ def plan_kernel(module: Module, isa: Isa, knobs: Knobs) -> Plan:
     ignored = frozenset(b.name for b in module.buffers if is_ignored_buffer(b))
     # Tensors that fit half the L3 stay cache-resident: their tiles can be read in place.
     tensor_bytes = sum(4 * prod(tensor.shape) for tensor in module.tensors)
-    placed, aliases = layouts.plan(module, knobs, isa.width, ignored, tensor_bytes <= cache_sizes()[2] // 2)
-    buffers = [b.name for b in module.buffers if b.name not in ignored and b.name not in aliases]
+    placed, views = layouts.plan(module, knobs, isa.width, ignored, tensor_bytes <= cache_sizes()[2] // 2)
+    buffers = [b.name for b in module.buffers if b.name not in ignored and b.name not in views]
     offsets, size = layouts.workspace(placed, buffers)
     phases = parallel.split(module)
     base = "swauto_" + re.sub(r"\W", "_", module.name)
     symbols = {"before": f"{base}_before"}
     if phases.loops:
         symbols.update(loop=f"{base}_loop", after=f"{base}_after")
-    return Plan(phases, symbols, offsets, size, placed, aliases)
+    return Plan(phases, symbols, offsets, size, placed, views)
 
 
 def generate(module: Module, isa: Isa, knobs: Knobs) -> ir.Module:
@@ -125,14 +125,14 @@ def _check_dtypes(module: Module) -> None:
 
 @dataclass(frozen=True)
 class Storage:
-    """An array the kernel can address: a tensor argument, a buffer in the workspace, or an aliased
-    buffer, whose element 0 is wherever its last get pointed it (kept in a stack slot)."""
+    """An array the kernel can address: a tensor argument, a buffer in the workspace, or a buffer that
+    is a view of a tensor, whose element 0 is wherever its last get pointed it (kept in a stack slot)."""
 
     name: str
     shape: tuple[int, ...]
     layout: layouts.Layout
-    base: ir.Value  # float* to element 0 (float** to the slot holding it, for an alias)
-    alias: str | None = None  # the tensor an aliased buffer views
+    base: ir.Value  # float* to element 0 (float** to the slot holding it, for a view)
+    view_of: str | None = None  # the tensor a view shows
 
 
 class Lowering:
@@ -158,10 +158,10 @@ class Lowering:
             argument.add_attribute("noalias")
             self._add_storage(Storage(tensor.name, tensor.shape, plan.layouts[tensor.name], argument))
         for buffer in module.buffers:
-            if buffer.name in plan.aliases:
+            if buffer.name in plan.views:
                 slot = self.builder.alloca(pointer, name=buffer.name)
                 self._add_storage(Storage(buffer.name, buffer.shape, plan.layouts[buffer.name], slot,
-                                          plan.aliases[buffer.name]))
+                                          plan.views[buffer.name]))
             elif buffer.name not in self.ignored:
                 base = self.builder.gep(workspace, [i64(plan.offsets[buffer.name])], inbounds=True,
                                         name=buffer.name)
@@ -268,8 +268,8 @@ class Lowering:
         if stmt.zero_fill and stmt.direction != "get":
             raise CodegenError(f"a zero-filled DMA must be a get, not a {stmt.direction}")
         view = self.storage.get(stmt.buffer.name)
-        if view is not None and view.alias is not None:
-            # An aliased buffer: a get points it at the box (a put has nothing left to do).
+        if view is not None and view.view_of is not None:
+            # A view: a get points it at the box (a put has nothing left to do).
             if stmt.direction == "get":
                 tensor = self.access_storage(stmt.tensor)
                 start = self.layout_offset(tensor, [self.expr(s, env) for s in stmt.tensor.starts])
@@ -410,7 +410,7 @@ class Lowering:
         storage = self.storage.get(access.name)
         if storage is None:
             raise CodegenError(f"{access.name} is neither a tensor nor a local buffer of module {self.module.name}")
-        if storage.alias is not None:
+        if storage.view_of is not None:
             storage = replace(storage, base=self.builder.load(storage.base))
         rank = len(storage.shape)
         if not len(access.starts) == len(access.extents) == len(access.dims) == rank:

@@ -79,8 +79,8 @@ def _build(module: Module, isa: isas.Isa, knobs: Knobs) -> HostProgram:
     plan = plan_kernel(module, isa, knobs)
     cpu, _ = isas.host_cpu()
     features = isas.target_features(isa)
-    # The plan (buffer layouts, aliases) depends on the caches' sizes too: it is part of the key.
-    placement = repr((sorted(plan.layouts.items()), sorted(plan.offsets.items()), sorted(plan.aliases.items())))
+    # The plan (buffer layouts, views) depends on the caches' sizes too: it is part of the key.
+    placement = repr((sorted(plan.layouts.items()), sorted(plan.offsets.items()), sorted(plan.views.items())))
     key = cache.kernel_key(fingerprint(module), repr(knobs) + placement, isa.name, cpu, features)
     object_code = cache.load(key)
     from_disk = object_code is not None

@@ -5,10 +5,10 @@ GEMM lowering both read the layout from here, so they agree): a buffer a GEMM re
 operand is *packed* in micro-panels (the packed dimension split by the micro-kernel's width, the panel
 index outermost, K next, the panel's lanes innermost), so the micro-kernel streams it contiguously.
 The broadcast operand is not packed: its rows stream as well in place, and packing it would be a
-transposing copy. A buffer that would hold a plain copy of one tensor box is an *alias*: a view of
-the tensor in place, its DMAs mere pointer moves (no copy of C tiles in and out, none of the
-broadcast operand). The others are row-major with the rows padded off multiples of 512 bytes, which
-keeps strided rows from sharing L1 sets.
+transposing copy. When the tensors are cache-resident, a buffer that would hold a plain copy of one
+tensor box is a *view* of the tensor in place, its DMAs mere pointer moves (no copy of C tiles in and
+out, none of the broadcast operand). The others are row-major with the rows padded off multiples of
+512 bytes, which keeps strided rows from sharing L1 sets.
 """
 
 from __future__ import annotations
@@ -85,12 +85,12 @@ def gemm_roles(gemm: Gemm) -> dict[str, tuple[str, Access]]:
 def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
          cache_resident: bool) -> tuple[dict[str, Layout], dict[str, str]]:
     """A layout for every buffer of `module` not in `ignored`, and for every tensor (row-major); and
-    the aliased buffers, each with the tensor it is a view of.
+    the buffers that are views, each with the tensor it shows.
 
     A buffer is packed when every GEMM that reads it uses it as the vector operand, through the same
     single axis for the packed dimension, at a constant start that is a multiple of the panel: then
     the micro-kernel's offsets are compile-time constants. Else, when the tensors are
-    `cache_resident`, it is an alias if `_alias` allows (in DRAM, tiles read in place stall the
+    `cache_resident`, it is a view if `_view` allows (in DRAM, tiles read in place stall the
     micro-kernel, while a copy streams: measured 79 against 91 GFLOPS for GEMM 32768 x 256 x 128;
     in cache, 109 against 90 for 4096 x 64 x 64). Else it is row-major (padded).
     """
@@ -102,7 +102,7 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
             panel = knobs.vectors * width if role == "vector" else 0
             uses.setdefault(access.name, set()).add((role, _packable_axis(access, dim, panel), panel))
     layouts = {tensor.name: row_major(tensor.shape) for tensor in module.tensors}
-    aliases: dict[str, str] = {}
+    views: dict[str, str] = {}
     for buffer in module.buffers:
         if buffer.name in ignored:
             continue
@@ -110,14 +110,14 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
         if len(use) == 1 and (only := next(iter(use)))[0] == "vector" and only[1] is not None:
             _, axis, panel = only
             layouts[buffer.name] = packed(buffer.shape, axis, panel, _k_axes(module, buffer.name))
-        elif cache_resident and (view := _alias(module, buffer.name, buffer.shape)) is not None:
-            aliases[buffer.name], layouts[buffer.name] = view[0], view[1]
+        elif cache_resident and (view := _view(module, buffer.name, buffer.shape)) is not None:
+            views[buffer.name], layouts[buffer.name] = view[0], view[1]
         else:
             layouts[buffer.name] = row_major(buffer.shape, pad=True)
-    return layouts, aliases
+    return layouts, views
 
 
-def _alias(module: Module, buffer: str, shape: tuple[int, ...]) -> tuple[str, Layout] | None:
+def _view(module: Module, buffer: str, shape: tuple[int, ...]) -> tuple[str, Layout] | None:
     """(tensor, layout) when `buffer` can be a view of a tensor box instead of a copy: every DMA of it
     moves the whole buffer from or to one and the same box of one tensor, inside the tensor (no zero
     fill), with the same extents in the same order once 1-long axes are dropped; nothing zeroes it;
