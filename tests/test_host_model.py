@@ -14,7 +14,7 @@ from conftest import GEMM_SW, gemm_inputs, gemm_reference, relative_error
 from swauto.api import load
 from swauto.backends.host import parallel
 from swauto.errors import ArgumentError
-from swauto.machine import SUNWAY
+from swauto.machine import SUNWAY, HostScratchpad
 from swauto.passes.plan_local_memory import plan_local_memory
 from swauto.pipeline import lower
 from swauto.schedule.candidate import Candidate
@@ -57,6 +57,21 @@ def test_register_tiles_too_small_to_hide_fma_latency_cost_more_per_flop():
 
     # One row gives a tile a row of accumulators; a whole register tile has plenty.
     assert seconds_per_flop(1) > 1.5 * seconds_per_flop(96)
+
+
+def test_packing_a_transposed_vector_operand_is_predicted_slower():
+    # The micro-kernel vectorizes No; a weight stored [.., No, Ni] is transposed by its packing copy.
+    choice = "    layout weight any of {[Kr, Kc, No, Ni], [Kr, Kc, Ni, No]}\n"
+    text = (GEMM_SW.parent / "conv2d.sw").read_text().replace("    vectorize gemm over", choice + "    vectorize gemm over")
+    op = load(text, {"B": 1, "Ni": 64, "No": 64, "Ri": 7, "Ci": 7})
+    space = explore(op, HostScratchpad())
+    machine = host_model.machine()
+    by_weight = {}
+    for candidate, stages in space.legal:
+        if candidate.order[0] == "cKr" and dict(candidate.splits)["cCo"] == 4 and candidate.vectorize == "N":
+            by_weight.setdefault(dict(candidate.layouts)["weight"], host_model.estimate(stages[-1][1], 1, machine))
+    transposed, plain = by_weight[(0, 1, 2, 3)], by_weight[(0, 1, 3, 2)]
+    assert transposed.copy_bytes == plain.copy_bytes and transposed.seconds > plain.seconds
 
 
 def test_parallel_group_splits_the_tiles_of_c_and_never_the_reduction():

@@ -25,7 +25,7 @@ from swauto.ir.nodes import Dma, For, Gemm, Module
 from swauto.ir.visitor import walk
 
 CALIBRATION_FILE = "host_machine.json"
-CALIBRATION_VERSION = 4
+CALIBRATION_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,7 @@ class Machine:
     l3_bandwidth: float
     dram_bandwidth: float
     dram_bandwidth_total: float
+    transpose_bandwidth: float  # a copy whose innermost axes differ (packing a transposed operand)
     l1_bytes: int
     l2_bytes: int
     l3_bytes: int
@@ -70,6 +71,7 @@ def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
     from swauto.backends.host.parallel import split
 
     phases = split(module)
+    transposing = _transposing_buffers(module)
     in_group = set()
     if phases.loops:
         in_group = {id(node) for node, _ in walk(phases.loops[-1].body)}
@@ -87,7 +89,8 @@ def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
         if not isinstance(node, (Dma, Gemm)):
             continue
         trips = _trips(loops)
-        node_flops, node_bytes, compute, traffic = _node_cost(node, machine, level)
+        bandwidth = machine.transpose_bandwidth if isinstance(node, Dma) and node.buffer.name in transposing else level
+        node_flops, node_bytes, compute, traffic = _node_cost(node, machine, bandwidth)
         flops += node_flops * trips
         copy_bytes += node_bytes * trips
         target = parallel if id(node) in in_group else serial
@@ -131,6 +134,26 @@ def _default_tile() -> tuple[int, int]:
 
     knobs = default_knobs(select())
     return knobs.rows, knobs.vectors
+
+
+def _transposing_buffers(module: Module) -> set[str]:
+    """Buffers the micro-kernel reads as its vector operand, packed with the vectorized dimension
+    innermost, whose transfers bring another dimension innermost: their copies transpose."""
+    from swauto.backends.host.layout import gemm_roles
+
+    vectorized = {}
+    for node, _ in walk(module.body):
+        if isinstance(node, Gemm):
+            dim, access = gemm_roles(node)["vector"]
+            vectorized[access.name] = dim
+    transposing = set()
+    for node, _ in walk(module.body):
+        if isinstance(node, Dma) and node.buffer.name in vectorized:
+            box = node.tensor
+            innermost = [dim for dim, extent in zip(box.dims, box.extents, strict=True) if extent > 1]
+            if innermost and innermost[-1] != vectorized[node.buffer.name]:
+                transposing.add(node.buffer.name)
+    return transposing
 
 
 def _source_bandwidth(module: Module, machine: Machine) -> float:
@@ -189,6 +212,7 @@ def calibrate(cpu: str) -> Machine:
         l3_bandwidth=_copy_bandwidth(min(l3 // 4, 8 << 20)),
         dram_bandwidth=_copy_bandwidth(max(4 * l3, 64 << 20)),
         dram_bandwidth_total=_copy_bandwidth(max(4 * l3, 64 << 20), threads=2),
+        transpose_bandwidth=_transpose_bandwidth(min(l2 // 2, 1 << 20)),
         l1_bytes=l1,
         l2_bytes=l2,
         l3_bytes=l3,
@@ -237,6 +261,20 @@ def kernel_benchmark_module(repeat: int = 400, k: int = 128, m: int = KERNEL_BEN
     gemm = Gemm(m, n, k, box("A", (m, k), "MK"), box("B", (k, n), "KN"), box("C", (m, n), "MN"), "N")
     return Module("kernel_rate", (), (LocalBuffer("A", (m, k)), LocalBuffer("B", (k, n)), LocalBuffer("C", (m, n))),
                   For("r", Const(0), Const(repeat), 1, gemm))
+
+
+def _transpose_bandwidth(size: int) -> float:
+    """Bytes per second copied from a square array of `size` bytes into its transpose (one thread)."""
+    side = int((size // 4) ** 0.5)
+    source = np.ones((side, side), np.float32)
+    target = np.empty_like(source)
+    repeat = max(1, (16 << 20) // size)
+
+    def copy() -> None:
+        for _ in range(repeat):
+            np.copyto(target, source.T)
+
+    return repeat * source.nbytes / _median_seconds(copy)
 
 
 def _copy_bandwidth(size: int, threads: int = 1) -> float:
