@@ -89,7 +89,9 @@ class SW26010:
     # --- the thesis' analytic model (swauto/tuner/sw26010_model.py) ----------------------------------
     # Measured DMA bandwidth (MB/s) of one core group whose 64 CPEs each move a block of 16, 32, ...,
     # 4080 bytes: run 2 of ../shared/data/sw26010_dma_bandwidth.csv (from swGEMM's MBW_map, which its
-    # implementation of the thesis' model divides by instead of PEAK_BW), rounded to 1 MB/s.
+    # implementation of the thesis' model divides by instead of PEAK_BW), rounded to 1 MB/s. Each entry
+    # times one mesh-wide DMA from issue to completion, so it includes one start latency
+    # (dma_latency_cycles); the model charges that latency once per transfer, not once per 64 blocks.
     dma_measured_mbps: tuple[int, ...] = (
         3390, 6033, 9181, 11876, 13767, 10087, 10523, 13365, 14134, 16452, 17314, 19446, 19997, 10186, 16442, 17509,
         18274, 19345, 19300, 20966, 20429, 18137, 18710, 19885, 20117, 21051, 21009, 12402, 22579, 19771, 20369,

@@ -45,7 +45,6 @@ def estimate(stages: Stages, target: str, threads: int = 1) -> Estimate:
         return Estimate(dma_bytes, flops, min(host.traffic, host.seconds), host.seconds)
     module = before_double_buffering(stages)
     overlapped = any(name == "double_buffer" for name, _ in stages)
-    dma_bytes, flops = traffic(module)
     if target == "sw26010":
         # --- sw26010: the thesis' analytic model (swauto.tuner.sw26010_model; issue 4) ---
         # Single buffered, the terms are T_DMA and T_compute (they add up). Double buffered, the
@@ -55,7 +54,7 @@ def estimate(stages: Stages, target: str, threads: int = 1) -> Estimate:
 
         model = sw26010_estimate(module, stages[-1][1], overlapped, SUNWAY)
         memory = model.seconds if overlapped else model.dma_seconds
-        return Estimate(dma_bytes, flops, memory, model.compute_seconds, overlapped)
+        return Estimate(model.dma_bytes, model.flops, memory, model.compute_seconds, overlapped)
     raise ValueError(f"unknown target {target!r}")
 
 

@@ -3,18 +3,27 @@
 - A DMA statement costs `T_latency + sum over its blocks of (block size + waste) / PEAK_BW` (equations
   3-1 and 3-2 with the 64 CPEs' shares summed: each CPE has PEAK_BW / #CPE), the waste of a block being
   the bytes that round it to whole 128-byte transactions from its start address, but never less than
-  its blocks' bytes over the bandwidth measured on the real machine for that block size (swGEMM's
-  implementation of the model looks it up the same way, `MBW_map`). The blocks are the box's rows
-  split across the 8 mesh columns; addresses are those of the loop nest's first iteration.
+  its blocks' time at the bandwidth measured on the real machine for that block size (swGEMM's
+  implementation of the model looks it up the same way, `MBW_map`). That figure was measured with one
+  block per CPE and includes one start latency, so a transfer of several rounds of 64 blocks pays that
+  latency once, not once per round. The blocks are the box's rows split across the 8 mesh columns;
+  addresses are those of the loop nest's first iteration.
 - A GEMM primitive call costs `a*K + b*K*M/(vecM*4) + c*K*M*N/4 + d` (equation 4-2), M the vectorized
   dimension, vecM its register block; the coefficients are fitted by least squares (`fit_gemm`).
 - A candidate costs `T_DMA + T_compute` single buffered. Double buffered, `max(T_DMA, T_compute)` is
-  applied loop by loop (thesis 3.2.2 leaves the overlap term to the program's structure): an iteration
-  of a loop costs max(its own gets, the rest of its body) plus its write-backs, which the next
-  iteration waits for before it prefetches; the total is never below T_DMA (one memory controller),
-  plus the prologue's transfers. With one loop level this is the thesis' `max(T_DMA, T_compute)`.
+  applied loop by loop (thesis 3.2.2 leaves the overlap term to the program's structure), each loop in
+  closed form from one iteration (the IR is read once; no iteration is stepped through):
+  an iteration of a loop costs max(its own gets, the rest of its body) plus what it waits for in place:
+  its write-backs (the next iteration waits for them before it prefetches into that half) and the gets
+  of buffers the final IR left single buffered. One memory controller serves transfers in order, so an
+  iteration's own gets, issued as it starts, also delay the first inner transfer the body waits for, by
+  as much as they exceed the compute before that wait (the body's slack). An inner loop's last
+  write-back is waited for only when that loop runs again, so the rest of the enclosing body hides it.
+  The total is never below T_DMA, plus the prologue's transfers. With one loop level and no write-backs
+  this is the thesis' `max(T_DMA, T_compute)` plus the prologue.
 
-It reads only the IR and the machine description, never a simulation.
+It reads only the IR (before double buffering, and the final IR for which buffers were split in two
+halves and for the prologue) and the machine description, never a simulation.
 """
 
 from __future__ import annotations
@@ -22,15 +31,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from math import prod
+from math import gcd, prod
 
 import numpy as np
 
 from swauto.ir import expr as ex
-from swauto.ir.analysis import trip_count
 from swauto.ir.memory import row_major_strides
-from swauto.ir.nodes import Dma, For, Gemm, If, Module, Seq, Stmt
-from swauto.ir.visitor import walk
+from swauto.ir.nodes import Access, Alloc, Dma, DmaWait, For, Gemm, If, Module, Seq, Stmt
 from swauto.machine import DTYPE_BYTES, SW26010
 
 
@@ -46,6 +53,8 @@ class ModelEstimate:
     prologue_seconds: float
     overlapped: bool
     seconds: float
+    dma_bytes: int = 0  # bytes moved and flops computed by one run (`swauto.ir.analysis.traffic`)
+    flops: int = 0
 
 
 def measured_bandwidth(block_bytes: int, machine: SW26010) -> float:
@@ -64,18 +73,31 @@ def transfer_bytes(shape: tuple[int, ...], extents: tuple[int, ...], base_residu
     block size in bytes; the number of blocks.
 
     `base_residue` is the box's first byte modulo the transaction size; the blocks are its rows (runs
-    along the last axis), split in `mesh_columns` pieces when a row divides evenly."""
+    along the last axis), split in `mesh_columns` pieces when a row divides evenly. In closed form: a
+    block's transactions depend only on its first byte modulo the transaction size, and along each axis
+    the rows' first bytes modulo it repeat with a period of line / gcd(step, line) rows, so the rows are
+    counted per residue instead of listed."""
     strides = row_major_strides(shape)
-    residues = np.zeros(1, dtype=np.int64)
+    counts = {0: 1}  # first byte of a row (relative to the box's) modulo `line` -> rows
     for extent, stride in zip(extents[:-1], strides[:-1], strict=True):
         step = stride * element_bytes % line
-        residues = (residues[:, None] + np.arange(extent) * step).ravel() % line
+        period = line // gcd(step, line) if step else 1
+        whole, rest = divmod(extent, period)
+        combined: dict[int, int] = {}
+        for residue, rows in counts.items():
+            for j in range(min(extent, period)):
+                shifted = (residue + j * step) % line
+                combined[shifted] = combined.get(shifted, 0) + rows * (whole + (j < rest))
+        counts = combined
     run = extents[-1]
     pieces = mesh_columns if run % mesh_columns == 0 and run >= mesh_columns else 1
     size = run // pieces * element_bytes
-    first = (base_residue + residues[:, None] + np.arange(pieces) * size).ravel()
-    lines = (first + size - 1) // line - first // line + 1
-    return int(lines.sum()) * line, size, int(first.size)
+    lines = 0
+    for residue, rows in counts.items():
+        for piece in range(pieces):
+            first = (base_residue + residue + piece * size) % line
+            lines += rows * ((first + size - 1) // line + 1)
+    return lines * line, size, prod(extents[:-1]) * pieces
 
 
 def dma_seconds(shape: tuple[int, ...], starts: Sequence[int], extents: tuple[int, ...], element_bytes: int,
@@ -84,8 +106,19 @@ def dma_seconds(shape: tuple[int, ...], starts: Sequence[int], extents: tuple[in
     base = sum(s * t for s, t in zip(starts, row_major_strides(shape), strict=True)) * element_bytes
     line = machine.dma_transaction_bytes
     fetched, block, blocks = transfer_bytes(shape, extents, base % line, element_bytes, machine.mesh_columns, line)
-    moving = max(fetched / machine.peak_bandwidth, blocks * block / measured_bandwidth(block, machine))
-    return machine.dma_latency_cycles / machine.clock_hz + moving
+    return machine.dma_latency_cycles / machine.clock_hz + moving_seconds(fetched, block, blocks, machine)
+
+
+def moving_seconds(fetched: int, block: int, blocks: int, machine: SW26010) -> float:
+    """Seconds a transfer of `blocks` blocks of `block` bytes (`fetched` bytes in whole transactions)
+    occupies the memory system once started: the transactions at PEAK_BW, or the measured bandwidth for
+    that block size, whichever is slower. The measured figure is one mesh-wide DMA of one block per CPE
+    timed with its start latency, so a round of #CPE blocks streams in #CPE x block / bandwidth minus
+    that latency (the transfer pays its latency once, in `dma_seconds`)."""
+    latency = machine.dma_latency_cycles / machine.clock_hz
+    cpes = machine.cpes
+    round_seconds = cpes * block / measured_bandwidth(block, machine) - latency
+    return max(fetched / machine.peak_bandwidth, blocks / cpes * round_seconds)
 
 
 def gemm_features(m: int, n: int, k: int, vectorize: str | None, machine: SW26010) -> tuple[float, ...]:
@@ -112,78 +145,219 @@ def fit_gemm(samples: Sequence[tuple[tuple[float, ...], float]]) -> tuple[float,
     return a, b, c, d
 
 
-def _first_iteration(loops: tuple[For, ...]) -> dict[str, int]:
-    env: dict[str, int] = {}
-    for loop in loops:
-        env[loop.var] = ex.compiled(loop.start)(env)
-    return env
+_FACTS: dict[int, tuple[SW26010, tuple[float, int, dict[tuple, float], dict[tuple, float]]]] = {}
 
 
-def _dma_time(node: Dma, loops: tuple[For, ...], module: Module, machine: SW26010) -> float:
-    tensor = module.tensor(node.tensor.name)
-    env = _first_iteration(loops)
-    starts = [ex.compiled(s)(env) for s in node.tensor.starts]
-    return dma_seconds(tensor.shape, starts, node.tensor.extents, DTYPE_BYTES[tensor.dtype], machine)
+def _machine_facts(machine: SW26010) -> tuple[float, int, dict[tuple, float], dict[tuple, float]]:
+    """Per machine (looked up by identity: hashing the description costs more than a candidate's
+    model): the DMA start latency in seconds, the transaction size, and two memo tables keyed by
+    everything their entries depend on: seconds the memory system spends on a box (shape, extents,
+    first byte modulo the transaction size, element size) and seconds of a primitive call (m, n, k,
+    vectorized dimension)."""
+    entry = _FACTS.get(id(machine))
+    if entry is None or entry[0] is not machine:
+        entry = _FACTS[id(machine)] = (machine, (machine.dma_latency_cycles / machine.clock_hz,
+                                                 machine.dma_transaction_bytes, {}, {}))
+    return entry[1]
 
 
-class _Nest:
-    """Times of a double-buffered loop nest with each transfer written once, one statement at a time."""
+@lru_cache(maxsize=1 << 12)
+def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return row_major_strides(shape)
 
-    def __init__(self, module: Module, machine: SW26010) -> None:
-        self.module = module
+
+class _Model:
+    """One pass over a candidate's loop nest (each transfer written once) that sums T_DMA, T_compute,
+    the bytes moved and the flops, and times the nest loop by loop. A transfer's addresses are those of
+    the first iteration of its loops; each loop's bounds are evaluated once."""
+
+    def __init__(self, module: Module, machine: SW26010, single: frozenset[str] | set[str] = frozenset()) -> None:
         self.machine = machine
+        self.single = single  # buffers whose transfers the final IR waits for at once (not prefetched)
+        self.tensors = {t.name: (t.shape, _strides(t.shape), DTYPE_BYTES[t.dtype]) for t in module.tensors}
+        self.latency, self.line, self.moving, self.gemms = _machine_facts(machine)
+        self.dma = self.compute = 0.0
+        self.dma_bytes = self.flops = 0
 
-    def time(self, stmt: Stmt, loops: tuple[For, ...]) -> float:
-        """Seconds for one execution of `stmt` inside `loops`."""
-        if isinstance(stmt, Gemm):
-            return gemm_seconds(stmt.m, stmt.n, stmt.k, stmt.vectorize, self.machine)
-        if isinstance(stmt, Dma):
-            return _dma_time(stmt, loops, self.module, self.machine)
-        if isinstance(stmt, Seq):
-            return sum(self.time(child, loops) for child in stmt.stmts)
-        if isinstance(stmt, If):
-            branches = (stmt.then,) if stmt.otherwise is None else (stmt.then, stmt.otherwise)
-            return max(self.time(branch, loops) for branch in branches)
-        if isinstance(stmt, For):
-            return trip_count(stmt) * self.iteration(stmt, loops + (stmt,))
-        return 0.0  # Let, Alloc, Zero, DmaWait
-
-    def iteration(self, loop: For, loops: tuple[For, ...]) -> float:
-        """One iteration of `loop`. Double buffered, its own gets overlap the rest of the body
-        (max(T_DMA, T_compute) per iteration), and its write-backs are exposed: the next iteration
-        waits for them before it prefetches into that half."""
-        children = loop.body.stmts if isinstance(loop.body, Seq) else (loop.body,)
-        gets = puts = work = 0.0
-        for child in children:
-            if isinstance(child, Dma):
-                if child.direction == "get":
-                    gets += self.time(child, loops)
-                else:
-                    puts += self.time(child, loops)
+    def dma_time(self, access: Access, env: dict[str, int]) -> float:
+        """Equations 3-1/3-2 for one mesh-wide transfer of `access` (`dma_seconds`) at the addresses
+        `env` gives (`body` inlines this)."""
+        shape, strides, element = self.tensors[access.name]
+        base = 0
+        for start, stride in zip(access.starts, strides, strict=True):
+            kind = type(start)
+            if kind is ex.Const:
+                base += start.value * stride
+            elif kind is ex.Var:
+                base += env[start.name] * stride
             else:
-                work += self.time(child, loops)
-        return max(work, gets) + puts
+                base += ex.compiled(start)(env) * stride
+        key = (shape, access.extents, base * element % self.line, element)
+        seconds = self.moving.get(key)
+        return self.latency + (self.moving_seconds(key) if seconds is None else seconds)
+
+    def moving_seconds(self, key: tuple) -> float:
+        shape, extents, residue, element = key
+        machine = self.machine
+        fetched, block, blocks = transfer_bytes(shape, extents, residue, element, machine.mesh_columns, self.line)
+        seconds = self.moving[key] = moving_seconds(fetched, block, blocks, machine)
+        return seconds
+
+    def body(self, stmts: Sequence[Stmt], env: dict[str, int], trips: int,
+             nested: bool = True) -> tuple[float, float, float, float, bool, float]:
+        """Statements run in sequence at the first iteration `env` of the loops around them, which run
+        `trips` times in all (their transfers and calls are added to the totals): seconds of their
+        prefetched gets, of their transfers waited for in place (write-backs, single-buffered gets),
+        and of the rest; and their slack: the compute before the first wait for a transfer they issue
+        themselves (a backlog of transfers queued ahead in the memory system up to that long costs no
+        time), with whether such a wait closes it. `nested`: the statements are a loop's body."""
+        gets = exposed = work = slack = puts = 0.0
+        closed = False
+        tails: list[tuple[float, float]] = []
+        tensors, moving, line, single = self.tensors, self.moving, self.line, self.single
+        for stmt in stmts:
+            kind = type(stmt)
+            if kind is DmaWait or kind is Alloc:
+                continue
+            if kind is Dma:
+                access = stmt.tensor
+                shape, strides, element = tensors[access.name]
+                base = 0
+                for start, stride in zip(access.starts, strides, strict=True):
+                    expression = type(start)
+                    if expression is ex.Const:
+                        base += start.value * stride
+                    elif expression is ex.Var:
+                        base += env[start.name] * stride
+                    else:
+                        base += ex.compiled(start)(env) * stride
+                extents = access.extents
+                key = (shape, extents, base * element % line, element)
+                seconds = moving.get(key)
+                if seconds is None:
+                    seconds = self.moving_seconds(key)
+                seconds += self.latency
+                self.dma += trips * seconds
+                self.dma_bytes += trips * element * prod(extents)
+                if stmt.direction == "get" and stmt.buffer.name not in single:
+                    gets += seconds
+                else:
+                    exposed += seconds
+                    if stmt.direction == "get":
+                        closed = True  # waited for at once, behind the backlog
+                    elif stmt.buffer.name not in single:
+                        puts += seconds  # waited for when the next iteration reuses the half
+            elif kind is Gemm:
+                key = (stmt.m, stmt.n, stmt.k, stmt.vectorize)
+                seconds = self.gemms.get(key)
+                if seconds is None:
+                    seconds = self.gemms[key] = gemm_seconds(stmt.m, stmt.n, stmt.k, stmt.vectorize, self.machine)
+                self.compute += trips * seconds
+                self.flops += trips * 2 * stmt.m * stmt.n * stmt.k
+                work += seconds
+                if not closed:
+                    slack += seconds
+            elif kind is For:
+                first = stmt.start
+                begin = first.value if type(first) is ex.Const else ex.compiled(first)(env)
+                last = stmt.stop
+                count = max(0, ((last.value if type(last) is ex.Const else ex.compiled(last)(env)) - begin
+                                + stmt.stride - 1) // stmt.stride)
+                inner = stmt.body
+                stmts_in = inner.stmts if type(inner) is Seq else (inner,)
+                if count == 1 and nested:
+                    # A loop that runs once inside a loop is part of that loop's body: its prefetches (of
+                    # the tiles for its next run) are waited for when the body runs again.
+                    g, e, w, s, c, p = self.body(stmts_in, {**env, stmt.var: begin}, trips)
+                    gets += g
+                    exposed += e
+                    work += w
+                    puts += p
+                    if not closed:
+                        slack += s
+                        closed = c
+                    continue
+                seconds, inner_slack, waits, tail = self.loop(stmts_in, {**env, stmt.var: begin}, trips, count)
+                work += seconds
+                if tail:
+                    tails.append((tail, seconds))
+                if not closed:
+                    slack += inner_slack
+                    closed = waits
+            elif kind is Seq or kind is If:
+                seconds = self.branch(stmt, env, trips)
+                work += seconds
+                if not closed:
+                    slack += seconds
+        for tail, seconds in tails:
+            # An inner loop's last write-back is waited for only when that loop runs again: meanwhile
+            # the rest of this body computes.
+            work -= min(tail, work - seconds)
+        return gets, exposed, work, slack, closed, puts
+
+    def loop(self, stmts: Sequence[Stmt], env: dict[str, int], trips: int,
+             count: int) -> tuple[float, float, bool, float]:
+        """All `count` iterations of a loop whose body is `stmts` (`env`: its first iteration); the slack
+        of its first iteration; whether it waits for transfers; its last iteration's write-backs.
+
+        Double buffered, an iteration's own gets (the next iteration's tiles, issued as it starts)
+        overlap the rest of its body (max(T_DMA, T_compute) per iteration), and its write-backs are
+        exposed: the next iteration waits for them before it prefetches into that half. One memory
+        controller serves transfers in order, so the own gets also delay the body's first wait on a
+        transfer issued after them (an inner loop's prefetch): by as much as they exceed its slack."""
+        gets, exposed, work, slack, closed, puts = self.body(stmts, env, trips * count)
+        if not closed and not gets and not exposed:  # pure compute: a backlog drains through it
+            return count * work, count * work, False, 0.0
+        stall = gets - slack if gets > slack else 0.0
+        busy = work + stall
+        iteration = (busy if busy > gets else gets) + exposed
+        return count * iteration, max(0.0, min(slack, work) - gets), True, puts
+
+    def branch(self, stmt: Stmt, env: dict[str, int], trips: int) -> float:
+        """Seconds of a statement not directly in a loop's body: everything in sequence; the slower
+        branch of an If."""
+        if type(stmt) is If:
+            seconds = self.branch(stmt.then, env, trips)
+            return seconds if stmt.otherwise is None else max(seconds, self.branch(stmt.otherwise, env, trips))
+        gets, exposed, work, _, _, _ = self.body(stmt.stmts if type(stmt) is Seq else (stmt,), env, trips)
+        return gets + exposed + work
+
+
+def _prologue(stmt: Stmt, model: _Model) -> float:
+    """The gets outside every loop of the final IR (the double-buffered prologue)."""
+    total = 0.0
+    for node in stmt.stmts if type(stmt) is Seq else (stmt,):
+        kind = type(node)
+        if kind is Dma:
+            if node.direction == "get":
+                total += model.dma_time(node.tensor, {})
+        elif kind is If:
+            total += _prologue(node.then, model)
+            if node.otherwise is not None:
+                total += _prologue(node.otherwise, model)
+    return total
 
 
 def estimate(module: Module, final: Module, double_buffered: bool, machine: SW26010) -> ModelEstimate:
     """The model's time for a candidate: `module` is its IR with each transfer written once (before
     double buffering), `final` the IR that runs (its transfers outside every loop are the prologue)."""
-    dma = compute = 0.0
-    for node, loops in walk(module.body):
-        if isinstance(node, Dma):
-            dma += prod(trip_count(loop) for loop in loops) * _dma_time(node, loops, module, machine)
-        elif isinstance(node, Gemm):
-            trips = prod(trip_count(loop) for loop in loops)
-            compute += trips * gemm_seconds(node.m, node.n, node.k, node.vectorize, machine)
+    single: set[str] = set()
+    if double_buffered:
+        # A buffer the final IR did not split in two halves is filled and waited for in place (an output
+        # tile whose innermost loop runs once): its gets are exposed like the write-backs.
+        ranks = {buffer.name: len(buffer.shape) for buffer in module.buffers}
+        single = {b.name for b in final.buffers if ranks.get(b.name) == len(b.shape)}
+    model = _Model(module, machine, single)
+    body = module.body
+    # Transfers outside every loop (in `module`) run once, before the nest: not part of its work.
+    _, _, work, _, _, _ = model.body(body.stmts if type(body) is Seq else (body,), {}, 1, False)
+    dma, compute = model.dma, model.compute
     prologue = 0.0
     if double_buffered:
-        prologue = sum(_dma_time(node, loops, final, machine) for node, loops in walk(final.body)
-                       if isinstance(node, Dma) and not loops and node.direction == "get")
-        body = module.body.stmts if isinstance(module.body, Seq) else (module.body,)
         # Transfers outside every loop are the prologue (counted once, from the final IR).
-        nest = _Nest(module, machine)
+        prologue = _prologue(final.body, model)
         # One memory controller: never faster than all transfers back to back.
-        seconds = max(sum(nest.time(child, ()) for child in body if not isinstance(child, Dma)), dma) + prologue
+        seconds = max(work, dma) + prologue
     else:
         seconds = dma + compute
-    return ModelEstimate(dma, compute, prologue, double_buffered, seconds)
+    return ModelEstimate(dma, compute, prologue, double_buffered, seconds, model.dma_bytes, model.flops)
