@@ -12,8 +12,10 @@ from test_host_backend import transposed_gemm_module
 import swauto
 from conftest import GEMM_SW, gemm_inputs, gemm_reference, relative_error
 from swauto.api import load
-from swauto.backends.host import parallel
+from swauto.backends.host import compile_module, parallel
 from swauto.errors import ArgumentError
+from swauto.ir.nodes import Dma
+from swauto.ir.visitor import walk
 from swauto.machine import SUNWAY, HostScratchpad
 from swauto.passes.plan_local_memory import plan_local_memory
 from swauto.pipeline import lower
@@ -88,6 +90,24 @@ def test_parallel_group_splits_the_tiles_of_c_and_never_the_reduction():
 def test_a_buffer_used_outside_the_nest_keeps_the_kernel_on_one_thread():
     module = transposed_gemm_module(64, 48, 96, tile_k=32)  # C_tile is filled before the K loop
     assert parallel.split(module).loops == ()
+
+
+def test_an_input_hoisted_to_the_root_is_filled_by_every_thread_and_the_nest_runs_in_parallel():
+    space = explore(load(GEMM_SW, {"M": 384, "N": 256, "K": 96}), SUNWAY)
+    hoisted = next((stages[-1][1] for _, stages in space.legal
+                    if parallel.split(stages[-1][1]).prologue and parallel.split(stages[-1][1]).loops), None)
+    assert hoisted is not None, "no candidate has an input hoisted out of a parallel nest"
+    assert all(isinstance(s, Dma) and s.direction == "get" for s in parallel.split(hoisted).prologue)
+    # Double-buffered, a buffer's first half is filled at the root but refilled in iteration order:
+    # such a nest stays on one thread.
+    for candidate, stages in space.legal:
+        phases = parallel.split(stages[-1][1])
+        refilled = {n.buffer.name for n, _ in walk(phases.nest) if isinstance(n, Dma)} if phases.nest else set()
+        assert not {s.buffer.name for s in phases.prologue} & refilled, candidate
+    arrays = gemm_inputs(384, 256, 96)
+    expected = gemm_reference(arrays)
+    compile_module(hoisted).run(arrays, threads=2)
+    assert relative_error(arrays["C"], expected) <= 1e-5
 
 
 def test_model_ranking_and_measured_tuners_agree_on_what_they_compare():

@@ -180,13 +180,14 @@ class Lowering:
         self.builder.ret_void()
 
     def emit_parallel(self, lets: tuple[Let, ...]) -> None:
-        """The function runs the top-level nest (after the top-level lets), with only the flattened
-        iterations lo..hi of the parallel group."""
+        """The function runs the prologue and the top-level nest (after the top-level lets), with only
+        the flattened iterations lo..hi of the parallel group."""
         phases = self.plan.phases
         assert phases.nest is not None
         scope: dict[str, ir.Value] = {}
         for let in lets:
             scope[let.var] = self.expr(let.value, scope)
+        self.stmt(Seq(phases.prologue), scope)  # every thread fills its own copy of the nest's inputs
         self.stmt(phases.nest, scope)
         self.builder.ret_void()
 

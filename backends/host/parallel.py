@@ -5,7 +5,9 @@ it. Inside the nest, a *parallel group* of perfectly nested loops with constant 
 iterations provably touch disjoint parts of every tensor the kernel writes. Every thread runs the
 loops around the group in full (they may only fill the thread's own local buffers: DMA gets, no
 writes to memory) and a contiguous range of the group's flattened iterations. Local buffers used in
-the nest must not be used outside it: each thread has its own.
+the nest must not be used outside it: each thread has its own. The one exception is a buffer the nest
+only reads, filled before it (a transfer hoisted to the root): its fill becomes the *prologue*, which
+every thread runs into its own buffer before its iterations.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from math import prod
 
 from swauto.ir.expr import Const, linear_form
-from swauto.ir.nodes import Access, Dma, For, Gemm, Let, Module, Seq, Stmt
+from swauto.ir.nodes import Access, Dma, For, Gemm, Let, Module, Seq, Stmt, Zero
 from swauto.ir.visitor import walk
 
 # The outermost group with at least this many iterations wins (coarse work, enough to share);
@@ -25,13 +27,14 @@ ENOUGH_ITERATIONS = 8
 @dataclass(frozen=True)
 class Phases:
     """`before`, then the top-level loop `nest` (with the parallel group `loops` inside it, each thread
-    running a range of the group's flattened iterations), then `after`. Without a parallel group,
-    `nest` is None, `loops` empty and everything is in `before`."""
+    running the `prologue` and then a range of the group's flattened iterations), then `after`.
+    Without a parallel group, `nest` is None, `loops` empty and everything is in `before`."""
 
     before: tuple[Stmt, ...]
     nest: For | None
     loops: tuple[For, ...]
     after: tuple[Stmt, ...]
+    prologue: tuple[Stmt, ...] = ()
 
     @property
     def trips(self) -> tuple[int, ...]:
@@ -51,13 +54,30 @@ def split(module: Module) -> Phases:
     for position, stmt in enumerate(top):
         if not isinstance(stmt, For):
             continue
-        outside = top[:position] + top[position + 1:]
-        if _locals_used((stmt,)) & _locals_used(outside):
+        before, after = top[:position], top[position + 1:]
+        shared = _locals_used((stmt,)) & _locals_used(before + after)
+        # Buffers the nest only reads, filled before it by gets alone: each thread fills its own. (A
+        # buffer the nest fills too, such as a double buffer's first half, depends on the order of
+        # the iterations: it keeps the nest on one thread.)
+        prologue = tuple(s for s in before if _fills(s, shared))
+        rest = tuple(s for s in before if not _fills(s, shared))
+        if shared & (_locals_used(rest + after) | _written(stmt) | _filled(stmt)):
             continue
-        group = _best_group(stmt, written, _let_vars(top[:position]))
+        group = _best_group(stmt, written, _let_vars(before))
         if group:
-            return Phases(top[:position], stmt, group, top[position + 1:])
+            return Phases(rest, stmt, group, after, prologue)
     return Phases(tuple(top), None, (), ())
+
+
+def _filled(stmt: Stmt) -> set[str]:
+    """Names of the buffers DMA gets in `stmt` fill."""
+    return {node.buffer.name for node, _ in walk(stmt) if isinstance(node, Dma) and node.direction == "get"}
+
+
+def _fills(stmt: Stmt, buffers: set[str]) -> bool:
+    """True for a get into, or a zeroing of, one of `buffers`."""
+    return (isinstance(stmt, Dma) and stmt.direction == "get" or isinstance(stmt, Zero)) and \
+        stmt.buffer.name in buffers
 
 
 def _best_group(nest: For, written: set[str], allowed: set[str]) -> tuple[For, ...]:
