@@ -166,6 +166,20 @@ def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return row_major_strides(shape)
 
 
+def _offset(starts: Sequence[ex.Expr], strides: Sequence[int], env: dict[str, int]) -> int:
+    """Elements from a tensor's start to the box at `starts` for the loop variables `env`."""
+    offset = 0
+    for start, stride in zip(starts, strides, strict=True):
+        kind = type(start)  # the common cases without building a function
+        if kind is ex.Const:
+            offset += start.value * stride
+        elif kind is ex.Var:
+            offset += env[start.name] * stride
+        else:
+            offset += ex.compiled(start)(env) * stride
+    return offset
+
+
 class _Model:
     """One pass over a candidate's loop nest (each transfer written once) that sums T_DMA, T_compute,
     the bytes moved and the flops, and times the nest loop by loop. A transfer's addresses are those of
@@ -181,18 +195,9 @@ class _Model:
 
     def dma_time(self, access: Access, env: dict[str, int]) -> float:
         """Equations 3-1/3-2 for one mesh-wide transfer of `access` (`dma_seconds`) at the addresses
-        `env` gives (`body` inlines this)."""
+        `env` gives (`body` inlines the rest of this)."""
         shape, strides, element = self.tensors[access.name]
-        base = 0
-        for start, stride in zip(access.starts, strides, strict=True):
-            kind = type(start)
-            if kind is ex.Const:
-                base += start.value * stride
-            elif kind is ex.Var:
-                base += env[start.name] * stride
-            else:
-                base += ex.compiled(start)(env) * stride
-        key = (shape, access.extents, base * element % self.line, element)
+        key = (shape, access.extents, _offset(access.starts, strides, env) * element % self.line, element)
         seconds = self.moving.get(key)
         return self.latency + (self.moving_seconds(key) if seconds is None else seconds)
 
@@ -222,17 +227,8 @@ class _Model:
             if kind is Dma:
                 access = stmt.tensor
                 shape, strides, element = tensors[access.name]
-                base = 0
-                for start, stride in zip(access.starts, strides, strict=True):
-                    expression = type(start)
-                    if expression is ex.Const:
-                        base += start.value * stride
-                    elif expression is ex.Var:
-                        base += env[start.name] * stride
-                    else:
-                        base += ex.compiled(start)(env) * stride
                 extents = access.extents
-                key = (shape, extents, base * element % line, element)
+                key = (shape, extents, _offset(access.starts, strides, env) * element % line, element)
                 seconds = moving.get(key)
                 if seconds is None:
                     seconds = self.moving_seconds(key)
