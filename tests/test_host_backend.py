@@ -137,6 +137,19 @@ def test_the_micro_kernel_vectorizes_cs_innermost_axis_longer_than_one():
     assert layout.vector_dim(gemm) == "N"
 
 
+def test_the_vector_operand_gives_whole_vectors_when_packed_or_vectorized_innermost():
+    def box(name: str, extents: tuple[int, ...], dims: tuple[str, ...]) -> Access:
+        return Access(name, tuple(Const(0) for _ in extents), extents, dims)
+
+    def gemm(a: Access) -> Gemm:  # C[N, M]: the micro-kernel vectorizes M, so A is the vector operand
+        return Gemm(32, 16, 64, a, box("B", (64, 16), ("K", "N")), box("C", (16, 32), ("N", "M")), "M")
+
+    assert layout.whole_vectors(gemm(box("A", (64, 32), ("K", "M"))), 64)  # M innermost
+    assert layout.whole_vectors(gemm(box("A", (32, 64), ("M", "K"))), 64)  # one M axis: packed
+    # M over two axes (pixels x batch) with K innermost: neither packed nor contiguous.
+    assert not layout.whole_vectors(gemm(box("A", (2, 16, 64), ("M", "M", "K"))), 64)
+
+
 def test_tiles_of_cache_resident_tensors_are_views_and_others_copies():
     module = next(iter(legal_modules((128, 128, 64)).values()))
     isa = select()

@@ -73,6 +73,17 @@ def vector_dim(gemm: Gemm) -> str:
     return carried[-1] if carried and carried[-1] in ("M", "N") else "N"
 
 
+def whole_vectors(gemm: Gemm, panel: int) -> bool:
+    """True when the micro-kernel loads whole vectors of the vector operand (with packed panels
+    `panel` wide): the operand is packed, or its innermost axis longer than 1 carries the vectorized
+    dimension. Otherwise every lane is loaded and multiplied alone."""
+    dim, access = gemm_roles(gemm)["vector"]
+    if _packable_axis(access, dim, panel) is not None:
+        return True
+    carried = [d for d, extent in zip(access.dims, access.padded_extents(), strict=True) if extent > 1]
+    return bool(carried) and carried[-1] == dim
+
+
 def gemm_roles(gemm: Gemm) -> dict[str, tuple[str, Access]]:
     """The micro-kernel's view of a GEMM: 'vector' (the operand carrying the vectorized dimension and
     K), 'broadcast' (the other input) and 'C', each with the dimension it is packed along."""

@@ -105,15 +105,16 @@ def _node_cost(node: Dma | Gemm, machine: Machine, source_bandwidth: float) -> t
     if isinstance(node, Dma):
         size = 4 * prod(node.tensor.extents)
         return 0, size, 0.0, size / source_bandwidth
-    from swauto.backends.host.layout import gemm_roles
+    from swauto.backends.host.layout import gemm_roles, whole_vectors
 
     roles = gemm_roles(node)
     sizes = {"M": node.m, "N": node.n, "K": node.k}
     u, v = roles["broadcast"][0], roles["vector"][0]
     rows, vectors = _default_tile()
-    # Columns left over from whole vectors run one lane per FMA, each costing a vector's time.
+    # Columns left over from whole vectors run one lane per FMA, each costing a vector's time; all of
+    # them do when the vector operand's lanes are not contiguous in memory.
     width = machine.vector_lanes
-    slots = sizes[v] // width + sizes[v] % width
+    slots = sizes[v] // width + sizes[v] % width if whole_vectors(node, vectors * width) else sizes[v]
     fma = 2 * width / machine.kernel_flops  # seconds per vector FMA at the full rate
     compute = 0.0
     # Register tiles: whole ones, then the edge tiles with fewer rows or vectors. A K step of a tile
