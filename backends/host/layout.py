@@ -65,12 +65,19 @@ def row_major(shape: tuple[int, ...], pad: bool = False) -> Layout:
                   max(stride, 1))
 
 
+def innermost_dim(access: Access) -> str | None:
+    """The dimension carried by the innermost axis of `access` longer than 1 (None if there is none)."""
+    for dim, extent in zip(reversed(access.dims), reversed(access.padded_extents()), strict=True):
+        if extent > 1:
+            return dim
+    return None
+
+
 def vector_dim(gemm: Gemm) -> str:
-    """The dimension the host micro-kernel vectorizes: the one C's innermost carried axis longer than
-    1 holds (C is row-major, so its vectors are contiguous); the other free dimension is broadcast."""
-    carried = [dim for dim, extent in zip(gemm.c.dims, gemm.c.padded_extents(), strict=True)
-               if dim is not None and extent > 1]
-    return carried[-1] if carried and carried[-1] in ("M", "N") else "N"
+    """The dimension the host micro-kernel vectorizes: the one C's innermost axis longer than 1
+    carries (C is row-major, so its vectors are contiguous); the other free dimension is broadcast."""
+    dim = innermost_dim(gemm.c)
+    return dim if dim in ("M", "N") else "N"
 
 
 def whole_vectors(gemm: Gemm, panel: int) -> bool:
@@ -78,10 +85,7 @@ def whole_vectors(gemm: Gemm, panel: int) -> bool:
     `panel` wide): the operand is packed, or its innermost axis longer than 1 carries the vectorized
     dimension. Otherwise every lane is loaded and multiplied alone."""
     dim, access = gemm_roles(gemm)["vector"]
-    if _packable_axis(access, dim, panel) is not None:
-        return True
-    carried = [d for d, extent in zip(access.dims, access.padded_extents(), strict=True) if extent > 1]
-    return bool(carried) and carried[-1] == dim
+    return _packable_axis(access, dim, panel) is not None or innermost_dim(access) == dim
 
 
 def gemm_roles(gemm: Gemm) -> dict[str, tuple[str, Access]]:

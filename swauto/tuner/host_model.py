@@ -65,11 +65,12 @@ class HostEstimate:
 
 def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
     """The predicted time of `module` on `threads` cores of `machine` (see the module docstring).
-    Deterministic and cheap: it reads only the IR. It does not depend on the micro-kernel's register
-    tile: the tiles the space offers differ by about 1% at the median (`HOST_MICRO_KERNELS`), and edge
-    tiles keep the rate with fewer rows or vectors; the measuring tuners choose among them."""
+    Deterministic and cheap: it reads only the IR. Every candidate is priced with the default register
+    tile: the tiles the space offers differ by about 1% at the median (`HOST_MICRO_KERNELS`), and the
+    measuring tuners choose among them."""
     from swauto.backends.host.parallel import split
 
+    tile = _default_tile()
     phases = split(module)
     transposing = _transposing_buffers(module)
     in_group = set()
@@ -90,7 +91,7 @@ def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
             continue
         trips = _trips(loops)
         bandwidth = machine.transpose_bandwidth if isinstance(node, Dma) and node.buffer.name in transposing else level
-        node_flops, node_bytes, compute, traffic = _node_cost(node, machine, bandwidth)
+        node_flops, node_bytes, compute, traffic = _node_cost(node, machine, bandwidth, tile)
         flops += node_flops * trips
         copy_bytes += node_bytes * trips
         target = parallel if id(node) in in_group else serial
@@ -100,8 +101,10 @@ def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
     return HostEstimate(flops, copy_bytes, parallel[0] + serial[0], parallel[1] + serial[1], seconds)
 
 
-def _node_cost(node: Dma | Gemm, machine: Machine, source_bandwidth: float) -> tuple[int, int, float, float]:
-    """(flops, copied bytes, compute seconds, traffic seconds) of one execution of `node`."""
+def _node_cost(node: Dma | Gemm, machine: Machine, source_bandwidth: float,
+               tile: tuple[int, int]) -> tuple[int, int, float, float]:
+    """(flops, copied bytes, compute seconds, traffic seconds) of one execution of `node`, a GEMM on
+    register tiles of `tile` (rows, vectors)."""
     if isinstance(node, Dma):
         size = 4 * prod(node.tensor.extents)
         return 0, size, 0.0, size / source_bandwidth
@@ -110,7 +113,7 @@ def _node_cost(node: Dma | Gemm, machine: Machine, source_bandwidth: float) -> t
     roles = gemm_roles(node)
     sizes = {"M": node.m, "N": node.n, "K": node.k}
     u, v = roles["broadcast"][0], roles["vector"][0]
-    rows, vectors = _default_tile()
+    rows, vectors = tile
     # Columns left over from whole vectors run one lane per FMA, each costing a vector's time; all of
     # them do when the vector operand's lanes are not contiguous in memory.
     width = machine.vector_lanes
@@ -140,7 +143,7 @@ def _default_tile() -> tuple[int, int]:
 def _transposing_buffers(module: Module) -> set[str]:
     """Buffers the micro-kernel reads as its vector operand, packed with the vectorized dimension
     innermost, whose transfers bring another dimension innermost: their copies transpose."""
-    from swauto.backends.host.layout import gemm_roles
+    from swauto.backends.host.layout import gemm_roles, innermost_dim
 
     vectorized = {}
     for node, _ in walk(module.body):
@@ -150,9 +153,8 @@ def _transposing_buffers(module: Module) -> set[str]:
     transposing = set()
     for node, _ in walk(module.body):
         if isinstance(node, Dma) and node.buffer.name in vectorized:
-            box = node.tensor
-            innermost = [dim for dim, extent in zip(box.dims, box.extents, strict=True) if extent > 1]
-            if innermost and innermost[-1] != vectorized[node.buffer.name]:
+            innermost = innermost_dim(node.tensor)
+            if innermost is not None and innermost != vectorized[node.buffer.name]:
                 transposing.add(node.buffer.name)
     return transposing
 
