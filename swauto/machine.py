@@ -203,7 +203,6 @@ class LocalMemoryMachine(Protocol):
 
 SUNWAY = SW26010()
 HOST = Host()
-HOST_SCRATCHPAD = HostScratchpad()
 
 
 def local_memory_machine(target: str) -> LocalMemoryMachine:
