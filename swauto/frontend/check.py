@@ -6,12 +6,14 @@ duplicate names, ranks, non-affine or out-of-range indices, primitive arguments,
 
 from __future__ import annotations
 
+import math
 import operator as op
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from swauto.errors import CheckError, ParameterError
 from swauto.frontend import ast
+from swauto.frontend.integers import MAX_ELEMENTS, MAX_SIZE, check_integer
 from swauto.frontend.source import Position, Source
 from swauto.ir import expr as ex
 from swauto.ir.nodes import Access, For, Gemm, Module, Stmt, Tensor
@@ -87,7 +89,25 @@ class _Checker:
     # --- expressions --------------------------------------------------------------------------
 
     def expression(self, node: ast.Expression, loop_vars: Mapping[str, object] = {}, symbolic=False) -> ex.Expr:
-        """IR expression of `node`; sizes become constants (or stay symbols with `symbolic`)."""
+        """IR expression of `node`; sizes become constants (or stay symbols with `symbolic`).
+
+        A long sum or product is a left-nested chain of BinaryOps: its spine is walked in a loop, so only
+        real nesting (parentheses, functions, bounded by the parser) recurses."""
+        spine: list[ast.BinaryOp] = []
+        while isinstance(node, ast.BinaryOp):
+            spine.append(node)
+            node = node.left
+        result = self.leaf(node, loop_vars, symbolic)
+        for binary in reversed(spine):
+            right = self.expression(binary.right, loop_vars, symbolic)
+            if binary.op in "/%" and right == ex.Const(0):
+                raise self.fail("division by zero", binary.position)
+            apply = {"+": op.add, "-": op.sub, "*": op.mul, "/": op.floordiv, "%": op.mod}[binary.op]
+            result = apply(result, right)
+        return result
+
+    def leaf(self, node: ast.Expression, loop_vars: Mapping[str, object], symbolic: bool) -> ex.Expr:
+        """IR expression of a node that is not a BinaryOp."""
         if isinstance(node, ast.Number):
             return ex.Const(node.value)
         if isinstance(node, ast.Name):
@@ -100,31 +120,29 @@ class _Checker:
             raise self.fail(f"unknown name {node.id}", node.position)
         if isinstance(node, ast.Negate):
             return -self.expression(node.operand, loop_vars, symbolic)
-        if isinstance(node, ast.Function):
-            if node.name not in ("min", "max") or len(node.args) != 2:
-                raise self.fail(f"unknown function {node.name}; expected min(a, b) or max(a, b)", node.position)
-            a, b = (self.expression(arg, loop_vars, symbolic) for arg in node.args)
-            return ex.minimum(a, b) if node.name == "min" else ex.maximum(a, b)
-        assert isinstance(node, ast.BinaryOp)
-        left = self.expression(node.left, loop_vars, symbolic)
-        right = self.expression(node.right, loop_vars, symbolic)
-        if node.op in "/%" and right == ex.Const(0):
-            raise self.fail("division by zero", node.position)
-        apply = {"+": op.add, "-": op.sub, "*": op.mul, "/": op.floordiv, "%": op.mod}[node.op]
-        return apply(left, right)
+        assert isinstance(node, ast.Function)
+        if node.name not in ("min", "max") or len(node.args) != 2:
+            raise self.fail(f"unknown function {node.name}; expected min(a, b) or max(a, b)", node.position)
+        a, b = (self.expression(arg, loop_vars, symbolic) for arg in node.args)
+        return ex.minimum(a, b) if node.name == "min" else ex.maximum(a, b)
 
     def size(self, node: ast.Expression, what: str) -> int:
         value = self.expression(node)
         if not isinstance(value, ex.Const):
             raise self.fail(f"{what} must be a size expression", ast_position(node))
         if value.value <= 0:
-            raise self.fail(f"{what} is {value.value} for these parameters; sizes must be positive",
+            raise self.fail(f"{what} is {_show(value.value)} for these parameters; sizes must be positive",
+                            ast_position(node))
+        if value.value > MAX_SIZE:
+            raise self.fail(f"{what} is {_show(value.value)} for these parameters; sizes must be at most {MAX_SIZE}",
                             ast_position(node))
         return value.value
 
     # --- declarations -------------------------------------------------------------------------
 
     def bind_params(self, params: Mapping[str, object]) -> dict[str, int]:
+        if not isinstance(params, Mapping) or not all(isinstance(name, str) for name in params):
+            raise ParameterError(f"the parameters must be a mapping of names to integers, got {params!r}")
         declared: dict[str, ast.Param] = {}
         for param in self.operator.params:
             if param.name in declared:
@@ -142,11 +160,8 @@ class _Checker:
                     f"parameter {name} of operator {self.operator.name} has no value; "
                     f"give it with -D {name}=VALUE (or params={{'{name}': VALUE}})"
                 )
-            if isinstance(value, bool) or not hasattr(value, "__index__"):
-                raise ParameterError(f"parameter {name} must be an integer, got {value!r}")
-            value = op.index(value)
-            if value < 0:  # 0 is a valid pad; sizes built from parameters are checked to be positive
-                raise ParameterError(f"parameter {name} must be a non-negative integer, got {value}")
+            # 0 is a valid pad; sizes built from parameters are checked to be positive
+            value = check_integer(value, f"parameter {name}", 0, MAX_SIZE, ParameterError)
             bound[name] = value
             self.sizes[name] = value
             self.size_exprs[name] = ex.Var(name)
@@ -166,8 +181,10 @@ class _Checker:
     def check_tensors(self) -> None:
         for tensor in self.operator.tensors:
             self.declare(tensor.name, tensor.position, "tensor")
-            for axis in tensor.shape:
-                self.size(axis, f"axis of tensor {tensor.name}")
+            elements = math.prod(self.size(axis, f"axis of tensor {tensor.name}") for axis in tensor.shape)
+            if elements > MAX_ELEMENTS:
+                raise self.fail(f"tensor {tensor.name} has {_show(elements)} elements for these parameters; "
+                                f"a tensor may have at most {MAX_ELEMENTS} (2**40)", tensor.position)
             self.tensors[tensor.name] = tensor
 
     # --- the compute seed ---------------------------------------------------------------------
@@ -197,6 +214,9 @@ class _Checker:
             stop = self.expression(loop.stop, ranges)
             if not (isinstance(start, ex.Const) and isinstance(stop, ex.Const)):
                 raise self.fail(f"the bounds of loop {loop.var} must be size expressions", loop.position)
+            if max(abs(start.value), abs(stop.value)) > MAX_SIZE:
+                raise self.fail(f"loop {loop.var} runs {_show(start.value)}..{_show(stop.value)}; loop bounds "
+                                f"must be at most {MAX_SIZE} in magnitude", loop.position)
             if stop.value <= start.value:
                 raise self.fail(
                     f"loop {loop.var} runs {start.value}..{stop.value}, which is empty for these parameters",
@@ -282,13 +302,14 @@ class _Checker:
                 continue
             start = self.expression(index, ranges)
             if ex.linear_form(start) is None:
-                raise self.fail(f"index {start} is not affine in the loop variables", ast_position(index))
+                raise self.fail(f"index {_show_expr(start)} is not affine in the loop variables", ast_position(index))
             low, high = ex.bounds(start, ranges)
             extent = self.sizes_of(tensor)[axis]
             if (low < 0 or high >= extent) and (writes or not tensor.padded):
                 hint = "" if writes else f" (declare `tensor {tensor.name}[...] padded` to read zeros there)"
                 raise self.fail(
-                    f"index {start} of tensor {tensor.name} axis {axis} takes values {low}..{high}, "
+                    f"index {_show_expr(start)} of tensor {tensor.name} axis {axis} takes values "
+                    f"{_show(low)}..{_show(high)}, "
                     f"outside 0..{extent - 1}{hint}",
                     ast_position(index),
                 )
@@ -415,6 +436,8 @@ class _Checker:
         loop = self.loop_target(directive.source, call)
         if not directive.into_primitive:
             other = self.loop_target(directive.into, call)
+            if other == loop:
+                raise self.fail(f"cannot fuse loop {directive.source} with itself", directive.into.position)
             return FuseChoice(loop, with_loop=other, fused=f"{loop}_{other}")
         parts = directive.into.parts
         if len(parts) != 2 or parts[0] != call.primitive or parts[1] not in signature.sizes:
@@ -484,15 +507,42 @@ class _Checker:
 
 
 def _names(node: ast.Expression) -> set[str]:
-    if isinstance(node, ast.Name):
-        return {node.id}
-    if isinstance(node, ast.BinaryOp):
-        return _names(node.left) | _names(node.right)
-    if isinstance(node, ast.Negate):
-        return _names(node.operand)
-    if isinstance(node, ast.Function):
-        return set().union(*(_names(arg) for arg in node.args))
-    return set()
+    """The names an expression uses (an explicit walk: a long sum is a deep chain)."""
+    names: set[str] = set()
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.BinaryOp):
+            stack += (node.left, node.right)
+        elif isinstance(node, ast.Negate):
+            stack.append(node.operand)
+        elif isinstance(node, ast.Function):
+            stack += node.args
+    return names
+
+
+def _show(value: int) -> str:
+    """An integer for a message: in full up to 24 digits, else its order of magnitude (printing a
+    number of more than 4300 digits is an error in Python)."""
+    if abs(value) < 10**24:
+        return str(value)
+    return f"{'-' if value < 0 else ''}about 2**{abs(value).bit_length() - 1}"
+
+
+def _show_expr(expr: ex.Expr, limit: int = 40) -> str:
+    """An IR expression for a message, or 'this expression' when it has more than `limit` nodes
+    (printing recurses over its depth, and a long one says nothing the caret does not)."""
+    nodes, stack = 0, [expr]
+    while stack:
+        node = stack.pop()
+        nodes += 1
+        if nodes > limit:
+            return "(this expression)"
+        if isinstance(node, ex.BinOp):
+            stack += (node.left, node.right)
+    return str(expr)
 
 
 def ast_position(node: ast.Expression) -> Position:

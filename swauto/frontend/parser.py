@@ -1,4 +1,9 @@
-"""Parse `.sw` text into `swauto.frontend.ast` nodes; syntax errors become `ParseError` with a caret."""
+"""Parse `.sw` text into `swauto.frontend.ast` nodes; syntax errors become `ParseError` with a caret.
+
+Nothing here recurses over the input's nesting: Lark's LALR parser keeps its own stack, the tree is
+checked for absurd nesting by an explicit walk, and turned into the AST by a non-recursive
+transformer, so no input can exhaust Python's stack.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +12,22 @@ from importlib import resources
 from pathlib import Path
 
 import lark
-from lark import Token, Transformer, v_args
+from lark import Token, Transformer_NonRecursive, v_args
 
 from swauto.errors import ParseError
 from swauto.frontend import ast
+from swauto.frontend.integers import MAX_SIZE
 from swauto.frontend.source import Position, Source
 
 # How the grammar's regular-expression terminals read in an error message.
 _TERMINAL_WORDS = {"NAME": "a name", "INT": "an integer", "$END": "the end of the file"}
+
+# Nesting beyond these is refused: the checker, the passes and the backends walk expressions and loop
+# nests recursively (a host kernel of 300 nested loops exhausts Python's stack). Flat constructs (a
+# sum of any number of terms, a run of minus signs, parentheses around one expression) do not nest.
+MAX_EXPRESSION_DEPTH = 64
+MAX_LOOP_DEPTH = 64
+_EXPRESSION_RULES = frozenset({"sum", "product", "neg", "function"})
 
 
 @cache
@@ -64,20 +77,52 @@ def parse(source: str | Path | Source) -> ast.Operator:
         ) from None
     except lark.UnexpectedToken as error:
         token = error.token
-        if token.type == "$END":  # LALR reports the end of input as this token
-            lines = src.text.splitlines() or [""]
-            where = Position(len(lines), len(lines[-1]) + 1)
+        if token.type == "$END":  # LALR reports the end of input as a token borrowing the last one's place
+            where = Position(token.end_line or 1, token.end_column or 1)  # just after the last token
             found = "end of file"
         else:
             where = Position(token.line, token.column)
-            found = repr(str(token))
+            found = repr(_shorten(str(token)))
         raise src.error(ParseError, f"unexpected {found}; expected {_expected(error.expected)}", where) from None
+    _check_limits(tree, src)
     return _ToAst().transform(tree)
 
 
+def _check_limits(tree: lark.Tree, src: Source) -> None:
+    """Refuse, at the first place in the text, nesting deeper than the limits and integers larger than
+    MAX_SIZE (an explicit walk: the tree may be deeper than Python's stack)."""
+    stack: list[tuple[lark.Tree | Token, int, int]] = [(tree, 0, 0)]
+    while stack:
+        node, expressions, loops = stack.pop()
+        if isinstance(node, Token):
+            if node.type == "INT" and (len(node) > 30 or int(node) > MAX_SIZE):
+                raise src.error(ParseError, f"integer {_shorten(node)} is too large; swauto's sizes are at most "
+                                f"{MAX_SIZE} (2**31 - 1)", _position(node))
+            continue
+        if not isinstance(node, lark.Tree):
+            continue  # an absent optional part
+        if node.data in _EXPRESSION_RULES:
+            expressions += 1
+            if expressions > MAX_EXPRESSION_DEPTH:
+                raise src.error(ParseError, f"expression nested too deeply (the limit is {MAX_EXPRESSION_DEPTH} "
+                                "levels of operators and functions)", _position(node))
+        elif node.data == "for_loop":
+            loops += 1
+            if loops > MAX_LOOP_DEPTH:
+                raise src.error(ParseError, f"loops nested too deeply (the limit is {MAX_LOOP_DEPTH})",
+                                _position(node))
+        # Reversed, so children are visited in the order of the text and the first offence is reported.
+        stack.extend((child, expressions, loops) for child in reversed(node.children))
+
+
+def _shorten(text: str) -> str:
+    """A long token, cut for a message."""
+    return text if len(text) <= 24 else f"{text[:10]}...{text[-10:]} ({len(text)} characters)"
+
+
 @v_args(meta=True)
-class _ToAst(Transformer):
-    """Turns Lark's parse tree into `ast` dataclasses, keeping each node's position."""
+class _ToAst(Transformer_NonRecursive):
+    """Turns Lark's parse tree into `ast` dataclasses, keeping each node's position (without recursion)."""
 
     @staticmethod
     def _at(meta: lark.tree.Meta) -> Position:
@@ -90,26 +135,19 @@ class _ToAst(Transformer):
     def name(self, meta, children):
         return ast.Name(str(children[0]), self._at(meta))
 
-    def _binary(self, op: str, meta, children):
-        return ast.BinaryOp(op, children[0], children[1], self._at(meta))
+    def sum(self, meta, children):
+        """`a + b - c` (one flat node) as left-nested BinaryOps, all at the position of the whole sum."""
+        result = children[0]
+        for operator, operand in zip(children[1::2], children[2::2], strict=True):
+            result = ast.BinaryOp(str(operator), result, operand, self._at(meta))
+        return result
 
-    def add(self, meta, children):
-        return self._binary("+", meta, children)
-
-    def sub(self, meta, children):
-        return self._binary("-", meta, children)
-
-    def mul(self, meta, children):
-        return self._binary("*", meta, children)
-
-    def floordiv(self, meta, children):
-        return self._binary("/", meta, children)
-
-    def mod(self, meta, children):
-        return self._binary("%", meta, children)
+    product = sum
 
     def neg(self, meta, children):
-        return ast.Negate(children[0], self._at(meta))
+        """A run of minus signs: a negation when their count is odd."""
+        *signs, operand = children
+        return ast.Negate(operand, self._at(meta)) if len(signs) % 2 else operand
 
     def function(self, meta, children):
         return ast.Function(str(children[0]), tuple(children[1:]), _position(children[0]))
