@@ -131,15 +131,6 @@ class SW26010:
         return self.ldm_bytes - self.ldm_reserve_bytes
 
 
-@dataclass(frozen=True)
-class Host:
-    """The host's FMA peak, against which reports give a percent of peak (the development machine,
-    AMD Zen 4 with AVX-512, measured per DEVELOPERS.md). The host model's own constants are measured
-    on each machine (`swauto.tuner.host_model`)."""
-
-    peak_flops_per_core: float = 117e9
-
-
 # The host micro-kernel's register tiles (rows, vectors) the schedule space explores, per instruction
 # set, the default first: rows x vectors accumulators, one register per vector of the vector operand
 # and one broadcast register must fit the register file (AVX-512: 32 registers; AVX2 and SSE: 16).
@@ -202,7 +193,6 @@ class LocalMemoryMachine(Protocol):
 
 
 SUNWAY = SW26010()
-HOST = Host()
 
 
 def local_memory_machine(target: str) -> LocalMemoryMachine:

@@ -4,21 +4,20 @@ A kernel's key hashes everything its machine code depends on: the IR's fingerpri
 the buffers' placement (which depends on the caches' sizes), the instruction set, the llvmlite and
 LLVM versions, the CPU's name and feature string, and `CODEGEN_VERSION`, a hash of the backend's own
 source, so any change to code generation changes every key. A changed compiler, backend or CPU
-therefore never finds a stale kernel. Files are written atomically, so concurrent processes never
-read a half-written one.
+therefore never finds a stale kernel. Files are written atomically and durably, so concurrent
+processes never read a half-written one; each starts with a header holding its key and checksum, so a
+damaged or foreign file is recompiled and rewritten (with a `CacheWarning`) instead of crashing LLVM.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from pathlib import Path
 
 import llvmlite
 import llvmlite.binding as llvm
 
-from swauto.cache import cache_dir
+from swauto.cache import cache_dir, warn_once, warn_unusable, write_atomically
 
 
 def _source_hash() -> str:
@@ -44,39 +43,70 @@ def _paths(key: str) -> tuple[Path, Path]:
     return folder / f"{key}.o", folder / f"{key}.ll"
 
 
-def load(key: str) -> bytes | None:
-    """The object code stored under `key`, or None (also when the cache cannot be read)."""
+# An entry's file is this header, then its payload: the header names the file's kind and key and holds the
+# payload's length and SHA-256, so an emptied, truncated, bit-flipped or foreign file (every GEMM kernel
+# exports the same symbols: another kernel's object would load without complaint) is never handed to
+# LLVM, which crashes the process on a bad object.
+_MAGIC = b"swauto-kernel-cache 1"
+
+
+def _seal(kind: str, key: str, payload: bytes) -> bytes:
+    digest = hashlib.sha256(payload).hexdigest()
+    return b"%s %s %s %d %s\n" % (_MAGIC, kind.encode(), key.encode(), len(payload), digest.encode()) + payload
+
+
+def _unseal(kind: str, key: str, data: bytes) -> bytes:
+    """The payload of `data`, a file sealed for `kind` and `key`. Raises ValueError saying what is wrong."""
+    header, newline, payload = data.partition(b"\n")
+    fields = header.split(b" ")
+    if not newline or len(fields) != 6 or b" ".join(fields[:2]) != _MAGIC:
+        raise ValueError("no swauto header")
+    if fields[2] != kind.encode() or fields[3] != key.encode():
+        raise ValueError("it belongs to another kernel")
+    if fields[4] != str(len(payload)).encode() or fields[5] != hashlib.sha256(payload).hexdigest().encode():
+        raise ValueError("its contents are damaged")
+    return payload
+
+
+def _read(kind: str, key: str, path: Path) -> bytes | None:
+    """The payload stored at `path`, or None when missing, unreadable or damaged (said once, as a warning)."""
     try:
-        return _paths(key)[0].read_bytes()
-    except OSError:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        warn_unusable(error)
+        return None
+    try:
+        return _unseal(kind, key, data)
+    except ValueError as reason:
+        warn_once("damaged", path, f"swauto's cached kernel {path} is unusable ({reason}); compiling it again")
         return None
 
 
+def load(key: str) -> bytes | None:
+    """The object code stored under `key`, or None: when there is none, when the cache cannot be read, or when
+    the entry (object or IR) is not exactly what `store` wrote for `key`; the caller then compiles again and
+    stores, which rewrites the entry."""
+    obj_path, ir_path = _paths(key)
+    object_code = _read("object", key, obj_path)
+    if object_code is None or _read("ir", key, ir_path) is None:
+        return None
+    return object_code
+
+
 def load_ir(key: str) -> str:
-    """The optimised LLVM IR stored with the object code of `key` ('' when missing)."""
-    try:
-        return _paths(key)[1].read_text()
-    except OSError:
-        return ""
+    """The optimised LLVM IR stored with the object code of `key` ('' when missing or damaged)."""
+    llvm_ir = _read("ir", key, _paths(key)[1])
+    return "" if llvm_ir is None else llvm_ir.decode("utf-8", "replace")
 
 
 def store(key: str, object_code: bytes, llvm_ir: str) -> None:
-    """Store a kernel's object code and IR under `key`; a cache that cannot be written is skipped."""
+    """Store a kernel's object code and IR under `key`, each file atomically and durably; a cache that cannot
+    be written is skipped (said once, as a warning)."""
     obj_path, ir_path = _paths(key)
     try:
-        obj_path.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomically(ir_path, llvm_ir.encode())
-        _write_atomically(obj_path, object_code)  # last: its presence means the entry is complete
-    except OSError:
-        pass
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+        write_atomically(ir_path, _seal("ir", key, llvm_ir.encode()))
+        write_atomically(obj_path, _seal("object", key, object_code))
+    except OSError as error:
+        warn_unusable(error)

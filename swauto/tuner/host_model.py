@@ -3,8 +3,13 @@ accumulator (loading and storing C around the K loop), packing (DMA) traffic aga
 the memory level its data comes from, and the parallel nest's iterations shared by the threads.
 
 Its machine constants come from `calibrate()`, a micro-benchmark of a few seconds (the micro-kernel on
-cache-resident panels at a long and a short K, copies sized for L2, L3 and DRAM), run once per machine
-and stored with the date in the cache directory (`host_machine.json`); a different CPU measures again.
+cache-resident panels at a long and a short K, copies sized for L2, L3 and DRAM, and the core's peak: an
+in-register FMA loop), run once per machine and stored with the date in the cache directory
+(`host_machine.json`); a different CPU measures again, and so does `recalibrate()` (`swauto calibrate`).
+Every timing is the best of several short runs, and the micro-kernel's rate is checked against the FMA
+peak, so another process running during calibration is measured again or not stored. A stored file that
+is damaged (not JSON, the wrong shape, a constant that is zero, negative, NaN, infinite or absurd) is
+measured again and overwritten, with a `CacheWarning`.
 """
 
 from __future__ import annotations
@@ -12,7 +17,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import statistics
 import time
 from dataclasses import asdict, dataclass
 from math import ceil, prod
@@ -25,7 +29,7 @@ from swauto.ir.nodes import Dma, For, Gemm, Module
 from swauto.ir.visitor import walk
 
 CALIBRATION_FILE = "host_machine.json"
-CALIBRATION_VERSION = 5
+CALIBRATION_VERSION = 6  # 6: the FMA peak, best-of-runs timings
 
 
 @dataclass(frozen=True)
@@ -33,7 +37,11 @@ class Machine:
     """Measured constants of the host: the micro-kernel's flops per second on one core, its seconds
     per accumulator vector (C loaded and stored once per call) and how many accumulators a register
     tile needs to keep the FMA units busy, copy bandwidth (bytes per second, one core) out of L2, L3
-    and DRAM, DRAM's total over all cores, and cache sizes in bytes."""
+    and DRAM, DRAM's total over all cores, cache sizes in bytes, and the core's peak flops per second
+    (FMAs on registers only: what percent of peak is measured against).
+
+    Construction guarantees every constant is a finite number in a range some real CPU could have
+    (ValueError otherwise), so a damaged calibration never reaches the model as 0, NaN or nonsense."""
 
     cpu: str
     measured: str  # ISO date
@@ -49,6 +57,29 @@ class Machine:
     l1_bytes: int
     l2_bytes: int
     l3_bytes: int
+    peak_flops: float  # one core, in-register FMAs of the instruction set's widest vectors
+
+    def __post_init__(self) -> None:
+        for name in ("cpu", "measured"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name} is not a string")
+        for name, (low, high) in _PLAUSIBLE.items():
+            value = getattr(self, name)
+            # bool is an int, and a string or None would only fail later, inside the model
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+                raise ValueError(f"{name} = {value!r} is outside [{low:g}, {high:g}]")
+
+
+# Ranges no real CPU core leaves (the comparisons also reject NaN): 0.1 GFLOPS to 10 TFLOPS per core, copies
+# at 10 MB/s to 10 TB/s, caches of 1 KiB to 1 TiB.
+_FLOPS, _BANDWIDTH, _BYTES = (1e8, 1e13), (1e7, 1e13), (1 << 10, 1 << 40)
+_PLAUSIBLE: dict[str, tuple[float, float]] = {
+    "kernel_flops": _FLOPS, "peak_flops": _FLOPS, "accumulator_seconds": (0.0, 1e-5),
+    "latency_accumulators": (1.0, 256.0), "vector_lanes": (1, 64),
+    "l2_bandwidth": _BANDWIDTH, "l3_bandwidth": _BANDWIDTH, "dram_bandwidth": _BANDWIDTH,
+    "dram_bandwidth_total": _BANDWIDTH, "transpose_bandwidth": _BANDWIDTH,
+    "l1_bytes": _BYTES, "l2_bytes": _BYTES, "l3_bytes": _BYTES,
+}
 
 
 @dataclass(frozen=True)
@@ -178,38 +209,116 @@ def _trips(loops: tuple[For, ...]) -> int:
 
 def machine(cache_dir: Path | None = None) -> Machine:
     """The calibration of this machine from the cache directory, measured (a few seconds) and stored
-    first when missing, outdated or made on another CPU."""
-    from swauto.backends.host import cache
-    from swauto.backends.host.isa import host_cpu, select, target_features
+    first when missing, outdated, made on another CPU or damaged (a damaged file is said once, as a
+    `CacheWarning`). A calibration that could not be stored is measured once per process."""
+    path, cpu = _calibration_file(cache_dir), _cpu()
+    stored = _load_calibration(path, cpu)
+    if stored is not None:
+        return stored
+    return _MEASURED.get((path, cpu)) or recalibrate(cache_dir)
 
-    folder = cache_dir or cache.cache_dir()
-    path = folder / CALIBRATION_FILE
-    features = hashlib.sha256(target_features(select()).encode()).hexdigest()[:12]
-    cpu = f"{host_cpu()[0]} {select().name} {features}"
-    try:
-        stored = json.loads(path.read_text())
-        if stored.get("version") == CALIBRATION_VERSION and stored["machine"]["cpu"] == cpu:
-            return Machine(**stored["machine"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+
+def recalibrate(folder: Path | None = None) -> Machine:
+    """Measure this machine again now (a few seconds), store it in `folder` (default: the cache folder) and
+    return it. A calibration that still looks disturbed after `calibrate`'s retries, or a folder that cannot
+    be written, is used by this process only and said as a `CacheWarning`; the next process measures again."""
+    from swauto.cache import warn_once, warn_unusable, write_atomically
+
+    path, cpu = _calibration_file(folder), _cpu()
     measured = calibrate(cpu)
+    _MEASURED[(path, cpu)] = measured
+    problem = disturbed(measured)
+    if problem:
+        warn_once("disturbed", path, f"the host calibration looks disturbed ({problem}: was another program "
+                                     "running?); it is not stored, the next process measures again")
+        return measured
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"version": CALIBRATION_VERSION, "machine": asdict(measured)}, indent=2))
-    except OSError:
-        pass
+        write_atomically(path, json.dumps({"version": CALIBRATION_VERSION, "machine": asdict(measured)},
+                                          indent=2).encode())
+    except OSError as error:
+        warn_unusable(error, path.parent)
     return measured
 
 
+# Calibrations this process measured, by (file, cpu): used when they could not be stored or trusted, so that
+# pricing every candidate does not measure again.
+_MEASURED: dict[tuple[Path, str], Machine] = {}
+
+
+def _calibration_file(folder: Path | None) -> Path:
+    from swauto.cache import cache_dir
+
+    return (folder or cache_dir()) / CALIBRATION_FILE
+
+
+def _cpu() -> str:
+    """What a calibration is valid for: the CPU's name, the instruction set compiled for and its features."""
+    from swauto.backends.host.isa import host_cpu, select, target_features
+
+    features = hashlib.sha256(target_features(select()).encode()).hexdigest()[:12]
+    return f"{host_cpu()[0]} {select().name} {features}"
+
+
+def _load_calibration(path: Path, cpu: str) -> Machine | None:
+    """The calibration stored at `path` for `cpu`, or None: missing, of another version or CPU, or damaged
+    (not JSON, the wrong shape, a constant out of range: said once, as a warning)."""
+    from swauto.cache import warn_once
+
+    try:
+        stored = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:  # unreadable, not UTF-8, not JSON
+        problem = str(error)
+    else:
+        try:
+            if stored["version"] != CALIBRATION_VERSION or stored["machine"]["cpu"] != cpu:
+                return None  # outdated or another CPU: measured again, nothing wrong with the file
+            loaded = Machine(**stored["machine"])
+            problem = disturbed(loaded)
+            if problem is None:
+                return loaded
+        except (TypeError, KeyError, ValueError) as error:  # the wrong shape, a field missing or out of range
+            problem = str(error) or type(error).__name__
+    warn_once("damaged", path, f"the host calibration {path} is unusable ({problem}); measuring this machine again")
+    return None
+
+
+# The micro-kernel's rate against the in-register FMA peak: a quiet machine's is about 0.9 (it also loads its
+# operands); far below, its measurement was disturbed (another process ran); above, the peak's was.
+PLAUSIBLE_KERNEL_FRACTION = (0.5, 1.2)
+CALIBRATION_ATTEMPTS = 3
+
+
+def disturbed(measured: Machine) -> str | None:
+    """Why `measured` cannot be what this machine does when quiet, or None."""
+    return _implausible(measured.kernel_flops, measured.peak_flops)
+
+
+def _implausible(kernel_flops: float, peak_flops: float) -> str | None:
+    low, high = PLAUSIBLE_KERNEL_FRACTION
+    if low <= kernel_flops / peak_flops <= high:
+        return None
+    return f"the micro-kernel ran at {kernel_flops / peak_flops:.0%} of the in-register FMA peak"
+
+
 def calibrate(cpu: str) -> Machine:
-    """Measure this machine's constants (a few seconds)."""
+    """Measure this machine's constants (a few seconds): each the best of several short runs, so a run that
+    another process interrupted does not count; the micro-kernel is measured again (up to
+    `CALIBRATION_ATTEMPTS` times in all) while it looks `disturbed` against the FMA peak."""
     from swauto.backends.host.isa import cache_sizes, select
 
     l1, l2, l3 = cache_sizes()
+    peak, rate = fma_peak(), _kernel_rate()
+    for _ in range(CALIBRATION_ATTEMPTS - 1):
+        if _implausible(rate["kernel_flops"], peak) is None:
+            break
+        peak = max(peak, fma_peak())
+        rate = max(rate, _kernel_rate(), key=lambda rate: rate["kernel_flops"])
     return Machine(
         cpu=cpu,
         measured=datetime.date.today().isoformat(),
-        **_kernel_rate(),
+        **rate,
         vector_lanes=select().width,
         l2_bandwidth=_copy_bandwidth(l2 // 4),
         l3_bandwidth=_copy_bandwidth(min(l3 // 4, 8 << 20)),
@@ -219,6 +328,7 @@ def calibrate(cpu: str) -> Machine:
         l1_bytes=l1,
         l2_bytes=l2,
         l3_bytes=l3,
+        peak_flops=peak,
     )
 
 
@@ -231,11 +341,11 @@ def _kernel_rate() -> dict[str, float]:
     from swauto.backends.host.isa import select
 
     def seconds_per_call(m: int, k: int) -> float:
-        module = kernel_benchmark_module(repeat=400 * (KERNEL_BENCHMARK[0] // m), m=m, k=k)  # same work
+        # Short runs (a few milliseconds), so that some of them run without another process interrupting.
+        module = kernel_benchmark_module(repeat=100 * (KERNEL_BENCHMARK[0] // m), m=m, k=k)  # same work
         program = compile_module(module)
-        program.run({}, threads=1)
         calls = sum(_trips(loops) for node, loops in walk(module.body) if isinstance(node, Gemm))
-        return _median_seconds(lambda: program.run({}, threads=1)) / calls
+        return _best_seconds(lambda: program.run({}, threads=1), runs=15) / calls
 
     m, n = KERNEL_BENCHMARK
     width = select().width
@@ -247,6 +357,65 @@ def _kernel_rate() -> dict[str, float]:
     return {"kernel_flops": 2 * width / fma,
             "accumulator_seconds": max(0.0, short - 8 * per_k) / (m * n / width),
             "latency_accumulators": max(float(vectors), one_row / fma)}
+
+
+def fma_peak() -> float:
+    """This core's peak flops per second for the instruction set the kernels are compiled for: a loop of
+    FMAs (a multiply and an add without FMA) on independent accumulators of its widest vectors, held in
+    registers (enough of them to cover the FMA latency on every FMA unit), JIT-compiled with llvmlite for
+    this CPU; the best of many runs of about a millisecond."""
+    import ctypes
+
+    import llvmlite.binding as llvm
+
+    from swauto.backends.host.isa import host_cpu, select, target_features
+    from swauto.backends.host.jit import _LLVM_LOCK, _target_machine  # LLVM is not thread-safe: jit's lock
+
+    isa = select()
+    accumulators = min(16, isa.registers - 4)  # two operands and spare registers besides them
+    with _LLVM_LOCK:
+        llvm_module = llvm.parse_assembly(_fma_loop_ir(isa.width, accumulators, isa.fma))
+        llvm_module.verify()
+        engine = llvm.create_mcjit_compiler(llvm_module, _target_machine(host_cpu()[0], target_features(isa)))
+        engine.finalize_object()
+        address = engine.get_function_address("fma_loop")
+    loop = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64, ctypes.c_float, ctypes.c_float)(address)
+
+    def seconds(iterations: int, runs: int) -> float:
+        return _best_seconds(lambda: loop(iterations, 1.0, 1e-7), runs)
+
+    iterations = 1 << 10
+    while seconds(iterations, 1) < 1e-3:
+        iterations *= 2
+    return accumulators * isa.width * (2 if isa.fma else 1) * iterations / seconds(iterations, 40)
+
+
+def _fma_loop_ir(width: int, accumulators: int, fma: bool) -> str:
+    """LLVM IR of `float fma_loop(i64 n, float a, float b)`: n iterations of acc[j] = acc[j] * a + b over
+    `accumulators` vectors of `width` lanes (FMAs; without FMA, alternately a multiply and an add), every
+    accumulator starting from a different constant so that none can be merged with another."""
+    vector = f"<{width} x float>"
+    intrinsic = f"llvm.fma.v{width}f32"
+    lines = [f"declare {vector} @{intrinsic}({vector}, {vector}, {vector})",
+             "define float @fma_loop(i64 %n, float %a, float %b) {", "entry:"]
+    for name in ("a", "b"):
+        lines += [f"  %{name}0 = insertelement {vector} undef, float %{name}, i32 0",
+                  f"  %v{name} = shufflevector {vector} %{name}0, {vector} undef, <{width} x i32> zeroinitializer"]
+    lines += ["  br label %loop", "loop:", "  %i = phi i64 [0, %entry], [%next, %loop]"]
+    for j in range(accumulators):
+        lines.append(f"  %acc{j} = phi {vector} [<{', '.join([f'float {j + 1}.0'] * width)}>, %entry], "
+                     f"[%new{j}, %loop]")
+    for j in range(accumulators):
+        if fma:
+            lines.append(f"  %new{j} = call {vector} @{intrinsic}({vector} %acc{j}, {vector} %va, {vector} %vb)")
+        else:
+            lines.append(f"  %new{j} = fmul {vector} %acc{j}, %va" if j % 2 else
+                         f"  %new{j} = fadd {vector} %acc{j}, %vb")
+    lines += ["  %next = add i64 %i, 1", "  %done = icmp sge i64 %next, %n",
+              "  br i1 %done, label %exit, label %loop", "exit:", f"  %sum0 = fadd {vector} %new0, %new0"]
+    lines += [f"  %sum{j} = fadd {vector} %sum{j - 1}, %new{j}" for j in range(1, accumulators)]
+    lines += [f"  %result = extractelement {vector} %sum{accumulators - 1}, i32 0", "  ret float %result", "}"]
+    return "\n".join(lines)
 
 
 KERNEL_BENCHMARK = (96, 192)  # M, N of the micro-kernel benchmark: whole register tiles of every default
@@ -277,7 +446,7 @@ def _transpose_bandwidth(size: int) -> float:
         for _ in range(repeat):
             np.copyto(target, source.T)
 
-    return repeat * source.nbytes / _median_seconds(copy)
+    return repeat * source.nbytes / _best_seconds(copy)
 
 
 def _copy_bandwidth(size: int, threads: int = 1) -> float:
@@ -293,18 +462,20 @@ def _copy_bandwidth(size: int, threads: int = 1) -> float:
             np.copyto(targets[index], sources[index])
 
     if threads == 1:
-        seconds = _median_seconds(lambda: copy(0))
+        seconds = _best_seconds(lambda: copy(0))
     else:
         with ThreadPoolExecutor(threads) as pool:
-            seconds = _median_seconds(lambda: list(pool.map(copy, range(threads))))
+            seconds = _best_seconds(lambda: list(pool.map(copy, range(threads))))
     return threads * repeat * size / seconds
 
 
-def _median_seconds(function, runs: int = 5) -> float:
+def _best_seconds(function, runs: int = 7) -> float:
+    """The shortest of `runs` timed calls of `function` (after one untimed): a run another process
+    interrupted is longer, never shorter, than the machine's own time."""
     function()
-    times = []
+    best = float("inf")
     for _ in range(runs):
         started = time.perf_counter()
         function()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+        best = min(best, time.perf_counter() - started)
+    return best
