@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ import numpy as np
 
 from swauto.errors import ArgumentError, Rejected, ScheduleError, SwautoError
 from swauto.frontend.check import BoundOperator, check
+from swauto.frontend.integers import check_integer
 from swauto.frontend.parser import parse
 from swauto.frontend.source import Source
 from swauto.ir.analysis import traffic
@@ -20,7 +22,7 @@ from swauto.ir.printer import format_module
 from swauto.machine import SUNWAY, LocalMemoryMachine, local_memory_machine
 from swauto.pipeline import lower
 from swauto.schedule.candidate import Candidate
-from swauto.schedule.space import explore
+from swauto.schedule.space import MAX_CANDIDATES, explore
 from swauto.tuner import database
 from swauto.tuner.cost_model import estimate, peak_flops
 from swauto.tuner.model_tuner import rank
@@ -31,23 +33,28 @@ TUNERS = ("model", "measure", "simulate", "hybrid")  # measure: host only; simul
 
 def load(source: str | Path, params: Mapping[str, object] | None = None) -> BoundOperator:
     """Parse and check a `.sw` file (path or text) with its size parameters bound."""
-    src = Source.load(source)
-    return check(parse(src), src, params or {})
+    if not isinstance(source, str | os.PathLike):
+        raise ArgumentError(f"source must be a path or the text of a .sw file, got {type(source).__name__}")
+    src = Source.load(Path(source) if isinstance(source, os.PathLike) else source)
+    return check(parse(src), src, {} if params is None else params)
 
 
 def schedules(source: str | Path, params: Mapping[str, object] | None = None,
-              target: str = "sw26010") -> list[Candidate]:
+              target: str = "sw26010", max_candidates: int = MAX_CANDIDATES) -> list[Candidate]:
     """Every legal candidate schedule of the operator at these sizes for `target`, in the space's stable
     order (the same space on both targets; what is legal differs: the host has no primitive constraints
-    and sizes its buffers for its caches)."""
+    and sizes its buffers for its caches). A space of more than `max_candidates` is refused."""
     _check_choice(target, TARGETS, "target")
-    return explore(load(source, params), local_memory_machine(target)).candidates
+    return explore(load(source, params), local_memory_machine(target), max_candidates=max_candidates).candidates
 
 
-def _resolve(op: BoundOperator, schedule: Candidate | str | Mapping[str, Any], machine: LocalMemoryMachine):
+def _resolve(op: BoundOperator, schedule: Candidate | str | Mapping[str, Any], machine: LocalMemoryMachine,
+             max_candidates: int):
     """The stages of the candidate the user named: a Candidate, its id, or its JSON form."""
+    if not isinstance(schedule, Candidate | str | Mapping):
+        raise ArgumentError(f"schedule must be a Candidate, its id or its JSON form, got {type(schedule).__name__}")
     if isinstance(schedule, str) and not schedule.lstrip().startswith("{"):
-        space = explore(op, machine)
+        space = explore(op, machine, max_candidates=max_candidates)
         for candidate, stages in space.legal:
             if candidate.id == schedule:
                 return candidate, stages
@@ -55,15 +62,30 @@ def _resolve(op: BoundOperator, schedule: Candidate | str | Mapping[str, Any], m
             f"no legal candidate has id {schedule} for operator {op.name} with {op.params}; "
             f"`swauto schedules` lists them"
         )
-    candidate = schedule if isinstance(schedule, Candidate) else Candidate.from_json(schedule)  # type: ignore[arg-type]
+    candidate = schedule if isinstance(schedule, Candidate) else Candidate.from_json(schedule)
+    _check_in_space(op, candidate)
     try:
         return candidate, lower(op, candidate, machine)
     except Rejected as rejection:
         raise ScheduleError(f"candidate {candidate.id} is not legal here: {rejection}") from None
 
 
+def _check_in_space(op: BoundOperator, candidate: Candidate) -> None:
+    """Refuse, naming what the schedule block allows, a candidate that splits other targets or orders
+    other loops than this operator's schedule (the rest is checked, with its reason, when lowering)."""
+    split = sorted(s.target for s in op.space.splits)
+    if sorted(target for target, _ in candidate.splits) != split:
+        splits = ", ".join(target for target, _ in candidate.splits) or "nothing"
+        raise ScheduleError(f"candidate {candidate.id} splits {splits}; the schedule block of {op.name} splits "
+                            f"{', '.join(split) or 'nothing'}")
+    if sorted(candidate.order) != sorted(op.space.loops):
+        raise ScheduleError(f"candidate {candidate.id} orders the loops {', '.join(candidate.order) or '(none)'}; "
+                            f"the loops of {op.name}'s schedule are {', '.join(op.space.loops) or '(none)'}, "
+                            f"each exactly once")
+
+
 def _check_choice(value: object, allowed: tuple[str, ...], what: str) -> str:
-    if value not in allowed:
+    if not isinstance(value, str) or value not in allowed:
         raise ArgumentError(f"unknown {what} {value!r}; choose one of {', '.join(allowed)}")
     return value  # type: ignore[return-value]
 
@@ -75,6 +97,7 @@ def compile(  # noqa: A001 - the public name users expect
     schedule: Candidate | str | Mapping[str, Any] | None = None,
     tuner: str = "model",
     threads: int | None = None,
+    max_candidates: int = MAX_CANDIDATES,
 ) -> Kernel:
     """Compile the operator in `source` (a path or `.sw` text) for `target`.
 
@@ -82,12 +105,13 @@ def compile(  # noqa: A001 - the public name users expect
     or its JSON form) that candidate is compiled. On the host, `threads` cores run the kernel (default:
     all available); the `measure` tuner times every candidate there and `hybrid` the model's best few.
     On sw26010 the `simulate` tuner times every candidate on the timed simulator and `hybrid` the
-    model's best few.
+    model's best few. A schedule space of more than `max_candidates` candidates is refused before it is built.
     """
     _check_choice(target, TARGETS, "target")
     _check_choice(tuner, TUNERS, "tuner")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ArgumentError(f"threads must be a positive integer, got {threads!r}")
+    if threads is not None:
+        cores = _available_threads()
+        threads = check_integer(threads, "threads", 1, cores, why=f"the cores this process may run on: {cores}")
     started = time.perf_counter()
     op = load(source, params)
     if tuner == "measure" and target != "host":
@@ -98,7 +122,7 @@ def compile(  # noqa: A001 - the public name users expect
     host_threads = threads or _available_threads()
     machine = local_memory_machine(target)
     if schedule is not None:
-        candidate, stages = _resolve(op, schedule, machine)
+        candidate, stages = _resolve(op, schedule, machine, max_candidates)
         remembered = False
     else:
         # The tuning log answers a request tuned before (same source, sizes, target, tuner, threads).
@@ -106,7 +130,7 @@ def compile(  # noqa: A001 - the public name users expect
         candidate, stages = _remembered(op, database.lookup(key), machine)
         remembered = candidate is not None
         if not remembered:
-            candidate, stages = _tune(op, target, tuner, host_threads, machine)
+            candidate, stages = _tune(op, target, tuner, host_threads, machine, max_candidates)
             database.record(key, candidate, {"operator": op.name, "params": op.params, "target": target,
                                              "tuner": tuner, "tuning_s": time.perf_counter() - started})
     tuning_seconds = time.perf_counter() - started
@@ -125,23 +149,25 @@ def _remembered(op: BoundOperator, candidate: Candidate | None, machine: LocalMe
         return None, None
 
 
-def _tune(op: BoundOperator, target: str, tuner: str, threads: int, machine: LocalMemoryMachine):
+def _tune(op: BoundOperator, target: str, tuner: str, threads: int, machine: LocalMemoryMachine,
+          max_candidates: int):
     """The tuner's choice among every legal candidate: (candidate, stages)."""
     if tuner in ("simulate", "hybrid") and target == "sw26010":
         # --- sw26010: the timed simulator's tuners (swauto.tuner.simulate; issue 4) ---
         from swauto.tuner.simulate import HYBRID_TOP as SIMULATED_TOP
         from swauto.tuner.simulate import tune as simulate_tune
 
-        found = simulate_tune(explore(op, SUNWAY), SIMULATED_TOP if tuner == "hybrid" else None).best.ranked
+        space = explore(op, SUNWAY, max_candidates=max_candidates)
+        found = simulate_tune(space, SIMULATED_TOP if tuner == "hybrid" else None).best.ranked
         return found.candidate, found.stages
     if tuner != "model":
         from swauto.tuner.host_model import machine as host_machine
         from swauto.tuner.measure import HYBRID_TOP, tune
 
         top = HYBRID_TOP if tuner == "hybrid" else None
-        best = tune(explore(op, machine), threads, host_machine(), top=top)[0]
+        best = tune(explore(op, machine, max_candidates=max_candidates), threads, host_machine(), top=top)[0]
         return best.candidate, best.stages
-    best = rank(explore(op, machine), target, threads if target == "host" else 1)[0]
+    best = rank(explore(op, machine, max_candidates=max_candidates), target, threads if target == "host" else 1)[0]
     return best.candidate, best.stages
 
 

@@ -1,29 +1,48 @@
-"""The `swauto` command: compile, schedules, run, tune. User errors print one sentence and exit with 2."""
+"""The `swauto` command: compile, schedules, run, tune, calibrate. User errors print one sentence and exit
+with 2."""
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from swauto.errors import ArgumentError, SwautoError
+from swauto.frontend.integers import check_integer, parse_integer
+from swauto.schedule.space import MAX_CANDIDATES
 
 TOLERANCE = 1e-4  # max |error| / max |reference| that `swauto run` accepts
 _MODEL = {"sw26010": "thesis model", "host": "host model"}
 
 
 def _define(text: str) -> tuple[str, int]:
+    """`-D NAME=VALUE`: the value in plain decimal digits (its range is the checker's business)."""
     name, sep, value = text.partition("=")
     if not sep or not name.isidentifier():
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
     try:
-        return name, int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"the value of {name} must be an integer, got {value!r}") from None
+        return name, parse_integer(value, f"the value of {name}")
+    except ArgumentError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _integer(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer option in plain decimal digits, at least `minimum` (argparse names
+    the option in its message)."""
+
+    def convert(text: str) -> int:
+        try:
+            return check_integer(parse_integer(text, "the value"), "the value", minimum)
+        except ArgumentError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return convert
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,7 +53,10 @@ def _parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
         sub.add_argument("file", type=Path, help="the operator's .sw file")
         sub.add_argument("-D", dest="defines", action="append", type=_define, default=[], metavar="NAME=VALUE",
-                         help="bind a size parameter (repeatable)")
+                         help="bind a size parameter (repeatable, once per parameter)")
+        sub.add_argument("--max-candidates", type=_integer(1), default=MAX_CANDIDATES,
+                         metavar="N", help=f"refuse a schedule space of more than N candidates (default "
+                                           f"{MAX_CANDIDATES:,})")
         return sub
 
     def target_options(sub: argparse.ArgumentParser) -> None:
@@ -44,7 +66,8 @@ def _parser() -> argparse.ArgumentParser:
                          help="model: the analytic model; measure: time every candidate on the host; "
                               "simulate: time every candidate on the simulated sw26010; "
                               "hybrid: time the model's best few (host or simulator)")
-        sub.add_argument("--threads", type=int, default=None, help="host threads (default: all cores)")
+        sub.add_argument("--threads", type=_integer(1), default=None,
+                         help="host threads (default: all cores; at most the cores this process may use)")
 
     compile_cmd = operator_command("compile", "compile an operator; print the chosen candidate and its report")
     target_options(compile_cmd)
@@ -58,8 +81,9 @@ def _parser() -> argparse.ArgumentParser:
 
     run_cmd = operator_command("run", "compile, run on random inputs and compare with the NumPy reference")
     target_options(run_cmd)
-    run_cmd.add_argument("--repeat", type=int, default=5, help="timed calls on the host (median is shown)")
-    run_cmd.add_argument("--seed", type=int, default=0, help="random seed of the inputs")
+    run_cmd.add_argument("--repeat", type=_integer(1), default=5,
+                         help="timed calls on the host (median is shown)")
+    run_cmd.add_argument("--seed", type=_integer(0), default=0, help="random seed of the inputs (>= 0)")
 
     # --- sw26010 tuning on the timed simulator (issue 4) ---
     tune_cmd = operator_command("tune", "tune on the simulated sw26010: the best candidates with predicted and "
@@ -68,10 +92,15 @@ def _parser() -> argparse.ArgumentParser:
     tune_cmd.add_argument("--tuner", choices=("model", "simulate", "hybrid"), default="model",
                           help="model: rank by the analytic model; simulate: time every candidate on the timed "
                                "simulator; hybrid: time the model's best --top")
-    tune_cmd.add_argument("--top", type=int, default=None, help="candidates the hybrid tuner simulates (default 8)")
-    tune_cmd.add_argument("--show", type=int, default=10, help="rows of the table (default 10)")
+    tune_cmd.add_argument("--top", type=_integer(1), default=None,
+                          help="candidates the hybrid tuner simulates (default 8)")
+    tune_cmd.add_argument("--show", type=_integer(1), default=10, help="rows of the table (default 10)")
     tune_cmd.add_argument("--plot", type=Path, metavar="FILE.png",
                           help="draw predicted against simulated time for every candidate (simulates them all)")
+
+    commands.add_parser("calibrate", help="measure this machine again for the host model and keep the result",
+                        description="Measure the host's constants for the host model again (a few seconds) and "
+                                    "store them for later compiles.")
     return parser
 
 
@@ -83,7 +112,63 @@ def _progress(what: str):
 
 
 def _params(args: argparse.Namespace) -> dict[str, int]:
-    return dict(args.defines)
+    """The -D bindings; a parameter given twice is refused rather than silently overwritten."""
+    params: dict[str, int] = {}
+    for name, value in args.defines:
+        if name in params:
+            raise ArgumentError(f"parameter {name} is given twice (-D {name}={params[name]} and -D {name}={value})")
+        params[name] = value
+    return params
+
+
+def _check_writable(path: Path, option: str) -> None:
+    """Refuse, before any work, an output path that cannot be a file we write."""
+    if path.is_dir():
+        raise ArgumentError(f"{option} {path} is a directory; give a file name")
+    folder = path.parent
+    if not folder.is_dir():
+        why = "is not a folder" if folder.exists() else "does not exist"
+        raise ArgumentError(f"{option} {path}: {folder} {why}")
+    if not os.access(folder, os.W_OK) or path.exists() and not os.access(path, os.W_OK):
+        raise ArgumentError(f"{option} {path}: permission denied")
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text)
+    except OSError as error:
+        raise SwautoError(f"cannot write {path}: {error.strerror}") from None
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (Linux's MemAvailable, else the free pages), or None."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _check_run_memory(op) -> None:
+    """Refuse, before compiling, a `run` whose arrays do not fit in the available memory: the float32
+    tensors, their float64 copies for the reference, and two float32 copies of the outputs."""
+    tensors = sum(4 * math.prod(t.shape) for t in op.seed.tensors)
+    outputs = sum(4 * math.prod(t.shape) for t in op.seed.tensors if t.is_output)
+    needed = 3 * tensors + 2 * outputs
+    available = _available_memory()
+    if available is not None and needed > available:
+        gib = 1 << 30
+        raise SwautoError(
+            f"`run` would allocate {needed / gib:.1f} GiB ({tensors / gib:.1f} GiB of float32 tensors, their "
+            f"float64 copies for the reference and copies of the outputs) but {available / gib:.1f} GiB of memory "
+            f"is available; choose smaller sizes"
+        )
 
 
 def _print_report(report: dict) -> None:
@@ -102,15 +187,17 @@ def _compile(args: argparse.Namespace) -> int:
     import swauto
     from swauto.ir.printer import format_module
 
+    if args.output is not None:
+        _check_writable(args.output, "-o")
     kernel = swauto.compile(args.file, _params(args), target=args.target, schedule=args.schedule,
-                            tuner=args.tuner, threads=args.threads)
+                            tuner=args.tuner, threads=args.threads, max_candidates=args.max_candidates)
     if args.dump_ir:
         for stage, module in kernel.stages:
             print(f"=== IR after {stage} ===")
             print(format_module(module))
     _print_report(kernel.report)
     if args.output is not None:
-        args.output.write_text(kernel.code)
+        _write(args.output, kernel.code)
         print(f"wrote      {args.output}")
     return 0
 
@@ -122,7 +209,8 @@ def _schedules(args: argparse.Namespace) -> int:
     from swauto.tuner.cost_model import estimate
 
     op = load(args.file, _params(args))
-    space = explore(op, local_memory_machine(args.target), progress=_progress("building candidates"))
+    space = explore(op, local_memory_machine(args.target), progress=_progress("building candidates"),
+                    max_candidates=args.max_candidates)
     print(f"operator {op.name} {op.params} on {args.target}: {space.total} candidates, {len(space.legal)} legal")
     for reason, count in space.rejected.most_common():
         print(f"  rejected {count:6d}  {reason}")
@@ -135,11 +223,14 @@ def _schedules(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     import swauto
+    from swauto.api import load
     from swauto.machine import SUNWAY
     from swauto.reference import reference
 
-    kernel = swauto.compile(args.file, _params(args), target=args.target, schedule=args.schedule,
-                            tuner=args.tuner, threads=args.threads)
+    params = _params(args)
+    _check_run_memory(load(args.file, params))
+    kernel = swauto.compile(args.file, params, target=args.target, schedule=args.schedule,
+                            tuner=args.tuner, threads=args.threads, max_candidates=args.max_candidates)
     _print_report(kernel.report)
     rng = np.random.default_rng(args.seed)
     arrays = {t.name: rng.standard_normal(t.shape, dtype=np.float32) for t in kernel.operator.seed.tensors}
@@ -150,7 +241,7 @@ def _run(args: argparse.Namespace) -> int:
                 for n in expected)
     if args.target == "host":
         times = []
-        for _ in range(max(args.repeat, 1)):
+        for _ in range(args.repeat):
             scratch = {name: arrays[name].copy() for name in expected}
             started = time.perf_counter()
             kernel(**{**arrays, **scratch})
@@ -179,11 +270,11 @@ def _tune(args: argparse.Namespace) -> int:
     from swauto.schedule.space import explore
     from swauto.tuner.simulate import HYBRID_TOP, simulate_all, tune
 
-    if args.top is not None and args.top < 1 or args.show < 1:
-        raise ArgumentError("--top and --show must be positive")
+    if args.plot is not None:
+        _check_plot_path(args.plot)
     started = time.perf_counter()
     op = load(args.file, _params(args))
-    space = explore(op, SUNWAY, progress=_progress("building candidates"))
+    space = explore(op, SUNWAY, progress=_progress("building candidates"), max_candidates=args.max_candidates)
     explore_s = time.perf_counter() - started
     top = {"model": 0, "simulate": None, "hybrid": args.top or HYBRID_TOP}[args.tuner]
     tuning = tune(space, top, progress=_progress("simulating"))
@@ -208,6 +299,17 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_plot_path(path: Path) -> None:
+    """Refuse, before tuning, a --plot path that cannot be written or whose format matplotlib lacks."""
+    from matplotlib.figure import Figure
+
+    _check_writable(path, "--plot")
+    formats = Figure().canvas.get_supported_filetypes()
+    if path.suffix.lstrip(".").lower() not in formats:
+        known = ", ".join(f".{name}" for name in sorted(formats))
+        raise ArgumentError(f"--plot {path}: matplotlib writes files ending in {known}")
+
+
 def _plot(results: list, path: Path, title: str) -> None:
     """Predicted (the model) against simulated time of every candidate, on log axes."""
     import matplotlib
@@ -224,12 +326,31 @@ def _plot(results: list, path: Path, title: str) -> None:
     axes.set(xlabel="simulated time (ms)", ylabel="predicted time (ms)", title=title)
     axes.title.set_fontsize(8)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    try:
+        figure.savefig(path, dpi=120)
+    except OSError as error:
+        raise SwautoError(f"cannot write {path}: {error.strerror}") from None
+    finally:
+        plt.close(figure)
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    """Measure the host model's constants again and say what was measured."""
+    import dataclasses
+
+    from swauto.tuner.host_model import recalibrate
+
+    machine = recalibrate()
+    print("calibrated the host model on this machine:")
+    for name, value in dataclasses.asdict(machine).items():
+        print(f"  {name:28} {value:.4g}" if isinstance(value, float) else f"  {name:28} {value}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    command = {"compile": _compile, "schedules": _schedules, "run": _run, "tune": _tune}[args.command]
+    commands = {"compile": _compile, "schedules": _schedules, "run": _run, "tune": _tune, "calibrate": _calibrate}
+    command = commands[args.command]
     try:
         return command(args)
     except SwautoError as error:

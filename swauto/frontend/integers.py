@@ -26,9 +26,10 @@ def parse_integer(text: str, what: str, error: type[SwautoError] = ArgumentError
 
 
 def check_integer(value: object, what: str, minimum: int | None = None, maximum: int | None = None,
-                  error: type[SwautoError] = ArgumentError) -> int:
+                  error: type[SwautoError] = ArgumentError, why: str = "") -> int:
     """`value` as an int when it is an integer (an int or anything with `__index__`, not a bool, not a
-    float) within [minimum, maximum]; else `error` with a sentence naming `what`."""
+    float) within [minimum, maximum]; else `error` with a sentence naming `what` (and `why` the
+    maximum is what it is, when given)."""
     if isinstance(value, bool) or not hasattr(type(value), "__index__"):
         raise error(f"{what} must be an integer, got {value!r} ({type(value).__name__})")
     number = operator.index(value)
@@ -36,5 +37,5 @@ def check_integer(value: object, what: str, minimum: int | None = None, maximum:
         bound = {0: "a non-negative integer", 1: "a positive integer"}.get(minimum, f"at least {minimum}")
         raise error(f"{what} must be {bound}, got {number}")
     if maximum is not None and number > maximum:
-        raise error(f"{what} must be at most {maximum}, got {number}")
+        raise error(f"{what} must be at most {maximum}{f' ({why})' if why else ''}, got {number}")
     return number

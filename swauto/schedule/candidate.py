@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from swauto.errors import SwautoError
+from swauto.errors import ScheduleError
+from swauto.frontend.integers import check_integer
 
 
 @dataclass(frozen=True)
@@ -45,23 +47,45 @@ class Candidate:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @staticmethod
-    def from_json(data: str | dict[str, Any]) -> Candidate:
-        try:
-            value = json.loads(data) if isinstance(data, str) else data
-            micro_kernel = value.get("micro_kernel")
-            if micro_kernel is not None:
-                rows, vectors = (int(v) for v in micro_kernel)
-                micro_kernel = (rows, vectors)
-            return Candidate(
-                splits=tuple((str(k), int(v)) for k, v in value["splits"].items()),
-                order=tuple(str(v) for v in value["order"]),
-                vectorize=str(value["vectorize"]),
-                layouts=tuple((str(k), tuple(int(a) for a in v)) for k, v in value.get("layouts", {}).items()),
-                double_buffer=bool(value.get("double_buffer", False)),
-                micro_kernel=micro_kernel,
-            )
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
-            raise SwautoError(f"not a candidate schedule in JSON form: {error}") from None
+    def from_json(data: str | Mapping[str, Any]) -> Candidate:
+        """The candidate of a JSON form (text or its parsed dict), validated strictly: `splits`, `order`
+        and `vectorize` are required; `layouts`, `double_buffer` and `micro_kernel` are optional; no
+        other field; integers are JSON integers (not floats, not booleans, not strings), booleans are
+        JSON booleans. Raises ScheduleError with a sentence naming the field."""
+        if isinstance(data, str):
+            try:
+                data = json.loads(data)
+            except (ValueError, RecursionError) as error:  # RecursionError: absurdly nested JSON
+                raise ScheduleError(f"not a candidate schedule in JSON form: {error}") from None
+        if not isinstance(data, Mapping):
+            raise ScheduleError(f"a candidate schedule in JSON form is an object, got {type(data).__name__}")
+        unknown = sorted(str(name) for name in set(data) - _FIELDS)
+        if unknown:
+            raise ScheduleError(f"a candidate schedule has no field {unknown[0]!r}; its fields are "
+                              f"{', '.join(sorted(_FIELDS))}")
+        missing = [name for name in _REQUIRED if name not in data]
+        if missing:
+            raise ScheduleError(f"a candidate schedule needs the field {missing[0]!r}")
+        splits = _mapping(data["splits"], "splits")
+        layouts = _mapping(data.get("layouts", {}), "layouts")
+        order = _list(data["order"], "order")
+        double_buffer = data.get("double_buffer", False)
+        if not isinstance(double_buffer, bool):
+            raise ScheduleError(f"double_buffer must be true or false, got {double_buffer!r}")
+        micro_kernel = data.get("micro_kernel")
+        if micro_kernel is not None:
+            if len(_list(micro_kernel, "micro_kernel")) != 2:
+                raise ScheduleError(f"micro_kernel must be two positive integers [rows, vectors], got {micro_kernel!r}")
+            micro_kernel = tuple(_integer(value, "micro_kernel", 1) for value in micro_kernel)
+        return Candidate(
+            splits=tuple((name, _integer(factor, f"splits.{name}", 1)) for name, factor in splits.items()),
+            order=tuple(_string(loop, "order") for loop in order),
+            vectorize=_string(data["vectorize"], "vectorize"),
+            layouts=tuple((name, tuple(_integer(axis, f"layouts.{name}", 0) for axis in _list(axes, f"layouts.{name}")))
+                          for name, axes in layouts.items()),
+            double_buffer=double_buffer,
+            micro_kernel=micro_kernel,  # type: ignore[arg-type]
+        )
 
     @property
     def id(self) -> str:
@@ -82,3 +106,30 @@ class Candidate:
 
     def __str__(self) -> str:
         return f"{self.id}  {self.describe()}"
+
+
+_REQUIRED = ("splits", "order", "vectorize")
+_FIELDS = frozenset({*_REQUIRED, "layouts", "double_buffer", "micro_kernel"})
+
+
+def _mapping(value: object, field: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping) or not all(isinstance(name, str) for name in value):
+        raise ScheduleError(f"{field} must be an object of names, got {value!r}")
+    return value
+
+
+def _list(value: object, field: str) -> list[Any]:
+    if not isinstance(value, list | tuple):
+        raise ScheduleError(f"{field} must be a list, got {value!r}")
+    return list(value)
+
+
+def _string(value: object, field: str) -> str:
+    if not isinstance(value, str):
+        raise ScheduleError(f"{field} must hold names (strings), got {value!r}")
+    return value
+
+
+def _integer(value: object, field: str, minimum: int) -> int:
+    """An integer of at least `minimum` (a float such as 128.0 or 128.9, a bool or a string is refused)."""
+    return check_integer(value, field, minimum, error=ScheduleError)

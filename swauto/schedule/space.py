@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 from swauto.errors import Rejected, ScheduleError
 from swauto.frontend.check import BoundOperator, SplitChoice
+from swauto.frontend.integers import check_integer
 from swauto.ir import expr as ex
 from swauto.ir.nodes import Module
 from swauto.machine import LocalMemoryMachine
 from swauto.schedule import transforms
 from swauto.schedule.candidate import Candidate
+
+# The most candidates `explore` builds unless told otherwise (`max_candidates=`, `--max-candidates`).
+# The project's largest spaces have a few thousand (conv2d.sw with a choice of the weight's layout:
+# 2304 on either target); a seed with 9 loops under `reorder any` has 9! orders alone, which takes
+# minutes and gigabytes to build.
+MAX_CANDIDATES = 100_000
 
 
 def _extent(op: BoundOperator, split: SplitChoice) -> int:
@@ -76,24 +84,48 @@ def apply(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
     return module
 
 
-def candidates(op: BoundOperator, double_buffering: tuple[bool, ...] = (False, True)) -> Iterator[Candidate]:
-    """Every point of the space, legal or not, in a stable order; single and double buffered, or
-    only as `double_buffering` says."""
+def _orders(op: BoundOperator) -> Iterable[tuple[str, ...]]:
+    """The loop orders of the space (lazily: there may be n! of them)."""
     space = op.space
     if space.order is not None:
-        orders = [space.order]
-    elif space.reorder_any:
-        orders = list(itertools.permutations(space.loops))
-    else:
-        orders = [space.loops]
+        return [space.order]
+    if space.reorder_any:
+        return itertools.permutations(space.loops)
+    return [space.loops]
+
+
+def candidates(op: BoundOperator, double_buffering: tuple[bool, ...] = (False, True)) -> Iterator[Candidate]:
+    """Every point of the space, legal or not, in a stable order; single and double buffered, or
+    only as `double_buffering` says. Nothing is materialized: the points come one at a time."""
+    space = op.space
     factor_sets = [[(s.target, f) for f in s.factors] for s in space.splits]
     layout_sets = [[(layout.tensor, p) for p in layout.permutations] for layout in space.layouts]
     for choice in itertools.product(*factor_sets):
-        for order in orders:
+        for order in _orders(op):
             for layouts in itertools.product(*layout_sets):
                 for dim in space.vectorize:
                     for double_buffer in double_buffering:
                         yield Candidate(tuple(choice), order, dim, tuple(layouts), double_buffer)
+
+
+def count(op: BoundOperator, machine: LocalMemoryMachine) -> tuple[int, list[str]]:
+    """How many candidates `explore` builds for `machine` (micro-kernels included, as `Space.total`
+    counts them), without building any; and the factors of that product, in words."""
+    space = op.space
+    factors: list[tuple[int, str]] = []
+    for split in space.splits:
+        factors.append((len(split.factors), f"{len(split.factors)} tile sizes of {split.target}"))
+    if space.order is None and space.reorder_any:
+        n = len(space.loops)
+        factors.append((math.factorial(n), f"{n}! = {math.factorial(n):,} loop orders"))
+    for layout in space.layouts:
+        factors.append((len(layout.permutations), f"{len(layout.permutations)} layouts of {layout.tensor}"))
+    factors.append((len(space.vectorize), f"{len(space.vectorize)} vectorized dimensions"))
+    if machine.asynchronous_dma:
+        factors.append((2, "2 bufferings (single, double)"))
+    if machine.micro_kernels:
+        factors.append((len(machine.micro_kernels), f"{len(machine.micro_kernels)} micro-kernels"))
+    return math.prod(n for n, _ in factors), [words for n, words in factors if n != 1]
 
 
 @dataclass
@@ -122,15 +154,25 @@ class Space:
                 group = []
 
 
-def explore(op: BoundOperator, machine: LocalMemoryMachine, progress=None) -> Space:
+def explore(op: BoundOperator, machine: LocalMemoryMachine, progress=None,
+            max_candidates: int = MAX_CANDIDATES) -> Space:
     """Build every candidate through the pass pipeline; keep the legal ones with their IR stages.
-    `progress`, if given, wraps the candidate iterator (e.g. a progress bar).
+    `progress`, if given, wraps the candidate iterator (e.g. a progress bar). A space of more than
+    `max_candidates` candidates is refused with a ScheduleError before anything is built.
 
     Double buffering is explored only where DMAs are asynchronous. The machine's micro-kernel choices
     multiply the space, but they shape only the backend's code: the candidates differing in them
     alone share one lowering (and one list of stages)."""
     from swauto.pipeline import lower
 
+    max_candidates = check_integer(max_candidates, "max_candidates", 1)
+    total, factors = count(op, machine)
+    if total > max_candidates:
+        raise ScheduleError(
+            f"the schedule space of operator {op.name} has {total:,} candidates ({' x '.join(factors)}), more "
+            f"than the bound of {max_candidates:,}; narrow the schedule block (fewer tile sizes, a fixed "
+            f"`reorder {{...}}`) or raise the bound (--max-candidates N, max_candidates=N)"
+        )
     space = Space(op)
     points = candidates(op, (False, True) if machine.asynchronous_dma else (False,))
     micro_kernels = machine.micro_kernels or (None,)
