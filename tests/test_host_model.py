@@ -34,12 +34,167 @@ def _module(order, tiles=(("M", 128), ("N", 128), ("K", 64))):
     return plan_local_memory(stages["infer_dma"], SUNWAY)
 
 
-def test_calibration_is_measured_once_and_stored_with_the_date(tmp_path, monkeypatch):
-    first = host_model.machine(tmp_path)
-    stored = json.loads((tmp_path / host_model.CALIBRATION_FILE).read_text())
+def quiet_machine(cpu: str = "test-cpu") -> host_model.Machine:
+    """A plausible calibration, made up (no measuring): for tests about how calibrations are kept."""
+    return host_model.Machine(
+        cpu=cpu, measured="2026-11-23", kernel_flops=100e9, accumulator_seconds=4e-10, latency_accumulators=8.0,
+        vector_lanes=16, l2_bandwidth=40e9, l3_bandwidth=20e9, dram_bandwidth=10e9, dram_bandwidth_total=15e9,
+        transpose_bandwidth=3e9, l1_bytes=48 << 10, l2_bytes=2 << 20, l3_bytes=32 << 20, peak_flops=120e9)
+
+
+@pytest.fixture
+def fake_calibration(monkeypatch) -> list[str]:
+    """`calibrate` returns `quiet_machine` at once; the list collects the CPUs it was called for."""
+    calls: list[str] = []
+
+    def calibrate(cpu: str) -> host_model.Machine:
+        calls.append(cpu)
+        return quiet_machine(cpu)
+
+    monkeypatch.setattr(host_model, "calibrate", calibrate)
+    return calls
+
+
+def test_calibration_is_measured_once_and_stored_with_the_date(monkeypatch):
+    from swauto.cache import cache_dir
+
+    first = host_model.machine()  # the session's calibration, which the other tests use too
+    stored = json.loads((cache_dir() / host_model.CALIBRATION_FILE).read_text())
     assert stored["machine"]["measured"] == first.measured and first.kernel_flops > 0
+    assert host_model.disturbed(first) is None and first.peak_flops >= first.kernel_flops / 1.2
     monkeypatch.setattr(host_model, "calibrate", lambda cpu: pytest.fail("measured twice"))
-    assert host_model.machine(tmp_path) == first
+    assert host_model.machine() == first
+
+
+def _write_calibration(folder, machine_field) -> None:
+    (folder / host_model.CALIBRATION_FILE).write_text(
+        json.dumps({"version": host_model.CALIBRATION_VERSION, "machine": machine_field}))
+
+
+def _stored_fields(**changes) -> dict:
+    from dataclasses import asdict
+
+    return {**asdict(quiet_machine(host_model._cpu())), **changes}
+
+
+BAD_CALIBRATIONS = {
+    "a list": [1, 2],
+    "a string": "machine",
+    "fields missing": {"cpu": host_model._cpu()},
+    "zero kernel rate": _stored_fields(kernel_flops=0),
+    "zero bandwidth": _stored_fields(dram_bandwidth=0.0),
+    "negative": _stored_fields(l3_bandwidth=-1e9),
+    "NaN": _stored_fields(peak_flops=float("nan")),
+    "infinite": _stored_fields(kernel_flops=float("inf")),
+    "absurd": _stored_fields(l2_bandwidth=1e30),
+    "a string constant": _stored_fields(l1_bytes="32K"),
+    "a bool constant": _stored_fields(vector_lanes=True),
+    "an unknown field": _stored_fields(turbo=True),
+    "measured under load": _stored_fields(kernel_flops=10e9),  # 8% of its own FMA peak
+}
+
+
+@pytest.mark.parametrize("content", list(BAD_CALIBRATIONS))
+def test_a_bad_calibration_file_is_measured_again_and_overwritten_with_one_warning(tmp_path, fake_calibration,
+                                                                                   content):
+    from swauto.cache import CacheWarning
+
+    _write_calibration(tmp_path, BAD_CALIBRATIONS[content])
+    with pytest.warns(CacheWarning, match="calibration") as warned:
+        measured = host_model.machine(tmp_path)
+        assert host_model.machine(tmp_path) == measured
+    assert len(warned) == 1 and len(fake_calibration) == 1
+    assert measured == quiet_machine(host_model._cpu())
+    stored = json.loads((tmp_path / host_model.CALIBRATION_FILE).read_text())
+    assert host_model.Machine(**stored["machine"]) == measured
+
+
+@pytest.mark.parametrize("data", [b"", b"\xff\xfe{", b"{\"version\": ", b"[[[[" * 10000, b"null"])
+def test_a_calibration_file_that_is_not_json_of_an_object_is_measured_again(tmp_path, fake_calibration, data):
+    from swauto.cache import CacheWarning
+
+    (tmp_path / host_model.CALIBRATION_FILE).write_bytes(data)
+    with pytest.warns(CacheWarning):
+        assert host_model.machine(tmp_path) == quiet_machine(host_model._cpu())
+    assert len(fake_calibration) == 1
+
+
+def test_a_calibration_of_another_cpu_or_version_is_measured_again_silently(tmp_path, fake_calibration, recwarn):
+    _write_calibration(tmp_path, _stored_fields(cpu="another cpu"))
+    host_model.machine(tmp_path)
+    (tmp_path / host_model.CALIBRATION_FILE).write_text(json.dumps({"version": 1, "machine": _stored_fields()}))
+    host_model.machine(tmp_path)
+    assert len(fake_calibration) == 2 and not recwarn.list
+
+
+@pytest.mark.parametrize("field, value", [("kernel_flops", 0.0), ("peak_flops", float("nan")),
+                                          ("l2_bytes", -1), ("latency_accumulators", float("inf"))])
+def test_a_machine_never_holds_a_constant_no_cpu_could_have(field, value):
+    with pytest.raises(ValueError, match=field):
+        replace(quiet_machine(), **{field: value})
+
+
+def _fake_measurements(monkeypatch, kernel_rates: list[float], peak: float = 120e9) -> list[float]:
+    """Make `calibrate`'s measurements instant: the FMA peak is `peak`, the micro-kernel's successive rates are
+    `kernel_rates` (the last repeated); the list returned collects the rates handed out."""
+    handed: list[float] = []
+
+    def kernel_rate() -> dict[str, float]:
+        handed.append(kernel_rates[min(len(handed), len(kernel_rates) - 1)])
+        return {"kernel_flops": handed[-1], "accumulator_seconds": 4e-10, "latency_accumulators": 8.0}
+
+    monkeypatch.setattr(host_model, "fma_peak", lambda: peak)
+    monkeypatch.setattr(host_model, "_kernel_rate", kernel_rate)
+    monkeypatch.setattr(host_model, "_copy_bandwidth", lambda size, threads=1: 10e9)
+    monkeypatch.setattr(host_model, "_transpose_bandwidth", lambda size: 3e9)
+    return handed
+
+
+def test_a_micro_kernel_measured_far_below_the_fma_peak_is_measured_again(tmp_path, monkeypatch):
+    handed = _fake_measurements(monkeypatch, [20e9, 105e9])  # another process ran during the first
+    measured = host_model.recalibrate(tmp_path)
+    assert handed == [20e9, 105e9] and measured.kernel_flops == 105e9 and measured.peak_flops == 120e9
+    assert host_model.machine(tmp_path) == measured  # stored
+
+
+def test_a_calibration_that_stays_disturbed_is_used_but_never_stored(tmp_path, monkeypatch):
+    from swauto.cache import CacheWarning
+
+    handed = _fake_measurements(monkeypatch, [20e9])
+    with pytest.warns(CacheWarning, match="disturbed"):
+        measured = host_model.machine(tmp_path)
+    assert len(handed) == host_model.CALIBRATION_ATTEMPTS and measured.kernel_flops == 20e9
+    assert not (tmp_path / host_model.CALIBRATION_FILE).exists()
+    assert host_model.machine(tmp_path) is measured  # not measured again for every candidate of this process
+    assert len(handed) == host_model.CALIBRATION_ATTEMPTS
+
+
+def test_recalibrate_measures_again_and_stores(tmp_path, fake_calibration):
+    first = host_model.machine(tmp_path)
+    again = host_model.recalibrate(tmp_path)
+    assert len(fake_calibration) == 2 and again == first
+    assert host_model.machine(tmp_path) == again and len(fake_calibration) == 2
+
+
+def test_the_fma_peak_is_measured_for_the_selected_instruction_set(monkeypatch):
+    from swauto.backends.host.isa import ISAS
+
+    monkeypatch.setenv("SWAUTO_HOST_ISA", "generic")
+    assert np.isfinite(host_model.fma_peak()) and host_model.fma_peak() > 0
+    for name, isa in ISAS.items():
+        text = host_model._fma_loop_ir(isa.width, 12, isa.fma)
+        assert ("llvm.fma" in text) == isa.fma and f"<{isa.width} x float>" in text, name
+
+
+def test_percent_of_peak_on_the_host_is_against_this_machines_measured_peak(tmp_path, monkeypatch, fake_calibration):
+    from swauto.tuner.cost_model import peak_flops
+
+    monkeypatch.setenv("SWAUTO_CACHE_DIR", str(tmp_path))
+    assert peak_flops("host", 1) == quiet_machine().peak_flops
+    assert peak_flops("host", 2) == 2 * quiet_machine().peak_flops
+    assert peak_flops("sw26010") == SUNWAY.peak_flops
+    kernel = swauto.compile(GEMM_SW, PARAMS, target="host")
+    assert kernel.report["predicted_peak_fraction"] <= 1.0
 
 
 def test_more_threads_never_predict_slower_and_flops_are_counted_exactly():

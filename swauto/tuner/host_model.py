@@ -226,22 +226,24 @@ def recalibrate(folder: Path | None = None) -> Machine:
 
     path, cpu = _calibration_file(folder), _cpu()
     measured = calibrate(cpu)
-    _MEASURED[(path, cpu)] = measured
+    _MEASURED.pop((path, cpu), None)
     problem = disturbed(measured)
     if problem:
         warn_once("disturbed", path, f"the host calibration looks disturbed ({problem}: was another program "
                                      "running?); it is not stored, the next process measures again")
-        return measured
-    try:
-        write_atomically(path, json.dumps({"version": CALIBRATION_VERSION, "machine": asdict(measured)},
-                                          indent=2).encode())
-    except OSError as error:
-        warn_unusable(error, path.parent)
+    else:
+        try:
+            write_atomically(path, json.dumps({"version": CALIBRATION_VERSION, "machine": asdict(measured)},
+                                              indent=2).encode())
+            return measured
+        except OSError as error:
+            warn_unusable(error, path.parent)
+    _MEASURED[(path, cpu)] = measured
     return measured
 
 
-# Calibrations this process measured, by (file, cpu): used when they could not be stored or trusted, so that
-# pricing every candidate does not measure again.
+# Calibrations this process measured but could not store or trust, by (file, cpu): pricing every candidate
+# must not measure again.
 _MEASURED: dict[tuple[Path, str], Machine] = {}
 
 
@@ -268,7 +270,7 @@ def _load_calibration(path: Path, cpu: str) -> Machine | None:
         stored = json.loads(path.read_bytes())
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as error:  # unreadable, not UTF-8, not JSON
+    except (OSError, ValueError, RecursionError) as error:  # unreadable, not UTF-8, not JSON, nested too deep
         problem = str(error)
     else:
         try:
@@ -396,8 +398,8 @@ def _fma_loop_ir(width: int, accumulators: int, fma: bool) -> str:
     accumulator starting from a different constant so that none can be merged with another."""
     vector = f"<{width} x float>"
     intrinsic = f"llvm.fma.v{width}f32"
-    lines = [f"declare {vector} @{intrinsic}({vector}, {vector}, {vector})",
-             "define float @fma_loop(i64 %n, float %a, float %b) {", "entry:"]
+    lines = [f"declare {vector} @{intrinsic}({vector}, {vector}, {vector})"] if fma else []
+    lines += ["define float @fma_loop(i64 %n, float %a, float %b) {", "entry:"]
     for name in ("a", "b"):
         lines += [f"  %{name}0 = insertelement {vector} undef, float %{name}, i32 0",
                   f"  %v{name} = shufflevector {vector} %{name}0, {vector} undef, <{width} x i32> zeroinitializer"]
