@@ -1,6 +1,7 @@
 """The host JIT's disk cache: a kernel compiled once is loaded from disk by a fresh process cache; the
 key changes with the IR (shape, candidate), the knobs and ISA, the CPU and the compiler, so no stale
-or foreign kernel is ever returned."""
+or foreign kernel is ever returned; a damaged or foreign entry is compiled again and rewritten, and a
+cache that cannot be written is skipped, each with one warning."""
 
 from __future__ import annotations
 
@@ -69,13 +70,76 @@ def test_another_cpu_or_compiler_never_reuses_a_kernel(monkeypatch):
     assert not compile_module(module).build.from_disk
 
 
-def test_a_corrupt_or_unwritable_cache_is_not_fatal(tmp_path, monkeypatch):
+def test_a_regular_file_in_place_of_the_cache_folder_is_not_fatal(tmp_path, monkeypatch):
+    from swauto.cache import CacheWarning
+
     module = transposed_gemm_module(32, 32, 32, tile_k=32)
     monkeypatch.setenv("SWAUTO_CACHE_DIR", str(tmp_path / "file"))
     (tmp_path / "file").write_text("not a directory")
     arrays = _arrays(32, 32, 32)
     expected = arrays["C"].astype(np.float64) + arrays["AT"].T.astype(np.float64) @ arrays["B"]
-    compile_module(module).run(arrays)
+    with pytest.warns(CacheWarning, match="cannot use its cache folder") as warned:
+        compile_module(module).run(arrays)
+    assert len(warned) == 1
     assert relative_error(arrays["C"], expected) <= 1e-5
 
 
+def _damage(kind: str, tmp_path, key: str, other_key: str) -> None:
+    """Damage the entry of `key` as a crash, a bad disk or a careless user would."""
+    obj, ll = tmp_path / "host" / f"{key}.o", tmp_path / "host" / f"{key}.ll"
+    data = obj.read_bytes()
+    if kind == "emptied":
+        obj.write_bytes(b"")
+    elif kind == "truncated":
+        obj.write_bytes(data[: len(data) // 2])
+    elif kind == "random":
+        obj.write_bytes(np.random.default_rng(0).bytes(len(data)))
+    elif kind == "bit flipped":
+        obj.write_bytes(data[:-100] + bytes([data[-100] ^ 4]) + data[-99:])
+    elif kind == "another kernel's object":
+        obj.write_bytes((tmp_path / "host" / f"{other_key}.o").read_bytes())
+    elif kind == "raw object without a header":
+        obj.write_bytes(data.partition(b"\n")[2])
+    elif kind == "garbage IR":
+        ll.write_bytes(b"\xff\xfe\x00garbage" * 100)
+
+
+DAMAGES = ["emptied", "truncated", "random", "bit flipped", "another kernel's object", "raw object without a header",
+           "garbage IR"]
+
+
+@pytest.mark.parametrize("kind", DAMAGES)
+def test_a_damaged_entry_is_compiled_again_and_rewritten_with_one_warning(tmp_path, kind):
+    from swauto.cache import CacheWarning
+
+    module = transposed_gemm_module(32, 32, 32, tile_k=32)
+    key = compile_module(module).build.key
+    other_key = compile_module(transposed_gemm_module(32, 32, 64, tile_k=32)).build.key
+    _damage(kind, tmp_path, key, other_key)
+    clear_cache()
+    with pytest.warns(CacheWarning, match="compiling it again") as warned:
+        program = compile_module(module)
+    assert len(warned) == 1 and not program.build.from_disk
+    arrays = _arrays(32, 32, 32)
+    expected = arrays["C"].astype(np.float64) + arrays["AT"].T.astype(np.float64) @ arrays["B"]
+    program.run(arrays)
+    assert relative_error(arrays["C"], expected) <= 1e-5
+    clear_cache()
+    assert compile_module(module).build.from_disk  # the entry was rewritten whole
+    assert "define void" in cache.load_ir(key)
+
+
+def test_a_cache_that_cannot_be_written_is_said_once(tmp_path, monkeypatch):
+    import errno
+
+    from swauto.cache import CacheWarning
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("os.fsync", full)  # where a full disk shows on most file systems
+    with pytest.warns(CacheWarning, match="cannot use its cache folder") as warned:
+        compile_module(transposed_gemm_module(32, 32, 32, tile_k=32))
+        compile_module(transposed_gemm_module(32, 32, 64, tile_k=32))
+    assert len(warned) == 1
+    assert not list((tmp_path / "host").iterdir())  # no entry, and no temporary file left behind

@@ -1,7 +1,16 @@
-"""The tuning log keeps each tuner's choice so that the same request is not tuned twice."""
+"""The tuning log keeps each tuner's choice so that the same request is not tuned twice; a damaged
+record is skipped with one warning, a torn line never swallows the next record, and a log that cannot be
+written (full disk, read-only or not a folder) is skipped with one warning, its records intact."""
 
 from __future__ import annotations
 
+import errno
+import json
+import os
+
+import pytest
+
+from swauto.cache import CacheWarning
 from swauto.schedule.candidate import Candidate
 from swauto.tuner import database
 
@@ -35,12 +44,97 @@ def test_another_compiler_is_another_key(monkeypatch):
     assert database.request_key(*request) != before
 
 
-def test_a_damaged_line_is_skipped(tmp_path):
-    key = database.request_key("x", {}, "host", "model", 1)
-    database.record(key, CANDIDATE, {}, tmp_path)
-    with open(tmp_path / database.LOG, "a") as log:
-        log.write('{"key": "' + key + '", "candid')
-    assert database.lookup(key, tmp_path) == CANDIDATE
+KEY = database.request_key("x", {}, "host", "model", 1)
+OTHER = Candidate((("M", 256), ("N", 128), ("K", 64)), ("N_outer", "M_outer", "K_outer"), "M", (), False)
+
+DAMAGED_RECORDS = {
+    "torn": ('{"key": "' + KEY + '", "candid').encode(),
+    "not UTF-8": ('{"key": "' + KEY + '", "candidate": "\xff"}').encode("latin-1"),
+    "a byte not UTF-8 in a good record": json.dumps({"key": KEY, "candidate": OTHER.to_dict(), "x": "\x00"})
+    .encode().replace(b"\\u0000", b"\xff"),
+    "not an object": json.dumps([KEY, OTHER.to_dict()]).encode(),
+    "a string": json.dumps(KEY).encode(),
+    "no candidate": json.dumps({"key": KEY}).encode(),
+    "a candidate of the wrong type": json.dumps({"key": KEY, "candidate": [1, 2]}).encode(),
+    "a malformed candidate": json.dumps({"key": KEY, "candidate": {**OTHER.to_dict(), "splits": {"M": "x"}}}).encode(),
+    "a candidate without order": json.dumps({"key": KEY, "candidate": {"splits": {}}}).encode(),
+    "nested too deep": b'{"key": "' + KEY.encode() + b'", "candidate": ' + b"[" * 100000 + b"}",
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGED_RECORDS))
+def test_a_damaged_record_is_skipped_with_one_warning(tmp_path, damage):
+    database.record(KEY, CANDIDATE, {}, tmp_path)
+    with open(tmp_path / database.LOG, "ab") as log:
+        log.write(DAMAGED_RECORDS[damage] + b"\n" + DAMAGED_RECORDS[damage] + b"\n")
+    with pytest.warns(CacheWarning, match="damaged record") as warned:
+        assert database.lookup(KEY, tmp_path) == CANDIDATE  # the last usable record for the key
+        assert database.lookup(KEY, tmp_path) == CANDIDATE
+    assert len(warned) == 1
+
+
+def test_a_request_whose_only_record_is_damaged_is_tuned_again_and_then_found(tmp_path):
+    (tmp_path / database.LOG).write_bytes(DAMAGED_RECORDS["a malformed candidate"] + b"\n")
+    with pytest.warns(CacheWarning):
+        assert database.lookup(KEY, tmp_path) is None
+    database.record(KEY, CANDIDATE, {}, tmp_path)
+    assert database.lookup(KEY, tmp_path) == CANDIDATE
+
+
+def test_a_torn_last_line_never_swallows_the_next_record(tmp_path):
+    database.record(KEY, CANDIDATE, {}, tmp_path)
+    other = database.request_key("y", {}, "host", "model", 1)
+    with open(tmp_path / database.LOG, "ab") as log:
+        log.write(b'{"key": "' + other.encode() + b'", "cand')  # a crash in the middle of a write
+    database.record(other, OTHER, {}, tmp_path)
+    with pytest.warns(CacheWarning):
+        assert database.lookup(other, tmp_path) == OTHER
+    assert database.lookup(KEY, tmp_path) == CANDIDATE
+
+
+def test_a_full_disk_keeps_earlier_records_and_is_not_fatal(tmp_path, monkeypatch):
+    database.record(KEY, CANDIDATE, {}, tmp_path)
+    before = (tmp_path / database.LOG).read_bytes()
+    real_write = os.write
+
+    def full(handle: int, data: bytes) -> int:  # the disk fills in the middle of the record
+        return real_write(handle, data[: len(data) // 2])
+
+    monkeypatch.setattr(os, "write", full)
+    other = database.request_key("y", {}, "host", "model", 1)
+    with pytest.warns(CacheWarning, match="No space left") as warned:
+        database.record(other, OTHER, {}, tmp_path)
+        database.record(other, OTHER, {}, tmp_path)
+    assert len(warned) == 1
+    monkeypatch.setattr(os, "write", real_write)
+    assert (tmp_path / database.LOG).read_bytes().startswith(before)
+    assert database.lookup(KEY, tmp_path) == CANDIDATE
+    database.record(other, OTHER, {}, tmp_path)  # space again
+    with pytest.warns(CacheWarning, match="damaged"):
+        assert database.lookup(other, tmp_path) == OTHER
+
+
+@pytest.mark.parametrize("unusable", ["regular file", "read-only", "full"])
+def test_a_log_that_cannot_be_used_is_skipped_with_one_warning(tmp_path, monkeypatch, unusable):
+    folder = tmp_path / "cache"
+    if unusable == "regular file":
+        folder.write_text("not a folder")
+    else:
+        folder.mkdir()
+        code = errno.EACCES if unusable == "read-only" else errno.ENOSPC
+        real_open = os.open
+
+        def refuse(path, flags, *args, **kwargs):
+            if flags & (os.O_WRONLY | os.O_RDWR) and str(path).startswith(str(folder)):
+                raise OSError(code, os.strerror(code), str(path))
+            return real_open(path, flags, *args, **kwargs)
+
+        monkeypatch.setattr(os, "open", refuse)
+    with pytest.warns(CacheWarning, match="cannot use its cache folder") as warned:
+        for _ in range(2):
+            assert database.lookup(KEY, folder) is None
+            database.record(KEY, CANDIDATE, {}, folder)
+    assert len(warned) == 1
 
 
 def test_compile_tunes_a_request_once(tmp_path, monkeypatch, gemm_source):
@@ -54,3 +148,18 @@ def test_compile_tunes_a_request_once(tmp_path, monkeypatch, gemm_source):
     assert second.schedule == first.schedule
     other = swauto.compile(gemm_source, {**params, "K": 256}, target="sw26010")
     assert not other.report["from_tuning_log"]
+
+
+def test_compile_goes_on_past_a_damaged_record_for_its_request(tmp_path, monkeypatch, gemm_source):
+    import swauto
+    from swauto.api import load
+
+    monkeypatch.setenv("SWAUTO_CACHE_DIR", str(tmp_path))
+    params = {"M": 256, "N": 256, "K": 128}
+    op = load(gemm_source, params)
+    key = database.request_key(op.source.text, op.params, "sw26010", "model", 1)
+    (tmp_path / database.LOG).write_bytes(b"\xff\n[1]\n{}\n" + json.dumps({"key": key, "candidate": {"x": 1}}).encode())
+    with pytest.warns(CacheWarning, match="damaged record"):
+        first = swauto.compile(gemm_source, params, target="sw26010")
+    second = swauto.compile(gemm_source, params, target="sw26010")
+    assert not first.report["from_tuning_log"] and second.report["from_tuning_log"]
