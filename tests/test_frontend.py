@@ -159,3 +159,152 @@ def test_parser_never_fails_with_anything_but_a_parse_error(text):
         parse(Source("fuzz.sw", text))
     except ParseError as error:
         assert error.location.line >= 1 and error.location.column >= 1
+
+
+# --- limits, deep inputs and line counting (issue 14) -----------------------------------------------
+
+DEEP = """
+operator g(M = 256, N = 128, K = 64) {
+  let R = EXPR
+  tensor A[M, K]
+  tensor B[K, N]
+  tensor C[M, N]
+  compute { gemm(M = M, N = N, K = K, A = A, B = B, C = C) }
+}
+"""
+
+
+@pytest.mark.parametrize(("expression", "value"), [
+    (" + ".join(["M"] * 500), 500 * 256),  # a long sum is flat: no recursion over its terms
+    (" + ".join(["M / 2"] * 1000) + " - M", 1000 * 128 - 256),
+    (" * ".join(["1"] * 2000) + " * N", 128),
+    ("-" * 500 + "M", 256),  # a run of minus signs is one node
+    ("-" * 1001 + "M + 2 * M", 256),
+    ("(" * 1000 + "K" + ")" * 1000, 64),  # parentheses alone do not nest the tree
+    ("min(" * 64 + "M" + ", 300)" * 64, 256),  # the deepest nesting allowed
+])
+def test_long_and_deep_expressions_that_are_accepted(expression, value):
+    op = load(DEEP.replace("EXPR", expression).replace("tensor A[M, K]", "tensor A[M, K]\n  tensor D[R]"))
+    assert op.seed.tensor("D").shape == (value,)
+
+
+@pytest.mark.parametrize(("expression", "column"), [
+    ("min(" * 1000 + "M" + ", 2)" * 1000, 11 + 4 * 64),  # the 65th min
+    ("1 - (" * 500 + "1" + ")" * 500, 11 + 5 * 64),  # the 65th sum
+    ("-(" * 65 + "M" + ")" * 65, 11 + 2 * 64),
+])
+def test_absurd_nesting_is_refused_where_it_passes_the_limit(expression, column):
+    with pytest.raises(ParseError, match="expression nested too deeply \\(the limit is 64") as info:
+        load(DEEP.replace("EXPR", expression))
+    assert (info.value.location.line, info.value.location.column) == (2, column)
+
+
+def test_a_loop_nest_deeper_than_the_limit_is_refused_at_the_first_loop_past_it():
+    body = "gemm(M = M, N = N, K = K, A = A, B = B, C = C)"
+    for level in range(1000):
+        body = f"for i{level} in 0..1 {{\n{body} }}"
+    text = DEEP.replace("let R = EXPR\n", "").replace(
+        "compute { gemm(M = M, N = N, K = K, A = A, B = B, C = C) }", f"compute {{\n{body} }}")
+    with pytest.raises(ParseError, match="loops nested too deeply \\(the limit is 64\\)") as info:
+        load(text)
+    assert info.value.location.line == 6 + 64 and info.value.source_line.startswith("for i935 in")
+
+
+def test_sixty_four_nested_loops_are_accepted():
+    body = "gemm(M = M, N = N, K = K, A = A, B = B, C = C)"
+    for level in range(64):
+        body = f"for i{level} in 0..2 {{ {body} }}"
+    op = load(DEEP.replace("let R = EXPR\n", "").replace(
+        "compute { gemm(M = M, N = N, K = K, A = A, B = B, C = C) }", f"compute {{ {body} }}"))
+    assert len(op.space.loops) == 64
+
+
+def test_fusing_a_loop_with_itself_is_a_check_error():
+    text = GOOD.replace("compute { gemm", "compute { for i in 0..4 { gemm").replace("C = C) }", "C = C) } }")
+    with pytest.raises(CheckError, match="cannot fuse loop i with itself") as info:
+        load(text.replace("split gemm.M by {128}", "fuse i, i"))
+    assert (info.value.location.line, info.value.location.column) == (6, 22)
+
+
+@pytest.mark.parametrize(("text", "kind", "fragment", "line", "column"), [
+    (GOOD.replace("K = 64", "K = 2147483648"), ParseError, "integer 2147483648 is too large", 1, 34),
+    (GOOD.replace("{128}", "{" + "9" * 5000 + "}"), ParseError, "(5000 characters) is too large", 6, 31),
+    (GOOD.replace("tensor A[M, K]", "let R = M * M * M * M * M\n  tensor A[M, K]"), CheckError,
+     "R is 1099511627776 for these parameters; sizes must be at most 2147483647", 2, 11),
+    (GOOD.replace("tensor A[M, K]", "let R = " + " * ".join(["M"] * 2000) + "\n  tensor A[M, K]"), CheckError,
+     "R is about 2**16000 for these parameters", 2, 11),
+    (GOOD.replace("tensor A[M, K]", "tensor A[M, K]\n  tensor D[M, M, M, M, M, M]"), CheckError,
+     "tensor D has 281474976710656 elements for these parameters; a tensor may have at most", 3, 10),
+])
+def test_sizes_beyond_the_bounds_are_refused_at_their_place(text, kind, fragment, line, column):
+    with pytest.raises(kind) as info:
+        load(text, {"M": 256})
+    assert fragment in info.value.message
+    assert (info.value.location.line, info.value.location.column) == (line, column)
+
+
+@pytest.mark.parametrize(("params", "fragment"), [
+    ({"N": 2**63}, "parameter N must be at most 2147483647, got 9223372036854775808"),
+    ({"N": "512"}, "parameter N must be an integer, got '512' (str)"),
+    ({"N": 512.0}, "parameter N must be an integer, got 512.0 (float)"),
+])
+def test_parameters_beyond_the_bounds_or_of_other_types(params, fragment):
+    with pytest.raises(ParameterError, match=fragment.replace("(", "\\(").replace(")", "\\)")):
+        load(GOOD, params)
+
+
+def test_parameters_that_are_not_a_mapping():
+    source = Source("t.sw", GOOD)
+    with pytest.raises(ParameterError, match="the parameters must be a mapping of names to integers, got \\[1\\]"):
+        check(parse(source), source, [1])
+
+
+# Characters that str.splitlines() takes for line breaks but the lexer (and editors' line numbers) do not.
+SEPARATORS = ["\f", "\x0b", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\r"]
+
+
+@pytest.mark.parametrize("separator", SEPARATORS)
+@pytest.mark.parametrize("stage", ["parse", "check", "lexer"])
+def test_the_quoted_line_is_the_line_the_lexer_counts(separator, stage):
+    text = GOOD.strip("\n").replace("tensor A[M, K]", f"tensor A[M, K]  # one{separator}two{separator}three")
+    if stage == "parse":
+        text = text.replace("tensor C[M, N]", "tensor C[M N]")
+    elif stage == "check":
+        text = text.replace("tensor C[M, N]", "tensor C[M, Q]")
+    else:
+        text = text.replace("tensor C[M, N]", f"tensor C[M,{separator} N]")
+        if separator in "\f\r":  # whitespace to the lexer
+            assert load(text).seed.tensor("C").shape == (256, 128)
+            return
+    with pytest.raises((ParseError, CheckError)) as info:
+        load(text)
+    error = info.value
+    line = text.split("\n")[error.location.line - 1]
+    assert error.location.line == 4
+    assert error.source_line == "".join(c if c.isprintable() else " " for c in line)
+    rendered = str(error).split("\n")
+    assert rendered[1] == "    " + error.source_line.rstrip()
+    assert rendered[2] == "    " + " " * (error.location.column - 1) + "^"
+    assert error.location.column <= len(line) + 1
+
+
+def test_a_tab_is_shown_as_one_space_so_the_caret_stays_under_its_column():
+    with pytest.raises(CheckError) as info:
+        load(GOOD.replace("tensor C[M, N]", "tensor C[M,\tQ]"))
+    assert str(info.value).split("\n")[1:] == ["      tensor C[M, Q]", "                  ^"]
+
+
+def test_a_file_that_is_not_utf8_is_refused_at_its_first_bad_byte(tmp_path):
+    path = tmp_path / "latin1.sw"
+    path.write_bytes(b"operator g(M = 4) {\n  # caf\xe9 au lait\n}\n")
+    with pytest.raises(ParseError) as info:
+        parse(path)
+    assert info.value.message == "the file is not UTF-8 text: 0xe9 at byte offset 27 cannot be decoded"
+    assert str(info.value).startswith(f"{path}:2:8: ")
+    assert info.value.source_line == "  # caf\ufffd au lait"
+
+
+def test_end_of_file_is_reported_after_the_last_token():
+    with pytest.raises(ParseError, match="unexpected end of file") as info:
+        load("operator g(M) {\n  tensor A[M]\n  compute {  # the rest is missing\n\n")
+    assert (info.value.location.line, info.value.location.column) == (3, 12)
