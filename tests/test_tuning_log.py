@@ -47,6 +47,12 @@ def test_another_compiler_is_another_key(monkeypatch):
 KEY = database.request_key("x", {}, "host", "model", 1)
 OTHER = Candidate((("M", 256), ("N", 128), ("K", 64)), ("N_outer", "M_outer", "K_outer"), "M", (), False)
 
+
+def _signed(candidate) -> bytes:
+    """A record for KEY with a correct checksum of `candidate`: what Candidate.from_json itself must reject."""
+    return json.dumps({"key": KEY, "candidate": candidate, "check": database._check(KEY, candidate)}).encode()
+
+
 DAMAGED_RECORDS = {
     "torn": ('{"key": "' + KEY + '", "candid').encode(),
     "not UTF-8": ('{"key": "' + KEY + '", "candidate": "\xff"}').encode("latin-1"),
@@ -55,9 +61,10 @@ DAMAGED_RECORDS = {
     "not an object": json.dumps([KEY, OTHER.to_dict()]).encode(),
     "a string": json.dumps(KEY).encode(),
     "no candidate": json.dumps({"key": KEY}).encode(),
-    "a candidate of the wrong type": json.dumps({"key": KEY, "candidate": [1, 2]}).encode(),
-    "a malformed candidate": json.dumps({"key": KEY, "candidate": {**OTHER.to_dict(), "splits": {"M": "x"}}}).encode(),
-    "a candidate without order": json.dumps({"key": KEY, "candidate": {"splits": {}}}).encode(),
+    "a candidate of the wrong type": _signed([1, 2]),
+    "a malformed candidate": _signed({**OTHER.to_dict(), "splits": {"M": "x"}}),
+    "a candidate without order": _signed({"splits": {}}),
+    "another candidate than its checksum's": _signed(OTHER.to_dict()).replace(b'"M_outer"', b'"K_outer"'),
     "nested too deep": b'{"key": "' + KEY.encode() + b'", "candidate": ' + b"[" * 100000 + b"}",
 }
 

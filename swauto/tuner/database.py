@@ -8,8 +8,9 @@ models or backends) tunes afresh.
 Records are JSON lines, each appended with one `write` on an O_APPEND descriptor (concurrent processes
 never interleave them) and preceded by a newline (a line left torn by a crash or a full disk is ended
 before the next record: nothing glues onto it). A lookup parses only the lines holding its key and skips
-a damaged one (not UTF-8, not JSON, not an object, no `candidate`, a malformed candidate) with one
-`CacheWarning` per process and file; a log that cannot be read or written means tuning without it.
+a damaged one (not UTF-8, not JSON, not an object, no `candidate`, a malformed candidate, a checksum of
+key and candidate that does not match) with one `CacheWarning` per process and file; a log that cannot be
+read or written means tuning without it.
 
 Why JSON lines and not SQLite (`benchmarks/tuning_log_store.py`, this machine, 2 cores, ext4, 2026-11-23):
 both lost no record with 16 and 64 concurrent writer processes (40 records each) nor with 40 writers
@@ -89,6 +90,8 @@ def lookup(key: str, folder: Path | None = None) -> Candidate | None:
             if not isinstance(record, dict):
                 raise ValueError("not a JSON object")
             if record.get("key") == key:
+                if record.get("check") != _check(key, record["candidate"]):
+                    raise ValueError("its checksum does not match")  # a flipped digit can make another candidate
                 found = Candidate.from_json(record["candidate"])
         # ValueError: not UTF-8 or not JSON; RecursionError: nested too deep; the others: a record of the
         # wrong shape, which Candidate.from_json reports as SwautoError
@@ -100,13 +103,20 @@ def lookup(key: str, folder: Path | None = None) -> Candidate | None:
     return found
 
 
+def _check(key: str, candidate: Any) -> str:
+    """A record's checksum: of its key and its candidate (as JSON)."""
+    return hashlib.sha256(json.dumps([key, candidate], sort_keys=True).encode()).hexdigest()[:16]
+
+
 def record(key: str, candidate: Candidate, details: Mapping[str, Any], folder: Path | None = None) -> None:
     """Append the choice for `key` (with `details` such as the predicted time, for people reading). Never
     raises for the file system: a log that cannot be written (read-only, not a folder, a full disk) is
     skipped, said once per process as a `CacheWarning`; the records already in it stay intact."""
     path = _log(folder)
     # The leading newline ends a line left torn by a crash or a full disk, so a record never glues onto one.
-    line = ("\n" + json.dumps({"key": key, "candidate": candidate.to_dict(), **details}) + "\n").encode()
+    choice = candidate.to_dict()
+    line = ("\n" + json.dumps({"key": key, "candidate": choice, "check": _check(key, choice), **details}) + "\n")
+    line = line.encode()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         handle = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
