@@ -264,13 +264,16 @@ def _cpu() -> str:
 def _load_calibration(path: Path, cpu: str) -> Machine | None:
     """The calibration stored at `path` for `cpu`, or None: missing, of another version or CPU, or damaged
     (not JSON, the wrong shape, a constant out of range: said once, as a warning)."""
-    from swauto.cache import warn_once
+    from swauto.cache import warn_once, warn_unusable
 
     try:
         stored = json.loads(path.read_bytes())
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, RecursionError) as error:  # unreadable, not UTF-8, not JSON, nested too deep
+    except OSError as error:  # the folder is not one, or cannot be read
+        warn_unusable(error, path.parent)
+        return None
+    except (ValueError, RecursionError) as error:  # not UTF-8, not JSON, nested too deep
         problem = str(error)
     else:
         try:
