@@ -151,3 +151,121 @@ def test_ir_compares_structurally_and_hashes_stably(gemm_source):
     )
     other_process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert other_process.stdout.strip() == fingerprint(first)
+
+
+# --- the space's bound, lazy enumeration, strict candidate JSON (issue 14) --------------------------
+
+def _nest(loops: int) -> str:
+    """A seed of `loops` nested loops under `reorder any`: loops! orders."""
+    body = "gemm(M = M, N = N, K = K, A = A, B = B, C = C)"
+    for level in range(loops):
+        body = f"for l{level} in 0..2 {{ {body} }}"
+    return (f"operator g(M = 128, N = 128, K = 64) {{ tensor A[M, K] tensor B[K, N] tensor C[M, N] "
+            f"compute {{ {body} }} schedule {{ reorder any }} }}")
+
+
+def test_a_space_beyond_the_bound_is_refused_before_it_is_built():
+    with pytest.raises(ScheduleError) as info:
+        swauto.schedules(_nest(9))
+    message = str(info.value)
+    assert "has 1,451,520 candidates (9! = 362,880 loop orders x 2 vectorized dimensions x 2 bufferings" in message
+    assert "more than the bound of 100,000" in message and "--max-candidates" in message
+    with pytest.raises(ScheduleError, match="has 1,451,520 candidates"):
+        swauto.compile(_nest(9), target="sw26010")
+
+
+def test_the_bound_can_be_lowered_and_raised(gemm_source):
+    params = {"M": 256, "N": 128, "K": 64}
+    with pytest.raises(ScheduleError, match="has 864 candidates .* more than the bound of 863"):
+        swauto.schedules(gemm_source, params, max_candidates=863)
+    assert swauto.schedules(gemm_source, params, max_candidates=864)
+    assert explore(load(_nest(4)), SUNWAY, max_candidates=96).total == 96  # 4! orders x 2 x 2
+
+
+def test_the_examples_spaces_are_far_below_the_default_bound():
+    from swauto.machine import local_memory_machine
+    from swauto.schedule.space import MAX_CANDIDATES, count
+
+    for name, params in [("gemm.sw", {"M": 512, "N": 512, "K": 512}), ("conv2d.sw", {})]:
+        op = load(Path(__file__).parent.parent / "examples" / name, params)
+        for target in ("host", "sw26010"):
+            total = count(op, local_memory_machine(target))[0]
+            assert total <= 2304 and 20 * total < MAX_CANDIDATES
+
+
+def test_enumeration_does_not_materialize_the_loop_orders():
+    import itertools
+    import tracemalloc
+
+    from swauto.schedule.space import candidates
+
+    op = load(_nest(11))  # 11! orders: a list of them would take gigabytes
+    tracemalloc.start()
+    first = list(itertools.islice(candidates(op), 10))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert len(first) == 10 and peak < 5 * 2**20
+
+
+GOOD_JSON = {"splits": {"M": 128, "N": 128, "K": 32}, "order": ["M_outer", "N_outer", "K_outer"],
+             "vectorize": "M", "layouts": {}, "double_buffer": False}
+
+
+@pytest.mark.parametrize(("change", "fragment"), [
+    ({"double_buffer": "false"}, "double_buffer must be true or false, got 'false'"),
+    ({"double_buffer": 0}, "double_buffer must be true or false, got 0"),
+    ({"splits": {"M": 128.9, "N": 128, "K": 32}}, "splits.M must be an integer, got 128.9 (float)"),
+    ({"splits": {"M": 128.0, "N": 128, "K": 32}}, "splits.M must be an integer, got 128.0 (float)"),
+    ({"splits": {"M": True, "N": 128, "K": 32}}, "splits.M must be an integer, got True (bool)"),
+    ({"splits": {"M": "128", "N": 128, "K": 32}}, "splits.M must be an integer, got '128' (str)"),
+    ({"splits": {"M": 0, "N": 128, "K": 32}}, "splits.M must be a positive integer, got 0"),
+    ({"splits": [128]}, "splits must be an object of names"),
+    ({"order": "M_outer"}, "order must be a list"),
+    ({"order": ["M_outer", 3, "K_outer"]}, "order must hold names (strings), got 3"),
+    ({"vectorize": None}, "vectorize must hold names (strings), got None"),
+    ({"layouts": {"A": [1, -1]}}, "layouts.A must be a non-negative integer, got -1"),
+    ({"micro_kernel": [4]}, "micro_kernel must be two positive integers [rows, vectors], got [4]"),
+    ({"micro_kernel": [4, 0]}, "micro_kernel must be a positive integer, got 0"),
+    ({"micro_kernel": [4, 4.5]}, "micro_kernel must be an integer, got 4.5 (float)"),
+    ({"tiles": {}}, "a candidate schedule has no field 'tiles'"),
+    ({"order": None, "vectorize": None}, "order must be a list"),
+])
+def test_candidate_json_is_validated_strictly(change, fragment):
+    import json
+
+    data = {**GOOD_JSON, **change}
+    for form in (data, json.dumps(data)):
+        with pytest.raises(ScheduleError) as info:
+            Candidate.from_json(form)
+        assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("field", ["splits", "order", "vectorize"])
+def test_candidate_json_needs_its_required_fields(field):
+    data = {name: value for name, value in GOOD_JSON.items() if name != field}
+    with pytest.raises(ScheduleError, match=f"needs the field '{field}'"):
+        Candidate.from_json(data)
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "not json", "[" * 100_000, "42"])
+def test_candidate_json_that_is_not_an_object(text):
+    with pytest.raises(ScheduleError):
+        Candidate.from_json(text)
+
+
+def test_the_optional_fields_keep_their_defaults():
+    candidate = Candidate.from_json({name: GOOD_JSON[name] for name in ("splits", "order", "vectorize")})
+    assert candidate.layouts == () and candidate.double_buffer is False and candidate.micro_kernel is None
+    assert Candidate.from_json(candidate.to_json()) == candidate
+
+
+def test_a_loop_order_outside_the_schedule_names_the_loops_allowed(gemm_source):
+    params = {"M": 256, "N": 128, "K": 64}
+    for order in (["M_outer", "N_outer", "X_outer"], ["M_outer", "N_outer"], ["M_outer", "N_outer", "K_outer",
+                                                                               "K_outer"]):
+        with pytest.raises(ScheduleError, match="the loops of gemm's schedule are M_outer, N_outer, K_outer, "
+                                                "each exactly once"):
+            swauto.compile(gemm_source, params, target="sw26010", schedule={**GOOD_JSON, "order": order})
+    with pytest.raises(ScheduleError, match="splits K, M; the schedule block of gemm splits K, M, N"):
+        swauto.compile(gemm_source, params, target="sw26010",
+                       schedule={**GOOD_JSON, "splits": {"M": 128, "K": 32}})
