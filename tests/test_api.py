@@ -7,7 +7,7 @@ import pytest
 
 import swauto
 from conftest import gemm_inputs, gemm_reference, relative_error
-from swauto.errors import ArgumentError, SwautoError
+from swauto.errors import ArgumentError, ParameterError, ScheduleError, SwautoError
 
 PARAMS = {"M": 256, "N": 128, "K": 64}
 
@@ -91,3 +91,47 @@ def test_wrong_compile_arguments(gemm_source, kwargs, message):
 def test_missing_file_is_a_swauto_error(tmp_path):
     with pytest.raises(SwautoError, match="cannot read"):
         swauto.compile(tmp_path / "nope.sw")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"params": {"M": "512"}}, ParameterError, "parameter M must be an integer, got '512' \\(str\\)"),
+        ({"params": {"M": 512.0}}, ParameterError, "parameter M must be an integer, got 512.0 \\(float\\)"),
+        ({"params": {"M": True}}, ParameterError, "parameter M must be an integer, got True \\(bool\\)"),
+        ({"params": {"M": 2**40}}, ParameterError, "parameter M must be at most 2147483647"),
+        ({"params": [1]}, ParameterError, "the parameters must be a mapping of names to integers"),
+        ({"params": {1: 2}}, ParameterError, "the parameters must be a mapping of names to integers"),
+        ({"target": 3}, ArgumentError, "unknown target 3; choose one of host, sw26010"),
+        ({"target": ["host"]}, ArgumentError, "unknown target \\['host'\\]"),
+        ({"tuner": None}, ArgumentError, "unknown tuner None"),
+        ({"schedule": 42}, ArgumentError, "schedule must be a Candidate, its id or its JSON form, got int"),
+        ({"schedule": {"splits": {}}}, ScheduleError, "a candidate schedule needs the field 'order'"),
+        ({"threads": "2"}, ArgumentError, "threads must be an integer, got '2' \\(str\\)"),
+        ({"threads": 2.0}, ArgumentError, "threads must be an integer, got 2.0 \\(float\\)"),
+        ({"threads": 9999}, ArgumentError, "threads must be at most .* \\(the cores this process may run on"),
+        ({"max_candidates": 0}, ArgumentError, "max_candidates must be a positive integer, got 0"),
+        ({"max_candidates": "5"}, ArgumentError, "max_candidates must be an integer"),
+    ],
+)
+def test_wrong_python_types_raise_a_swauto_error(gemm_source, kwargs, error, message):
+    arguments = {"params": PARAMS, "target": "sw26010", **kwargs}
+    with pytest.raises(error, match=message):
+        swauto.compile(gemm_source, **arguments)
+
+
+def test_a_source_that_is_neither_a_path_nor_text():
+    for source in (42, None, b"operator"):
+        with pytest.raises(ArgumentError, match="source must be a path or the text of a .sw file"):
+            swauto.compile(source)
+        with pytest.raises(ArgumentError, match="source must be a path or the text of a .sw file"):
+            swauto.schedules(source)
+
+
+def test_schedules_checks_its_arguments_too(gemm_source):
+    with pytest.raises(ArgumentError, match="unknown target 7"):
+        swauto.schedules(gemm_source, PARAMS, target=7)
+    with pytest.raises(ParameterError, match="parameter K must be an integer"):
+        swauto.schedules(gemm_source, {**PARAMS, "K": 64.5})
+    with pytest.raises(ArgumentError, match="max_candidates must be an integer, got None"):
+        swauto.schedules(gemm_source, PARAMS, max_candidates=None)
