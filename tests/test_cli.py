@@ -87,3 +87,78 @@ def test_user_errors_exit_2_without_traceback():
         assert result.returncode == 2, (args, result.stderr)
         assert message in result.stderr, (args, result.stderr)
         assert "Traceback" not in result.stderr
+
+
+def _nine_loops(tmp_path: Path) -> Path:
+    """The issue's 250-byte file: 9 loops under `reorder any` (9! orders)."""
+    body = "gemm(M = M, N = N, K = K, A = A, B = B, C = C)"
+    for level in range(9):
+        body = f"for l{level} in 0..2 {{ {body} }}"
+    path = tmp_path / "nine.sw"
+    path.write_text(f"operator g(M = 64, N = 64, K = 64) {{ tensor A[M, K] tensor B[K, N] tensor C[M, N] "
+                    f"compute {{ {body} }} schedule {{ reorder any }} }}\n")
+    return path
+
+
+def test_more_user_errors_exit_2_with_one_sentence(tmp_path):
+    latin1 = tmp_path / "latin1.sw"
+    latin1.write_bytes(b"operator g(M = 4) {\n  # caf\xe9\n}\n")
+    gemm = str(GEMM_SW)
+    sw = ["--target", "sw26010"]
+    for args, message in [
+        (["compile", str(latin1)], f"{latin1}:2:8: the file is not UTF-8 text: 0xe9 at byte offset 27"),
+        (["compile", gemm, *SIZES, *sw, "-o", str(tmp_path)], f"-o {tmp_path} is a directory"),
+        (["compile", gemm, *SIZES, *sw, "-o", str(tmp_path / "no" / "x.c")], f"{tmp_path / 'no'} does not exist"),
+        (["compile", gemm, *SIZES, *sw, "-o", f"{gemm}/x.c"], f"{gemm} is not a folder"),
+        (["run", gemm, *SIZES, *sw, "--seed", "-1"], "argument --seed: the value must be a non-negative integer"),
+        (["tune", gemm, *SIZES, "--plot", str(tmp_path / "no" / "p.png")], f"{tmp_path / 'no'} does not exist"),
+        (["tune", gemm, *SIZES, "--plot", str(tmp_path / "p.xyz")], "matplotlib writes files ending in"),
+        (["compile", gemm, "-D", f"N={2**63}", *sw], "parameter N must be at most 2147483647, got 9223372036854775808"),
+        (["run", gemm, "-D", "M=1000000", "-D", "N=1000000", "-D", "K=1000000", *sw],
+         "`run` would allocate 40978.2 GiB (11175.9 GiB of float32 tensors"),
+        (["compile", gemm, *SIZES, "--threads", "9999"], "threads must be at most"),
+        (["compile", gemm, *SIZES, "--threads", "0"], "argument --threads: the value must be a positive integer"),
+        (["compile", gemm, "-D", "M=256", "-D", "M=512"], "parameter M is given twice (-D M=256 and -D M=512)"),
+        (["compile", gemm, "-D", "M=1_28"], "the value of M must be an integer written in decimal digits, got '1_28'"),
+        (["compile", gemm, "-D", "M= 128"], "the value of M must be an integer written in decimal digits"),
+        (["run", gemm, *SIZES, "--repeat", "0"], "argument --repeat: the value must be a positive integer, got 0"),
+        (["tune", gemm, *SIZES, "--top", "0"], "argument --top: the value must be a positive integer, got 0"),
+        (["tune", gemm, *SIZES, "--show", "0"], "argument --show: the value must be a positive integer, got 0"),
+        (["tune", gemm, *SIZES, "--show", "-2"], "argument --show: the value must be a positive integer, got -2"),
+        (["schedules", str(_nine_loops(tmp_path))], "has 1,451,520 candidates (9! = 362,880 loop orders"),
+        (["schedules", gemm, *SIZES, "--max-candidates", "100"], "more than the bound of 100; narrow"),
+        (["schedules", gemm, *SIZES, "--max-candidates", "0"], "argument --max-candidates: the value must be a"),
+    ]:
+        result = swauto(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert message in result.stderr, (args, result.stderr)
+        assert "Traceback" not in result.stderr
+
+
+def test_the_bound_can_be_raised_on_the_command_line():
+    result = swauto("schedules", str(GEMM_SW), *SIZES, "--max-candidates", "864")
+    assert result.returncode == 0, result.stderr
+    assert "864 candidates" in result.stdout
+
+
+def test_calibrate_prints_what_was_measured(monkeypatch, capsys):
+    from dataclasses import dataclass
+
+    from swauto import cli
+
+    @dataclass(frozen=True)
+    class Measured:
+        flops_per_s: float
+        accumulators: int
+
+    calls = []
+
+    def recalibrate(folder=None):
+        calls.append(folder)
+        return Measured(1.25e11, 8)
+
+    monkeypatch.setattr("swauto.tuner.host_model.recalibrate", recalibrate, raising=False)
+    assert cli.main(["calibrate"]) == 0
+    out = capsys.readouterr().out
+    assert calls == [None]
+    assert "flops_per_s" in out and "1.25e+11" in out and "accumulators" in out and " 8" in out
