@@ -83,7 +83,9 @@ def parse(source: str | Path | Source) -> ast.Operator:
         else:
             where = Position(token.line, token.column)
             found = repr(_shorten(str(token)))
-        raise src.error(ParseError, f"unexpected {found}; expected {_expected(error.expected)}", where) from None
+        # The parse table's set for this state holds LALR's merged lookaheads; `accepts` tries each terminal.
+        expected = error.interactive_parser.accepts() if error.interactive_parser is not None else error.expected
+        raise src.error(ParseError, f"unexpected {found}; expected {_expected(expected)}", where) from None
     _check_limits(tree, src)
     return _ToAst().transform(tree)
 
