@@ -65,6 +65,10 @@ def _deep_loops(rng: random.Random) -> str:
     return body
 
 
+DIRECTIVES = ["split gemm.M by {32, 64}", "split gemm.K by {8}", "split cCo by {3}", "split cKr by {2}",
+              "fuse cKr, cKc", "fuse cCo, cCo", "fuse cRo into gemm.M", "fuse gemm.M.outer, gemm.N.outer",
+              "reorder any", "reorder {cRo, cCo}", "layout A any of {[K, M]}", "layout output [Ro, Co, B, No]",
+              "vectorize gemm over {K}", "vectorize gemm over M", "split gemm.N by {0}"]
 WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*|[0-9]+")
 NUMBERS = ["0", "1", "2", "3", "5", "8", "32", "128", "1000", "2147483647", "2147483648", "65536"]
 
@@ -73,8 +77,13 @@ def mutate(rng: random.Random, text: str) -> str:
     """A few random edits of `text`."""
     for _ in range(rng.choice([1, 1, 2, 3, 5])):
         position = rng.randrange(len(text) + 1)
-        kind = rng.randrange(12)
-        if kind >= 9:  # swap one word or number for another: mistakes that parse
+        kind = rng.randrange(14)
+        if kind >= 12:  # a schedule directive more
+            at = text.find("schedule {")
+            if at >= 0:
+                at += len("schedule {")
+                text = text[:at] + " " + rng.choice(DIRECTIVES) + " " + text[at:]
+        elif kind >= 9:  # swap one word or number for another: mistakes that parse
             words = list(WORD.finditer(text))
             word = rng.choice(words)
             pool = NUMBERS if word.group()[0].isdigit() else [w.group() for w in words if not w.group()[0].isdigit()]
