@@ -109,6 +109,7 @@ def compile(  # noqa: A001 - the public name users expect
     """
     _check_choice(target, TARGETS, "target")
     _check_choice(tuner, TUNERS, "tuner")
+    check_integer(max_candidates, "max_candidates", 1)  # now: the tuning log may spare building the space
     if threads is not None:
         cores = _available_threads()
         threads = check_integer(threads, "threads", 1, cores, why=f"the cores this process may run on: {cores}")
