@@ -69,7 +69,7 @@ class Plan:
 
     phases: parallel.Phases
     symbols: dict[str, str]
-    offsets: dict[str, int]
+    offsets: dict[str, int]  # buffers, and for a view the slot holding its pointer
     workspace_elements: int
     layouts: dict[str, layouts.Layout]
     views: dict[str, str]  # buffer -> the tensor it is a view of (no workspace, no copies)
@@ -87,6 +87,11 @@ def plan_kernel(module: Module, isa: Isa, knobs: Knobs) -> Plan:
     placed, views = layouts.plan(module, knobs, isa.width, ignored, tensor_bytes <= cache_sizes()[2] // 2)
     buffers = [b.name for b in module.buffers if b.name not in ignored and b.name not in views]
     offsets, size = layouts.workspace(placed, buffers)
+    # A view's pointer lives in the workspace too, so a phase's function sees where an earlier phase
+    # (on the same workspace) pointed it: a stack slot would die with the function that set it.
+    for name in views:
+        offsets[name] = size
+        size += layouts.ALIGN_ELEMENTS
     phases = parallel.split(module)
     base = "swauto_" + re.sub(r"\W", "_", module.name)
     symbols = {"before": f"{base}_before"}
@@ -126,13 +131,16 @@ def _check_dtypes(module: Module) -> None:
 @dataclass(frozen=True)
 class Storage:
     """An array the kernel can address: a tensor argument, a buffer in the workspace, or a buffer that
-    is a view of a tensor, whose element 0 is wherever its last get pointed it (kept in a stack slot)."""
+    is a view of a tensor, whose element 0 is wherever its last get pointed it. The pointer is kept in
+    a stack slot (which LLVM promotes to a register) and mirrored in the workspace (`home`), which
+    outlives the function: every function starts from the pointer an earlier phase left there."""
 
     name: str
     shape: tuple[int, ...]
     layout: layouts.Layout
     base: ir.Value  # float* to element 0 (float** to the slot holding it, for a view)
     view_of: str | None = None  # the tensor a view shows
+    home: ir.Value | None = None  # a view's float** slot in the workspace
 
 
 class Lowering:
@@ -160,8 +168,11 @@ class Lowering:
         for buffer in module.buffers:
             if buffer.name in plan.views:
                 slot = self.builder.alloca(pointer, name=buffer.name)
+                home = self.builder.bitcast(self.builder.gep(workspace, [i64(plan.offsets[buffer.name])],
+                                                             inbounds=True), pointer.as_pointer())
+                self.builder.store(self.builder.load(home), slot)
                 self._add_storage(Storage(buffer.name, buffer.shape, plan.layouts[buffer.name], slot,
-                                          plan.views[buffer.name]))
+                                          plan.views[buffer.name], home))
             elif buffer.name not in self.ignored:
                 base = self.builder.gep(workspace, [i64(plan.offsets[buffer.name])], inbounds=True,
                                         name=buffer.name)
@@ -274,7 +285,9 @@ class Lowering:
             if stmt.direction == "get":
                 tensor = self.access_storage(stmt.tensor)
                 start = self.layout_offset(tensor, [self.expr(s, env) for s in stmt.tensor.starts])
-                self.builder.store(self.builder.gep(tensor.base, [start], inbounds=True), view.base)
+                pointer = self.builder.gep(tensor.base, [start], inbounds=True)
+                self.builder.store(pointer, view.base)
+                self.builder.store(pointer, view.home)
             return
         self.copy(stmt.tensor, stmt.buffer, env, into_driver=stmt.direction == "put", zero_fill=stmt.zero_fill)
 

@@ -37,6 +37,15 @@ def available_threads() -> int:
         return os.cpu_count() or 1
 
 
+def _forget_pool() -> None:
+    """A forked child has none of its parent's threads: it starts a pool of its own when it needs one."""
+    global _POOL, _POOL_LOCK
+    _POOL, _POOL_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
 def _pool() -> ThreadPoolExecutor:
     global _POOL
     with _POOL_LOCK:

@@ -6,9 +6,13 @@ half; the address of "the next iteration" advances the innermost enclosing loop 
 outer loops at loop ends (algorithm 8, over every enclosing loop: a loop the address does not
 depend on still repeats the transfer). A prologue before the outermost enclosing loop issues the
 first transfer. An output tile is written back from its half without waiting; its next get waits
-for the previous put, and the last put is waited for after the loops. An output is left single
-buffered when its innermost loop runs once (the next tile would be the one being written).
-Transfers at the root run once and are left as they are. The bytes moved are unchanged.
+for the previous put, and the last put is waited for after the loops. Prefetching an output tile
+moves its get before the put of the current tile and the statements between, so an output is
+double buffered only where `swauto.ir.dependence` proves its next tile disjoint from the current
+one and from every other buffer's transfer of that tensor inside the loops (a scatter such as a
+transposed convolution's, whose consecutive tiles overlap, stays single buffered, as does a tile
+whose innermost loop runs once). Transfers at the root run once and are left as they are. The
+bytes moved are unchanged.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from dataclasses import dataclass, replace
 
 from swauto.ir import expr as ex
 from swauto.ir.analysis import trip_count
+from swauto.ir.dependence import disjoint, disjoint_anywhere, loop_ranges
 from swauto.ir.nodes import Access, Compare, Dma, DmaWait, For, Gemm, If, Module, Seq, Stmt, Zero, seq
-from swauto.ir.visitor import Rewriter
+from swauto.ir.visitor import Rewriter, walk
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,41 @@ def _next_points(chain: list[For]) -> list[tuple[Compare, dict[str, ex.Expr]]]:
     return points
 
 
+def _next_tile_disjoint(chain: list[For], box: Access) -> bool:
+    """True when, at every step of algorithm 8's "next iteration", the next tile of `box` provably
+    shares no element with the current one. The step that advances loop `chain[d]` happens only in
+    its iterations before the last, with every loop inside it at its last iteration."""
+    ranges = loop_ranges(chain)
+    if len(ranges) != len(chain):
+        return False
+    for depth, (_, mapping) in zip(range(len(chain) - 1, -1, -1), _next_points(chain), strict=True):
+        loop = chain[depth]
+        first, last = ranges[loop.var]
+        if last == first:
+            continue  # this loop runs once: the step never happens
+        branch = {**ranges, loop.var: (first, last - loop.stride)}
+        branch.update({inner.var: (ranges[inner.var][1],) * 2 for inner in chain[depth + 1:]})
+        following = [ex.substitute(start, mapping) for start in box.starts]
+        if not disjoint(box.starts, box.extents, following, box.extents, branch):
+            return False
+    return True
+
+
+def _others_disjoint(get: Dma, chain: list[For]) -> bool:
+    """True when every transfer of another buffer inside `chain[0]` moves a box of `get`'s tensor that
+    no tile of `get` meets: a prefetched tile crosses the statements between two iterations, which
+    must not write what it reads."""
+    ranges = loop_ranges(chain)
+    box = get.tensor
+    for node, loops in walk(chain[0]):
+        if isinstance(node, Dma) and node.tensor.name == box.name and node.buffer.name != get.buffer.name:
+            other = node.tensor
+            if not disjoint_anywhere(box.starts, box.extents, ranges, other.starts, other.extents,
+                                     loop_ranges(loops)):
+                return False
+    return True
+
+
 def _box_at(dma: Dma, mapping: dict[str, ex.Expr]) -> Access:
     return replace(dma.tensor, starts=tuple(ex.substitute(s, mapping) for s in dma.tensor.starts))
 
@@ -106,8 +146,11 @@ class _DoubleBuffer(Rewriter):
         waits, prefetch, puts, kept = [], [], [], []
         for transfer in transfers:
             get, buffer = transfer.get, transfer.get.buffer.name
-            if transfer.put is not None and trip_count(chain[-1]) < 2:
-                kept.append(transfer)  # the next tile is this one: prefetching would read it stale
+            # An output tile whose innermost loop runs once gains no overlap from a second half; one
+            # whose prefetch is not proven independent of the writes it crosses would be read stale.
+            if transfer.put is not None and (trip_count(chain[-1]) < 2 or not _next_tile_disjoint(chain, get.tensor)
+                                             or not _others_disjoint(get, chain)):
+                kept.append(transfer)
                 continue
             self.doubled.add(buffer)
             zero_now = [] if transfer.zero is None else [Zero(_with_half(transfer.zero.buffer, ex.Const(0)))]

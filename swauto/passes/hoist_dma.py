@@ -4,8 +4,10 @@ Guarantees: starting from algorithm 7's placement, each operand's transfer moves
 its dependent loops (its box grows to cover every iteration of those loops, and the primitive reads
 its tile at an offset) so that the bytes moved are as few as possible while every buffer still fits
 local memory (counting double buffering when it will be applied); among placements that move as
-few bytes, the one using the least local memory. The result is what `place_transfers` gives with
-those placements.
+few bytes, the one using the least local memory. An output tile stays in local memory from its get
+to its put: it is hoisted only over loops where `swauto.ir.dependence` proves that no other call
+inside that window writes an element of it (its put would overwrite that call's result). The result
+is what `place_transfers` gives with those placements.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from __future__ import annotations
 import itertools
 from math import prod
 
+from swauto.errors import Rejected
 from swauto.ir.analysis import trip_count
+from swauto.ir.dependence import disjoint, loop_ranges
 from swauto.ir.nodes import Gemm, LocalBuffer, Module
 from swauto.ir.visitor import walk
 from swauto.machine import DTYPE_BYTES, LocalMemoryMachine
@@ -46,6 +50,28 @@ def _option(scheduled: Module, role: str, level: int, machine: LocalMemoryMachin
     return moved, local
 
 
+def _window_is_private(scheduled: Module, role: str, level: int) -> bool:
+    """True when every output tile of operand `role` hoisted over `level` loops is disjoint from the
+    tiles of every other call inside its window (the loop whose body gets and puts it)."""
+    calls = [(node, loops) for node, loops in walk(scheduled.body) if isinstance(node, Gemm)]
+    for index, (call, loops) in enumerate(calls):
+        access = dict(call.operands)[role]
+        if not scheduled.tensor(access.name).is_output:
+            return True
+        box = transfer_box(access, loops, level)
+        for other, other_loops in calls[:index] + calls[index + 1:]:
+            inside = box.home is None or any(loop is box.home for loop in other_loops)
+            tile = dict(other.operands)[role]
+            if inside and not disjoint(box.starts, box.extents, tile.starts, tile.extents,
+                                       loop_ranges((*loops, *other_loops))):
+                shared = transfer_box(tile, other_loops, level)
+                if (shared.home is box.home and shared.starts == box.starts and shared.extents == box.extents
+                        and tile.pad == access.pad):
+                    continue  # the two calls share this transfer and its buffer
+                return False
+    return True
+
+
 def hoist_dma(scheduled: Module, machine: LocalMemoryMachine, double_buffered: bool,
               placed: Module | None = None) -> Module:
     """`scheduled` is the IR before any transfer was placed (the input of `infer_dma`); `placed`, if
@@ -55,6 +81,12 @@ def hoist_dma(scheduled: Module, machine: LocalMemoryMachine, double_buffered: b
         if isinstance(call, Gemm):
             for role, access in call.operands:
                 caps[role] = max(caps[role], hoistable(access, loops))
+    for role in ROLES:  # an output tile hoisted as far as no other call writes into its window
+        caps[role] = next((level - 1 for level in range(caps[role] + 1)
+                           if not _window_is_private(scheduled, role, level)), caps[role])
+        if caps[role] < 0:
+            raise Rejected("overlapping output tiles", f"two calls write overlapping tiles of operand {role} "
+                                                       "while both are in local memory")
     options = {role: [_option(scheduled, role, level, machine) for level in range(caps[role] + 1)] for role in ROLES}
     placed = placed or place_transfers(scheduled, dict.fromkeys(ROLES, 0))
     # The float64 copies do not depend on where transfers sit: count them once, from any placement.

@@ -160,6 +160,13 @@ def fuse_loops(module: Module, outer: str, inner: str, fused: str) -> Module:
     if None in counts or first.stride != 1 or second.stride != 1:
         raise Rejected("fusion not expressible", f"loops {outer} and {inner} must have constant bounds")
     count_outer, count_inner = counts
+    # A shorter last tile of either loop becomes a size that changes in the middle of the fused loop,
+    # where no peeling of its last iteration makes it constant.
+    sizes = [e for loop in loops[index + 2:] for e in (loop.start, loop.stop)]
+    sizes += [ex.as_expr(getattr(call, dim)) for dim in "mnk"]
+    sizes += [ex.as_expr(e) for _, access in call.operands for e in access.extents]
+    if any({outer, inner} & ex.free_vars(e) for e in sizes):
+        raise Rejected("fusion not expressible", f"{outer} or {inner} has a shorter last tile")
     f = ex.Var(fused)
     mapping = {outer: f // count_inner + first.start, inner: f % count_inner + second.start}
     new_loops = [*loops[:index], For(fused, ex.Const(0), ex.Const(count_outer * count_inner), 1, call),

@@ -1,0 +1,59 @@
+"""Proofs that two boxes of one tensor share no element: what a pass needs before it reorders two
+transfers of an output or keeps a tile in local memory while other statements write that tensor.
+
+Every answer is sound: True only when the boxes are disjoint for *every* value of the variables in
+their ranges; False whenever that cannot be shown (the caller then keeps the program's order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from swauto.ir import expr as ex
+from swauto.ir.nodes import For
+
+Ranges = Mapping[str, tuple[int, int]]
+
+
+def disjoint(starts_a: Sequence[ex.Expr], extents_a: Sequence[int], starts_b: Sequence[ex.Expr],
+             extents_b: Sequence[int], ranges: Ranges) -> bool:
+    """True when the boxes a and b (of the same array) provably share no element: along some axis,
+    the distance between their starts exceeds the extent of the box that comes first, whatever the
+    variables' values in `ranges` (inclusive). Variables without a range make an axis unprovable."""
+    for start_a, extent_a, start_b, extent_b in zip(starts_a, extents_a, starts_b, extents_b, strict=True):
+        distance = ex.simplify(start_b - start_a)
+        try:
+            low, high = ex.bounds(distance, ranges)
+        except (ValueError, KeyError):
+            continue
+        if low >= extent_a or high <= -extent_b:
+            return True
+    return False
+
+
+def disjoint_anywhere(starts_a: Sequence[ex.Expr], extents_a: Sequence[int], ranges_a: Ranges,
+                      starts_b: Sequence[ex.Expr], extents_b: Sequence[int], ranges_b: Ranges) -> bool:
+    """True when no box a (its variables in `ranges_a`) meets any box b (its own, independent
+    variables in `ranges_b`), even where the two use the same variable names."""
+    renamed = {name: ex.Var(name + "'") for name in ranges_b}
+    starts_b = [ex.substitute(start, renamed) for start in starts_b]
+    ranges = {**ranges_a, **{name + "'": bounds for name, bounds in ranges_b.items()}}
+    return disjoint(starts_a, extents_a, starts_b, extents_b, ranges)
+
+
+def loop_range(loop: For) -> tuple[int, int] | None:
+    """The first and last value `loop.var` takes (None when its bounds are not constant or it never runs)."""
+    start, stop = ex.constant_value(loop.start), ex.constant_value(loop.stop)
+    if start is None or stop is None or loop.stride <= 0 or stop <= start:
+        return None
+    return start, start + (stop - 1 - start) // loop.stride * loop.stride
+
+
+def loop_ranges(loops: Sequence[For]) -> dict[str, tuple[int, int]]:
+    """The range of each loop of constant bounds in `loops` (loops that never run are left out)."""
+    ranges: dict[str, tuple[int, int]] = {}
+    for loop in loops:
+        found = loop_range(loop)
+        if found is not None:
+            ranges[loop.var] = found
+    return ranges
