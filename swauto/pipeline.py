@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from swauto.errors import Rejected
 from swauto.frontend.check import BoundOperator
+from swauto.ir import verify
 from swauto.ir.nodes import Module
 from swauto.machine import LocalMemoryMachine
 from swauto.passes.double_buffer import double_buffer
@@ -20,7 +21,8 @@ Stages = list[tuple[str, Module]]
 
 def lower(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) -> Stages:
     """IR after each stage: `seed`, `schedule` (the transformed loop nest), then each pass. The last
-    stage is the final IR. Raises `Rejected` when the candidate is illegal."""
+    stage is the final IR. Raises `Rejected` when the candidate is illegal. With `SWAUTO_VERIFY=1`,
+    every stage is verified (`swauto.ir.verify`)."""
     stages: Stages = [("seed", op.seed)]
     module = apply(op, candidate, machine)
     stages.append(("schedule", module))
@@ -40,6 +42,9 @@ def lower(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
         stages.append(("double_buffer", module))
     module = plan_local_memory(module, machine)
     stages.append(("plan_local_memory", module))
+    if verify.enabled():
+        for name, stage in stages:
+            verify.verify(stage, name)
     return stages
 
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+# Every IR the tests build is checked by the IR verifier after every stage (swauto.ir.verify).
+os.environ.setdefault("SWAUTO_VERIFY", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

@@ -329,7 +329,9 @@ def test_a_gemm_operand_missing_a_dimension_is_a_codegen_error():
     module = transposed_gemm_module(64, 48, 96, tile_k=32)
     gemm = module.body.stmts[5].body.stmts[4]
     bad = Gemm(gemm.m, gemm.n, gemm.k, _box("A_tile", (0, 0), (32, 64), (None, "M")), gemm.b, gemm.c, "M")
-    broken = Module(module.name, module.tensors, module.buffers, For("x", Const(0), Const(1), 1, bad))
+    # The buffers hold data (zeros), so what is wrong is the operand alone.
+    zeros = [Zero(_box(b.name, (0,) * len(b.shape), b.shape, (None,) * len(b.shape))) for b in module.buffers]
+    broken = Module(module.name, module.tensors, module.buffers, Seq((*zeros, For("x", Const(0), Const(1), 1, bad))))
     with pytest.raises(CodegenError, match="must carry K and M|must carry M and K"):
         compile_module(broken)
 

@@ -53,7 +53,8 @@ def _pipeline(trips: int, rows: int, gemm_k: int, double: bool) -> Module:
                    Access("X_tile", (index % 2, ex.Const(0), ex.Const(0)), (1, rows, 256), (None, None, None)),
                    "ready")
 
-    operand = Access("X_tile", (ex.Const(0), ex.Const(0), ex.Const(0)), (1, rows, 256), (None, "M", "K"))
+    # The GEMM reads the half this iteration's tile arrived in (the checks refuse a race with the prefetch).
+    operand = Access("X_tile", (i % 2, ex.Const(0), ex.Const(0)), (1, rows, 256), (None, "M", "K"))
     gemm = Gemm(128, 128, gemm_k, operand, operand, operand, "M")
     if double:
         body = Seq((DmaWait("ready"), If(Compare("<", i + 1, ex.Const(trips)), get(i + 1)), gemm))

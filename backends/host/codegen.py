@@ -40,6 +40,7 @@ from swauto.ir.nodes import (
     Zero,
 )
 from swauto.ir.printer import format_access
+from swauto.ir.verify import VerificationError, verify
 
 from . import layout as layouts
 from . import parallel
@@ -92,12 +93,30 @@ def plan_kernel(module: Module, isa: Isa, knobs: Knobs) -> Plan:
     for name in views:
         offsets[name] = size
         size += layouts.ALIGN_ELEMENTS
-    phases = parallel.split(module)
+    phases = _proven(module, parallel.split(module))
     base = "swauto_" + re.sub(r"\W", "_", module.name)
     symbols = {"before": f"{base}_before"}
     if phases.loops:
         symbols.update(loop=f"{base}_loop", after=f"{base}_after")
     return Plan(phases, symbols, offsets, size, placed, views)
+
+
+def _proven(module: Module, phases: parallel.Phases) -> parallel.Phases:
+    """`phases` when the verifier shows that each generated function reads only buffers it, or an
+    earlier function on its workspace, defined; else the whole kernel on one thread, which must verify.
+
+    Raises `CodegenError` (a bug in swauto) when even that breaks an invariant of the IR."""
+    lets = tuple(s for s in phases.before if isinstance(s, Let))
+    nest = Seq((*lets, *phases.prologue, phases.nest)) if phases.nest is not None else None
+    functions = [Seq(phases.before), *([nest, Seq(lets + phases.after)] if nest is not None else [])]
+    try:
+        verify(module, "host phases", [functions, *([[nest]] if nest is not None else [])], asynchronous=False)
+        return phases
+    except VerificationError as error:
+        if phases.nest is None:
+            raise CodegenError(f"internal error, please report it: {error}") from None
+    return _proven(module, parallel.Phases(tuple(module.body.stmts) if isinstance(module.body, Seq)
+                                           else (module.body,), None, (), ()))
 
 
 def generate(module: Module, isa: Isa, knobs: Knobs) -> ir.Module:

@@ -19,14 +19,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from swauto.backends.sw26010.timing import Statements, Timeline
+from swauto.backends.sw26010.timing import Statements, Timeline, check_local_memory
 from swauto.errors import SimulationError
 from swauto.ir import expr as ex
 from swauto.ir.memory import box_slices, matrix_view, store_matrix
 from swauto.ir.nodes import Access, Alloc, Dma, DmaWait, For, Gemm, If, Let, Module, Seq, Stmt, Zero
 from swauto.ir.printer import format_stmt
 from swauto.machine import SW26010
-from swauto.passes.plan_local_memory import per_cpe_bytes
 
 _COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
             ">=": operator.ge}
@@ -49,22 +48,46 @@ class Counters:
         return dict(self.__dict__)
 
 
+Box = tuple[str, tuple[int, ...], tuple[int, ...]]  # an array's name, starts, extents
+
+
+def _overlap(a: Box, b: Box) -> bool:
+    return a[0] == b[0] and all(s < t + f and t < s + e for s, e, t, f in zip(a[1], a[2], b[1], b[2], strict=True))
+
+
+@dataclass(frozen=True)
+class _Flight:
+    """A transfer still moving: its direction and its local and tensor boxes."""
+
+    direction: str
+    local: Box
+    memory: Box
+
+
 @dataclass
 class _State:
     arrays: dict[str, np.ndarray]
     buffers: dict[str, np.ndarray]
-    # reply -> the buffer boxes its transfers are still moving: (buffer, starts, extents)
-    in_flight: dict[str, list[tuple[str, tuple[int, ...], tuple[int, ...]]]] = field(default_factory=dict)
-
-    def busy(self, buffer: str, starts: tuple[int, ...], extents: tuple[int, ...]) -> bool:
-        """Whether a transfer still in flight touches this box of `buffer`."""
-        return any(
-            name == buffer and all(s < t + f and t < s + e for s, e, t, f in zip(starts, extents, other, sizes,
-                                                                                strict=True))
-            for boxes in self.in_flight.values() for name, other, sizes in boxes
-        )
+    # reply -> the transfers with that reply still in flight
+    in_flight: dict[str, list[_Flight]] = field(default_factory=dict)
+    # Per output element, how many puts wrote it; per buffer box filled by a get, those counts then.
+    # A put whose box was written by another put since its get would overwrite that result.
+    versions: dict[str, np.ndarray] = field(default_factory=dict)
+    read_at: dict[Box, np.ndarray] = field(default_factory=dict)
     counters: Counters = field(default_factory=Counters)
     timeline: Timeline | None = None
+
+    def busy(self, box: Box) -> bool:
+        """Whether a transfer still in flight touches this box of a local buffer."""
+        return any(_overlap(flight.local, box) for flights in self.in_flight.values() for flight in flights)
+
+    def conflict(self, direction: str, memory: Box) -> _Flight | None:
+        """A transfer in flight on a box of the same tensor overlapping `memory`, one of the two a put."""
+        for flights in self.in_flight.values():
+            for flight in flights:
+                if "put" in (direction, flight.direction) and _overlap(flight.memory, memory):
+                    return flight
+        return None
 
 
 class _Machine:
@@ -77,22 +100,7 @@ class _Machine:
     # --- local memory ----------------------------------------------------------------------------
 
     def allocate(self) -> tuple[dict[str, np.ndarray], int]:
-        used = 0
-        ranges = []
-        for buffer in self.module.buffers:
-            size = per_cpe_bytes(buffer, self.machine)
-            start = buffer.offset if buffer.offset is not None else used
-            ranges.append((start, start + size, buffer.name))
-            used = max(used, start + size)
-        ranges.sort()
-        for (_, end, first), (start, _, second) in zip(ranges, ranges[1:], strict=False):
-            if start < end:
-                raise SimulationError(f"local buffers {first} and {second} overlap in LDM")
-        if used > self.machine.ldm_usable_bytes:
-            raise SimulationError(
-                f"the program needs {used} B of local memory per CPE; a CPE has "
-                f"{self.machine.ldm_usable_bytes} B besides its reserve"
-            )
+        used = check_local_memory(self.module, self.machine)
         buffers = {b.name: np.zeros(b.shape, dtype=b.dtype) for b in self.module.buffers}
         return buffers, used
 
@@ -125,7 +133,7 @@ class _Machine:
         elif isinstance(stmt, Zero):
             buffer = state.buffers[stmt.buffer.name]
             starts = self.box(stmt.buffer, env, buffer.shape, f"buffer {stmt.buffer.name}", stmt)
-            if state.busy(stmt.buffer.name, starts, stmt.buffer.extents):
+            if state.busy((stmt.buffer.name, starts, stmt.buffer.extents)):
                 raise SimulationError(f"zeroing {stmt.buffer.name} while a DMA on that tile is in flight")
             buffer[box_slices(starts, stmt.buffer.extents)] = 0
             self.statements.run(stmt, env, state.timeline)
@@ -150,9 +158,9 @@ class _Machine:
         array = state.arrays[tensor.name]
         buffer = state.buffers[stmt.buffer.name]
         buffer_starts = self.box(stmt.buffer, env, buffer.shape, f"buffer {stmt.buffer.name}", stmt)
-        if state.busy(stmt.buffer.name, buffer_starts, stmt.buffer.extents):
+        local_box = (stmt.buffer.name, buffer_starts, stmt.buffer.extents)
+        if state.busy(local_box):
             raise SimulationError(f"DMA into {stmt.buffer.name} while another DMA on that tile is in flight")
-        flight = (stmt.buffer.name, buffer_starts, stmt.buffer.extents)
         self.statements.run(stmt, env, state.timeline)
         local = buffer[box_slices(buffer_starts, stmt.buffer.extents)].reshape(stmt.tensor.extents)
         if stmt.zero_fill and stmt.direction == "get":
@@ -161,24 +169,46 @@ class _Machine:
             low = [max(s, 0) for s in starts]
             high = [min(s + e, n) for s, e, n in zip(starts, stmt.tensor.extents, tensor.shape, strict=True)]
             local[...] = 0
-            if any(h <= lo for lo, h in zip(low, high, strict=True)):
-                state.in_flight.setdefault(stmt.reply, []).append(flight)
-                return
             tensor_starts = tuple(low)
-            extents = tuple(h - lo for lo, h in zip(low, high, strict=True))
-            inner = tuple(slice(lo - s, h - s) for lo, h, s in zip(low, high, starts, strict=True))
-            local = local[inner]
+            extents = tuple(max(h - lo, 0) for lo, h in zip(low, high, strict=True))
+            local = local[tuple(slice(lo - s, lo - s + e) for lo, s, e in zip(low, starts, extents, strict=True))]
         else:
             tensor_starts = self.box(stmt.tensor, env, tensor.shape, f"tensor {tensor.name}", stmt)
             extents = stmt.tensor.extents
-        memory = array[box_slices(tensor_starts, extents)]
+        memory_box = (tensor.name, tensor_starts, extents)
+        flight = _Flight(stmt.direction, local_box, memory_box)
+        state.in_flight.setdefault(stmt.reply, [])
+        if 0 in extents:
+            state.in_flight[stmt.reply].append(flight)
+            return
+        other = state.conflict(stmt.direction, memory_box)
+        if other is not None:
+            raise SimulationError(f"a {stmt.direction} of {tensor.name} is issued while an overlapping "
+                                  f"{other.direction} ({other.local[0]}) is in flight: {format_stmt(stmt)[0]}")
+        region = box_slices(tensor_starts, extents)
+        memory = array[region]
         if stmt.direction == "get":
             local[...] = memory
             state.counters.dma_get_bytes += memory.nbytes
+            if tensor.is_output:
+                state.read_at[local_box] = self.versions(state, tensor.name)[region].copy()
         else:
+            if tensor.is_output:
+                versions = self.versions(state, tensor.name)
+                read = state.read_at.pop(local_box, None)
+                if read is not None and read.shape == versions[region].shape and (read != versions[region]).any():
+                    raise SimulationError(f"{format_stmt(stmt)[0].split('  #')[0].strip()} overwrites what another "
+                                          f"put wrote to {tensor.name} after {stmt.buffer.name} was read")
+                versions[region] += 1
             memory[...] = local
             state.counters.dma_put_bytes += memory.nbytes
-        state.in_flight.setdefault(stmt.reply, []).append(flight)
+        state.in_flight[stmt.reply].append(flight)
+
+    @staticmethod
+    def versions(state: _State, tensor: str) -> np.ndarray:
+        if tensor not in state.versions:
+            state.versions[tensor] = np.zeros(state.arrays[tensor].shape, np.int64)
+        return state.versions[tensor]
 
     def gemm(self, stmt: Gemm, env: dict[str, int], state: _State) -> None:
         views = {}
@@ -186,7 +216,7 @@ class _Machine:
             buffer = state.buffers[access.name]
             extents = access.padded_extents()
             starts = self.box(replace(access, extents=extents), env, buffer.shape, f"buffer {access.name}", stmt)
-            if state.busy(access.name, starts, extents):
+            if state.busy((access.name, starts, extents)):
                 raise SimulationError(f"gemm reads {name} from {access.name} before its DMA was waited for")
             views[name] = buffer[box_slices(starts, extents)]
         a = matrix_view(views["A"], stmt.a.dims, "M", "K").astype(np.float64)

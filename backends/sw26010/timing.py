@@ -24,11 +24,14 @@ from functools import lru_cache
 from math import prod
 
 from swauto.backends.sw26010.dma import TransferCost, transfer_cost
+from swauto.errors import SimulationError
 from swauto.ir import expr as ex
 from swauto.ir.memory import row_major_strides
 from swauto.ir.nodes import Dma, DmaWait, For, Gemm, If, Let, Module, Seq, Stmt, Zero
+from swauto.ir.verify import VerificationError, verify
 from swauto.ir.visitor import walk
 from swauto.machine import DTYPE_BYTES, SW26010
+from swauto.passes.plan_local_memory import per_cpe_bytes
 
 _COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
             ">=": operator.ge}
@@ -279,6 +282,41 @@ def _loop_facts(loop: For, module: Module, machine: SW26010) -> _LoopFacts:
     return _LoopFacts(period, edge)
 
 
+def check_local_memory(module: Module, machine: SW26010) -> int:
+    """The bytes of local memory the program needs per CPE; raises `SimulationError` when its
+    buffers overlap or do not fit (both simulators run it first)."""
+    used = 0
+    ranges = []
+    for buffer in module.buffers:
+        size = per_cpe_bytes(buffer, machine)
+        start = buffer.offset if buffer.offset is not None else used
+        ranges.append((start, start + size, buffer.name))
+        used = max(used, start + size)
+    ranges.sort()
+    for (_, end, first), (start, _, second) in zip(ranges, ranges[1:], strict=False):
+        if start < end:
+            raise SimulationError(f"local buffers {first} and {second} overlap in LDM")
+    if used > machine.ldm_usable_bytes:
+        raise SimulationError(
+            f"the program needs {used} B of local memory per CPE; a CPE has "
+            f"{machine.ldm_usable_bytes} B besides its reserve"
+        )
+    return used
+
+
+def check_program(module: Module, machine: SW26010) -> None:
+    """Raise `SimulationError` for a program the machine would not run right: buffers that do not fit
+    local memory, or IR that breaks an invariant of `swauto.ir.verify` (a box outside its tensor or
+    buffer, a transfer never waited for or one overlapping another in flight, a read of a buffer
+    before its data arrived). The timing-only mode checks this up front: it jumps over loop
+    iterations, so it cannot meet every bad one as the functional simulator does."""
+    check_local_memory(module, machine)
+    try:
+        verify(module)
+    except VerificationError as error:
+        raise SimulationError(str(error)) from None
+
+
 @dataclass(frozen=True)
 class Timing:
     """The timed run of a program: its simulated seconds and what it moved and computed."""
@@ -294,10 +332,12 @@ class Timing:
 def time_module(module: Module, machine: SW26010, extrapolate: bool = True) -> Timing:
     """Simulated run time of `module` on one core group, without moving data (loop bounds must be
     constant given the enclosing loops). With `extrapolate`, periodic stretches of a loop are jumped
-    over (same result as stepping through them, much faster)."""
+    over (same result as stepping through them, much faster). Raises `SimulationError` for a program
+    the machine would not run right (`check_program`)."""
+    check_program(module, machine)
     timer = _Timer(module, machine, extrapolate)
     timer.run(module.body, {})
-    for reply in list(timer.timeline.pending):
-        timer.timeline.wait(reply)
     timeline = timer.timeline
+    if timeline.pending:
+        raise SimulationError(f"the program ends with DMAs never waited for: {', '.join(sorted(timeline.pending))}")
     return Timing(timeline.seconds, timeline.now, dict(timeline.stats))

@@ -21,14 +21,55 @@ def disjoint(starts_a: Sequence[ex.Expr], extents_a: Sequence[int], starts_b: Se
     the distance between their starts exceeds the extent of the box that comes first, whatever the
     variables' values in `ranges` (inclusive). Variables without a range make an axis unprovable."""
     for start_a, extent_a, start_b, extent_b in zip(starts_a, extents_a, starts_b, extents_b, strict=True):
-        distance = ex.simplify(start_b - start_a)
+        if extent_a == extent_b == 1 and _different_residues(start_a, start_b):
+            return True
         try:
-            low, high = ex.bounds(distance, ranges)
+            low, high = tight_bounds(start_b - start_a, ranges)
         except (ValueError, KeyError):
             continue
         if low >= extent_a or high <= -extent_b:
             return True
     return False
+
+
+def tight_bounds(expr: ex.Expr, ranges: Ranges) -> tuple[int, int]:
+    """`ex.bounds`, with equal non-affine terms cancelled first: `x / 3 + i - x / 3` is `i`.
+    Raises ValueError or KeyError as `ex.bounds` does."""
+    terms, low = _atoms(expr)
+    high = low
+    for atom, coefficient in terms.items():
+        if coefficient:
+            a, b = ex.bounds(atom, ranges)
+            low += coefficient * (a if coefficient > 0 else b)
+            high += coefficient * (b if coefficient > 0 else a)
+    return low, high
+
+
+def _atoms(expr: ex.Expr) -> tuple[dict[ex.Expr, int], int]:
+    """`expr` as a sum of coefficient x term plus a constant, where a term is a variable or a
+    subexpression that is not affine (a floor division, a modulo, a min or max, a product)."""
+    if isinstance(expr, ex.Const):
+        return {}, expr.value
+    if isinstance(expr, ex.BinOp) and expr.op in "+-":
+        (left, a), (right, b) = _atoms(expr.left), _atoms(expr.right)
+        sign = 1 if expr.op == "+" else -1
+        for atom, coefficient in right.items():
+            left = {**left, atom: left.get(atom, 0) + sign * coefficient}
+        return left, a + sign * b
+    if isinstance(expr, ex.BinOp) and expr.op == "*" and isinstance(expr.right, ex.Const):
+        terms, constant = _atoms(expr.left)
+        return {atom: c * expr.right.value for atom, c in terms.items()}, constant * expr.right.value
+    return {expr: 1}, 0
+
+
+def _different_residues(a: ex.Expr, b: ex.Expr) -> bool:
+    """True for `x % m` and `(x + c) % m` with c not a multiple of m (the two halves of a double
+    buffer: this iteration's and the next one's)."""
+    if not (isinstance(a, ex.BinOp) and isinstance(b, ex.BinOp) and a.op == b.op == "%" and a.right == b.right):
+        return False
+    modulus = ex.constant_value(a.right)
+    offset = ex.constant_value(ex.simplify(b.left - a.left))
+    return modulus is not None and modulus > 0 and offset is not None and offset % modulus != 0
 
 
 def disjoint_anywhere(starts_a: Sequence[ex.Expr], extents_a: Sequence[int], ranges_a: Ranges,

@@ -1,0 +1,316 @@
+"""The IR verifier: the invariants every pass promises, checked on its output.
+
+`verify(module)` raises `VerificationError` (a bug in swauto, not in the user's file) unless:
+
+- every access names a tensor or a local buffer of the module, with one start, extent and dimension
+  per axis and no empty axis, and every `alloc` names a local buffer;
+- every box stays inside its tensor or buffer for every value the loop variables take (zero-filled
+  gets may reach outside their tensor), following the conditions of the `If`s around it;
+- every buffer a primitive or a put reads holds data on every path to it (a get or a zeroing wrote
+  it before), and every generated function reads only what it or an earlier function on the same
+  workspace defined (the host's thread phases, when given);
+- no statement touches a box of a local buffer that a transfer still in flight moves, no transfer
+  of a tensor box is issued while another, overlapping one of which either is a put is in flight,
+  and every transfer is waited for before the program ends.
+
+Boxes are compared by `swauto.ir.dependence` (sound: "disjoint" only when proven). A transfer still
+in flight from an earlier iteration of a loop is compared as if its variables were independent of
+the current ones. `SWAUTO_VERIFY=1` makes the pipeline verify the IR after every stage.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from swauto.ir import expr as ex
+from swauto.ir.dependence import disjoint, disjoint_anywhere, loop_range, tight_bounds
+from swauto.ir.nodes import Access, Alloc, Compare, Dma, DmaWait, For, Gemm, If, Let, Module, Seq, Stmt, Zero
+from swauto.ir.printer import format_stmt
+from swauto.ir.visitor import walk
+
+Ranges = dict[str, tuple[int, int]]
+_COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
+            ">=": operator.ge}
+_NEGATE = {"<": ">=", "<=": ">", "==": "!=", "!=": "==", ">": "<=", ">=": "<"}
+_REFINE_LIMIT = 1 << 12  # values of a variable tried one by one to narrow its range under a condition
+ENV_VAR = "SWAUTO_VERIFY"
+
+
+class VerificationError(Exception):
+    """The IR breaks an invariant a pass promised: a bug in swauto."""
+
+
+def enabled() -> bool:
+    """True when `SWAUTO_VERIFY` asks the pipeline to verify every stage."""
+    return os.environ.get(ENV_VAR, "") not in ("", "0")
+
+
+@dataclass(frozen=True, eq=False)
+class _InFlight:
+    """A transfer issued and not yet waited for, with the variables' ranges where it was issued;
+    `earlier` when it comes from an earlier iteration of a loop (its variables had other values).
+    Two are equal when they are the same statement of the module issued under the same ranges."""
+
+    dma: Dma
+    ranges: tuple[tuple[str, tuple[int, int]], ...]
+    earlier: bool = False
+
+    def _key(self) -> tuple:
+        return id(self.dma), self.ranges, self.earlier
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _InFlight) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+@dataclass(frozen=True)
+class _State:
+    defined: frozenset[str]
+    in_flight: frozenset[_InFlight]
+
+
+def verify(module: Module, stage: str = "", workspaces: Iterable[Iterable[Stmt]] = (),
+           asynchronous: bool = True) -> None:
+    """Raise `VerificationError` unless `module` keeps the invariants above. Each item of
+    `workspaces` lists the generated functions that run one after another on one workspace (a
+    backend's phases): each is checked to read only what it or the functions before it defined.
+    Without `asynchronous` (a target whose transfers complete as they are issued) the rules on
+    transfers in flight do not apply."""
+    checker = _Checker(module, stage, asynchronous)
+    checker.names(module.body)
+    checker.boxes(module.body, {})
+    state = checker.run(module.body, _State(frozenset(), frozenset()), {})
+    if state.in_flight:
+        raise checker.error(next(iter(state.in_flight)).dma, "is never waited for")
+    for functions in workspaces:
+        defined: frozenset[str] = frozenset()
+        for function in functions:
+            defined = checker.run(function, _State(defined, frozenset()), {}).defined
+
+
+class _Checker:
+    def __init__(self, module: Module, stage: str, asynchronous: bool) -> None:
+        self.module = module
+        self.stage = stage
+        self.asynchronous = asynchronous
+        self.shapes = {t.name: t.shape for t in module.tensors}
+        self.buffers = {b.name: b.shape for b in module.buffers}
+
+    def error(self, stmt: Stmt, problem: str) -> VerificationError:
+        where = f" after {self.stage}" if self.stage else ""
+        text = format_stmt(stmt)[0].split("  #")[0].strip()
+        return VerificationError(f"IR of {self.module.name}{where}: `{text}` {problem}")
+
+    # --- names, ranks, allocation ---------------------------------------------------------------
+
+    def names(self, body: Stmt) -> None:
+        for node, _ in walk(body):
+            for access, kind in _accesses(node):
+                shapes = self.shapes if kind == "tensor" else self.buffers if kind == "buffer" \
+                    else {**self.shapes, **self.buffers}
+                if access.name not in shapes:
+                    raise self.error(node, f"names {access.name}, which is not a {kind or 'tensor or buffer'}")
+                rank = len(shapes[access.name])
+                if not len(access.starts) == len(access.extents) == len(access.dims) == rank or \
+                        access.pad and len(access.pad) != rank:
+                    raise self.error(node, f"does not give one start, extent and dimension per axis of {access.name}")
+                if any(isinstance(extent, int) and extent < 1 for extent in access.extents):
+                    raise self.error(node, f"has an empty axis of {access.name}")
+
+    def boxes(self, stmt: Stmt, ranges: Ranges) -> None:
+        """Every box inside its tensor or buffer, for the values the variables take where it runs."""
+        if isinstance(stmt, Seq):
+            for child in stmt.stmts:
+                if isinstance(child, Let):
+                    ranges = {**ranges, child.var: self.bounds(child.value, ranges, child)}
+                else:
+                    self.boxes(child, ranges)
+        elif isinstance(stmt, For):
+            span = self.span(stmt, ranges)
+            if span is not None:
+                self.boxes(stmt.body, {**ranges, stmt.var: span})
+        elif isinstance(stmt, If):
+            for branch, cond in ((stmt.then, stmt.cond), (stmt.otherwise, _negated(stmt.cond))):
+                narrowed = _refine(cond, ranges)
+                if branch is not None and narrowed is not None:
+                    self.boxes(branch, narrowed)
+        elif isinstance(stmt, Dma):
+            self.inside(stmt, stmt.tensor, self.shapes[stmt.tensor.name], ranges, outside_ok=stmt.zero_fill)
+        for access, kind in _accesses(stmt):
+            if access.name in self.buffers and kind != "tensor":
+                self.inside(stmt, replace(access, extents=access.padded_extents()), self.buffers[access.name], ranges)
+
+    def span(self, loop: For, ranges: Ranges) -> tuple[int, int] | None:
+        """The first and last value of `loop.var` (bounds when they vary with outer loops; None when
+        the loop never runs)."""
+        span = loop_range(loop)
+        if span is None and ex.free_vars(loop.start) | ex.free_vars(loop.stop):
+            span = (self.bounds(loop.start, ranges, loop)[0], self.bounds(loop.stop, ranges, loop)[1] - 1)
+        return span
+
+    # --- the walk -------------------------------------------------------------------------------
+
+    def run(self, stmt: Stmt, state: _State, ranges: Ranges) -> _State:
+        if isinstance(stmt, Seq):
+            for child in stmt.stmts:
+                if isinstance(child, Let):
+                    ranges = {**ranges, child.var: self.bounds(child.value, ranges, child)}
+                else:
+                    state = self.run(child, state, ranges)
+            return state
+        if isinstance(stmt, For):
+            return self.loop(stmt, state, ranges)
+        if isinstance(stmt, If):
+            branches = [(stmt.then, stmt.cond), (stmt.otherwise, _negated(stmt.cond))]
+            states = []
+            for branch, cond in branches:
+                narrowed = _refine(cond, ranges)
+                if narrowed is not None:  # else the branch never runs
+                    states.append(state if branch is None else self.run(branch, state, narrowed))
+            if not states:
+                return state
+            return _State(frozenset.intersection(*(s.defined for s in states)),
+                          frozenset.union(*(s.in_flight for s in states)))
+        if isinstance(stmt, Alloc):
+            if stmt.buffer not in self.buffers:
+                raise self.error(stmt, f"allocates {stmt.buffer}, which is not a local buffer of the module")
+            return state
+        if isinstance(stmt, DmaWait):
+            return replace(state, in_flight=frozenset(f for f in state.in_flight if f.dma.reply != stmt.reply))
+        if isinstance(stmt, Dma):
+            return self.dma(stmt, state, ranges)
+        if isinstance(stmt, Zero):
+            self.local(stmt, stmt.buffer, state, ranges, reads=False)
+            return replace(state, defined=state.defined | {stmt.buffer.name})
+        if isinstance(stmt, Gemm):
+            for _, access in stmt.operands:
+                if access.name in self.buffers:
+                    self.local(stmt, access, state, ranges, reads=True)
+            return state
+        return state
+
+    def loop(self, loop: For, state: _State, ranges: Ranges) -> _State:
+        span = self.span(loop, ranges)
+        if span is None:
+            return state  # the loop never runs
+        entry = state
+        for _ in range(4):  # transfers left in flight by one iteration reach the next one
+            out = self.run(loop.body, entry, {**ranges, loop.var: span})
+            carried = frozenset(f if f in state.in_flight else replace(f, earlier=True) for f in out.in_flight)
+            following = _State(state.defined, state.in_flight | carried)
+            if following == entry:
+                break
+            entry = following
+        # After the loop, what its last iteration left is in flight: not the prefetches issued only in
+        # earlier iterations (their recorded range of the loop variable excludes its last value).
+        last = span[1]
+        left = frozenset(f for f in carried if f in state.in_flight or dict(f.ranges).get(loop.var, span)[1] >= last)
+        return _State(out.defined, left | (state.in_flight & out.in_flight))
+
+    # --- leaves ---------------------------------------------------------------------------------
+
+    def dma(self, dma: Dma, state: _State, ranges: Ranges) -> _State:
+        if dma.direction not in ("get", "put"):
+            raise self.error(dma, f"has direction {dma.direction!r}")
+        self.local(dma, dma.buffer, state, ranges, reads=dma.direction == "put")
+        for flight in state.in_flight:
+            other = flight.dma
+            if other.tensor.name == dma.tensor.name and "put" in (dma.direction, other.direction) and \
+                    not _apart(flight, other.tensor, dma.tensor, ranges):
+                raise self.error(dma, f"moves a box of {dma.tensor.name} that a {other.direction} still in flight "
+                                      f"(`{format_stmt(other)[0].split('  #')[0].strip()}`) may overlap")
+        defined = state.defined | {dma.buffer.name} if dma.direction == "get" else state.defined
+        if not self.asynchronous:
+            return _State(defined, state.in_flight)
+        return _State(defined, state.in_flight | {_InFlight(dma, tuple(sorted(ranges.items())))})
+
+    def local(self, stmt: Stmt, access: Access, state: _State, ranges: Ranges, reads: bool) -> None:
+        """Checks of a statement touching `access` of a local buffer."""
+        if reads and access.name not in state.defined:
+            raise self.error(stmt, f"reads {access.name} where no statement has written it on some path")
+        for flight in state.in_flight:
+            if flight.dma.buffer.name == access.name and not _apart(flight, flight.dma.buffer, access, ranges):
+                raise self.error(stmt, f"touches {access.name} while a transfer of it is in flight "
+                                       f"(`{format_stmt(flight.dma)[0].split('  #')[0].strip()}`)")
+
+    def inside(self, stmt: Stmt, access: Access, shape: tuple[int, ...], ranges: Ranges,
+               outside_ok: bool = False) -> None:
+        if outside_ok or not all(isinstance(extent, int) for extent in access.extents):
+            return
+        for axis, (start, extent, size) in enumerate(zip(access.starts, access.extents, shape, strict=True)):
+            low, high = self.bounds(start, ranges, stmt)
+            if low < 0 or high + extent > size:
+                raise self.error(stmt, f"may leave {access.name} along axis {axis} (indices {low}..{high + extent - 1}"
+                                       f" of 0..{size - 1})")
+
+    def bounds(self, value: ex.Expr, ranges: Ranges, stmt: Stmt) -> tuple[int, int]:
+        try:
+            return tight_bounds(value, ranges)
+        except (ValueError, KeyError) as error:
+            raise self.error(stmt, f"uses {value}, which has no known bounds ({error})") from None
+
+
+def _accesses(node: Stmt) -> list[tuple[Access, str]]:
+    """The accesses of a statement and what each must name: 'tensor', 'buffer' or '' (either)."""
+    if isinstance(node, Dma):
+        return [(node.tensor, "tensor"), (node.buffer, "buffer")]
+    if isinstance(node, Zero):
+        return [(node.buffer, "buffer")]
+    if isinstance(node, Gemm):
+        return [(access, "") for _, access in node.operands]
+    return []
+
+
+def _apart(flight: _InFlight, in_flight: Access, access: Access, ranges: Ranges) -> bool:
+    """True when the box `in_flight` of a transfer in flight provably shares no element with
+    `access` (both of one array), given the ranges where each was issued."""
+    issued = dict(flight.ranges)
+    if flight.earlier:
+        return disjoint_anywhere(in_flight.starts, in_flight.padded_extents(), issued, access.starts,
+                                 access.padded_extents(), ranges)
+    both = dict(ranges)
+    for name, (low, high) in issued.items():
+        if name in both:
+            low, high = max(low, both[name][0]), min(high, both[name][1])
+            if low > high:
+                return True  # the two are never issued with the same value of this variable
+        both[name] = (low, high)
+    return disjoint(in_flight.starts, in_flight.padded_extents(), access.starts, access.padded_extents(), both)
+
+
+def _negated(cond: Compare) -> Compare:
+    return Compare(_NEGATE[cond.op], cond.left, cond.right)
+
+
+def _refine(cond: Compare, ranges: Mapping[str, tuple[int, int]]) -> Ranges | None:
+    """`ranges` with the range of the one variable of `cond` narrowed to the values that satisfy it
+    (exactly when `cond` is affine, by trying each value when its range is short); None when no value
+    does (the path never runs). Conditions on several variables narrow nothing."""
+    names = ex.free_vars(cond.left) | ex.free_vars(cond.right)
+    if len(names) != 1 or next(iter(names)) not in ranges:
+        return dict(ranges)
+    (name,) = names
+    low, high = ranges[name]
+    form = ex.linear_form(ex.simplify(cond.left - cond.right))
+    if form is not None:
+        c, k = form[0].get(name, 0), form[1]
+        # The condition as constraints c * v + k < 0 ('!=' narrows nothing).
+        constraints = {"<": [(c, k)], "<=": [(c, k - 1)], ">": [(-c, -k)], ">=": [(-c, -k - 1)],
+                       "==": [(c, k - 1), (-c, -k - 1)], "!=": []}[cond.op]
+        for a, b in constraints:
+            if a > 0:
+                high = min(high, (-b - 1) // a)
+            elif a < 0:
+                low = max(low, -((-b - 1) // -a))  # v >= ceil((b + 1) / -a)
+            elif b >= 0:
+                return None
+    elif high - low <= _REFINE_LIMIT:
+        left, right, test = ex.compiled(cond.left), ex.compiled(cond.right), _COMPARE[cond.op]
+        values = [v for v in range(low, high + 1) if test(left({name: v}), right({name: v}))]
+        low, high = (min(values), max(values)) if values else (1, 0)
+    return None if low > high else {**ranges, name: (low, high)}
