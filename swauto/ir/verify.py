@@ -292,6 +292,8 @@ def _refine(cond: Compare, ranges: Mapping[str, tuple[int, int]]) -> Ranges | No
     (exactly when `cond` is affine, by trying each value when its range is short); None when no value
     does (the path never runs). Conditions on several variables narrow nothing."""
     names = ex.free_vars(cond.left) | ex.free_vars(cond.right)
+    if not names:
+        return dict(ranges) if _COMPARE[cond.op](ex.evaluate(cond.left, {}), ex.evaluate(cond.right, {})) else None
     if len(names) != 1 or next(iter(names)) not in ranges:
         return dict(ranges)
     (name,) = names
@@ -302,6 +304,8 @@ def _refine(cond: Compare, ranges: Mapping[str, tuple[int, int]]) -> Ranges | No
         # The condition as constraints c * v + k < 0 ('!=' narrows nothing).
         constraints = {"<": [(c, k)], "<=": [(c, k - 1)], ">": [(-c, -k)], ">=": [(-c, -k - 1)],
                        "==": [(c, k - 1), (-c, -k - 1)], "!=": []}[cond.op]
+        if cond.op == "!=" and c and k % c == 0:  # one value fails it: drop it where it ends the range
+            low, high = low + (low == -k // c), high - (high == -k // c)
         for a, b in constraints:
             if a > 0:
                 high = min(high, (-b - 1) // a)
