@@ -8,6 +8,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -347,7 +348,13 @@ def _calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    """Warnings (a cache bypassed, a calibration redone) as one line, like errors."""
+    print(f"swauto: warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    warnings.showwarning = _show_warning
     args = _parser().parse_args(argv)
     commands = {"compile": _compile, "schedules": _schedules, "run": _run, "tune": _tune, "calibrate": _calibrate}
     command = commands[args.command]

@@ -16,7 +16,7 @@ from swauto.api import load
 from swauto.errors import Rejected, ScheduleError
 from swauto.ir.nodes import Dma, For
 from swauto.ir.visitor import walk
-from swauto.machine import SUNWAY, HostScratchpad
+from swauto.machine import SUNWAY, HostScratchpad, local_memory_machine
 from swauto.pipeline import lower
 from swauto.schedule.candidate import Candidate
 from swauto.schedule.space import explore
@@ -269,3 +269,19 @@ def test_a_loop_order_outside_the_schedule_names_the_loops_allowed(gemm_source):
     with pytest.raises(ScheduleError, match="splits K, M; the schedule block of gemm splits K, M, N"):
         swauto.compile(gemm_source, params, target="sw26010",
                        schedule={**GOOD_JSON, "splits": {"M": 128, "K": 32}})
+
+
+def test_fusing_tile_loops_with_a_shorter_last_tile_is_rejected_with_a_reason():
+    """`fuse gemm.M.outer, gemm.N.outer` where a split leaves a shorter last tile: the fused loop would
+    change a tile size in its middle (no peeling makes it constant), so those candidates are refused,
+    counted, and the others compile."""
+    source = """
+    operator gemm(M = 200, N = 200, K = 64) {
+      tensor A[M, K]  tensor B[K, N]  tensor C[M, N]
+      compute { gemm(M = M, N = N, K = K, A = A, B = B, C = C) }
+      schedule { split gemm.M by {64, 200}  split gemm.N by {64, 200}  fuse gemm.M.outer, gemm.N.outer }
+    }
+    """
+    space = explore(load(source), local_memory_machine("host"))
+    assert space.rejected["fusion not expressible"] > 0
+    assert {dict(c.splits)["M"] for c in space.candidates} == {200}
