@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import swauto.passes.double_buffer as double_buffer_pass
+import swauto.passes.hoist_dma as hoist_dma_pass
 from swauto.api import load
 from swauto.backends.sw26010 import simulate, time_module
 from swauto.errors import SimulationError
@@ -161,6 +162,37 @@ def test_with_the_proof_every_double_buffered_scatter_candidate_verifies_and_is_
         result = {n: a.copy() for n, a in arrays.items()}
         simulate(stages[-1][1], result, SUNWAY)
         assert np.abs(result["dXp"] - expected).max() <= 1e-4 * np.abs(expected).max()
+
+
+PEELED_SCATTER = SCATTER.replace("Co = 4", "Co = 6").replace(
+    "split cCo by {1, 2, 3}", "split cCo by {4}  split cRo by {2}")
+
+
+@pytest.mark.parametrize("proof", [True, False])
+def test_an_output_tile_is_hoisted_only_where_no_other_call_writes_into_it(monkeypatch, proof):
+    """Peeled copies of the scatter write overlapping boxes. Hoisting one copy's tile over a loop that
+    also runs the other copy would let its put undo the other's results: without the proof the
+    functional simulator refuses such candidates; with it every candidate is right."""
+    if not proof:
+        monkeypatch.setattr(hoist_dma_pass, "_window_is_private", lambda scheduled, role, level: True)
+    monkeypatch.setenv("SWAUTO_VERIFY", "0")
+    op = load(PEELED_SCATTER)
+    rng = np.random.default_rng(2)
+    arrays = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in op.seed.tensors}
+    expected = reference(op, arrays)["dXp"]
+    refused = 0
+    for candidate, stages in explore(op, SUNWAY).legal:
+        if candidate.double_buffer:
+            continue  # the same tiles and hoisting as the single-buffered twin
+        result = {n: a.copy() for n, a in arrays.items()}
+        try:
+            simulate(stages[-1][1], result, SUNWAY)
+        except SimulationError as error:
+            assert "overwrites what another put wrote" in str(error)
+            refused += 1
+            continue
+        assert np.abs(result["dXp"] - expected).max() <= 1e-4 * np.abs(expected).max()
+    assert (refused == 0) == proof
 
 
 def test_the_functional_simulator_refuses_a_put_that_overwrites_another_puts_result():
