@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from swauto import targets
 from swauto.errors import ArgumentError, Rejected, ScheduleError, SwautoError
 from swauto.frontend.check import BoundOperator, check
 from swauto.frontend.integers import check_integer
@@ -19,16 +20,17 @@ from swauto.frontend.source import Source
 from swauto.ir.analysis import traffic
 from swauto.ir.nodes import Module
 from swauto.ir.printer import format_module
-from swauto.machine import SUNWAY, LocalMemoryMachine, local_memory_machine
+from swauto.machine import LocalMemoryMachine
 from swauto.pipeline import lower
 from swauto.schedule.candidate import Candidate
 from swauto.schedule.space import MAX_CANDIDATES, explore
+from swauto.targets import Program, Target
 from swauto.tuner import database
-from swauto.tuner.cost_model import estimate, peak_flops
 from swauto.tuner.model_tuner import rank
 
-TARGETS = ("host", "sw26010")
-TUNERS = ("model", "measure", "simulate", "hybrid")  # measure: host only; simulate: sw26010 only
+DEFAULT_TARGET = "host"  # what `compile` builds for unless told
+DEFAULT_SCHEDULES_TARGET = "sw26010"  # whose rules `schedules` applies unless told
+TUNERS = ("model", "measure", "simulate", "hybrid")  # each target offers some (`Target.tuners`)
 
 
 def load(source: str | Path, params: Mapping[str, object] | None = None) -> BoundOperator:
@@ -40,12 +42,12 @@ def load(source: str | Path, params: Mapping[str, object] | None = None) -> Boun
 
 
 def schedules(source: str | Path, params: Mapping[str, object] | None = None,
-              target: str = "sw26010", max_candidates: int = MAX_CANDIDATES) -> list[Candidate]:
+              target: str = DEFAULT_SCHEDULES_TARGET, max_candidates: int = MAX_CANDIDATES) -> list[Candidate]:
     """Every legal candidate schedule of the operator at these sizes for `target`, in the space's stable
     order (the same space on both targets; what is legal differs: the host has no primitive constraints
     and sizes its buffers for its caches). A space of more than `max_candidates` is refused."""
-    _check_choice(target, TARGETS, "target")
-    return explore(load(source, params), local_memory_machine(target), max_candidates=max_candidates).candidates
+    plugin = targets.get(target)
+    return explore(load(source, params), plugin.machine(), max_candidates=max_candidates).candidates
 
 
 def _resolve(op: BoundOperator, schedule: Candidate | str | Mapping[str, Any], machine: LocalMemoryMachine,
@@ -93,7 +95,7 @@ def _check_choice(value: object, allowed: tuple[str, ...], what: str) -> str:
 def compile(  # noqa: A001 - the public name users expect
     source: str | Path,
     params: Mapping[str, object] | None = None,
-    target: str = "host",
+    target: str = DEFAULT_TARGET,
     schedule: Candidate | str | Mapping[str, Any] | None = None,
     tuner: str = "model",
     threads: int | None = None,
@@ -107,7 +109,7 @@ def compile(  # noqa: A001 - the public name users expect
     On sw26010 the `simulate` tuner times every candidate on the timed simulator and `hybrid` the
     model's best few. A schedule space of more than `max_candidates` candidates is refused before it is built.
     """
-    _check_choice(target, TARGETS, "target")
+    plugin = targets.get(target)
     _check_choice(tuner, TUNERS, "tuner")
     check_integer(max_candidates, "max_candidates", 1)  # now: the tuning log may spare building the space
     if threads is not None:
@@ -115,29 +117,32 @@ def compile(  # noqa: A001 - the public name users expect
         threads = check_integer(threads, "threads", 1, cores, why=f"the cores this process may run on: {cores}")
     started = time.perf_counter()
     op = load(source, params)
-    if tuner == "measure" and target != "host":
-        raise ArgumentError(f"the {tuner} tuner runs candidates on the host; use tuner='model' for {target}")
-    if tuner == "simulate" and target != "sw26010":
-        raise ArgumentError("the simulate tuner runs candidates on the simulated sw26010; use tuner='measure' "
-                            "for the host")
+    if tuner not in plugin.tuners:
+        raise ArgumentError(_tuner_refusal(tuner, plugin))
     host_threads = threads or _available_threads()
-    machine = local_memory_machine(target)
+    machine = plugin.machine()
     if schedule is not None:
         candidate, stages = _resolve(op, schedule, machine, max_candidates)
         remembered = False
     else:
         # The tuning log answers a request tuned before (same source, sizes, target, tuner, threads).
-        key = database.request_key(op.source.text, op.params, target, tuner, host_threads if target == "host" else 1)
+        key = database.request_key(op.source.text, op.params, target, tuner, host_threads if plugin.threaded else 1)
         candidate, stages = _remembered(op, database.lookup(key), machine)
         remembered = candidate is not None
         if not remembered:
-            candidate, stages = _tune(op, target, tuner, host_threads, machine, max_candidates)
+            candidate, stages = _tune(op, plugin, tuner, host_threads, machine, max_candidates)
             database.record(key, candidate, {"operator": op.name, "params": op.params, "target": target,
                                              "tuner": tuner, "tuning_s": time.perf_counter() - started})
     tuning_seconds = time.perf_counter() - started
     kernel = Kernel(op, candidate, stages, target, tuning_seconds, host_threads)
     kernel.report["from_tuning_log"] = remembered
     return kernel
+
+
+def _tuner_refusal(tuner: str, plugin: Target) -> str:
+    """Why `tuner` is refused for `plugin`: where the tuner runs candidates, and what to use instead."""
+    owner = next(targets.get(name) for name in targets.names() if tuner in targets.get(name).tuners)
+    return f"the {tuner} tuner runs candidates on {owner.runs_on}; {plugin.tuner_hint}"
 
 
 def _remembered(op: BoundOperator, candidate: Candidate | None, machine: LocalMemoryMachine):
@@ -150,25 +155,12 @@ def _remembered(op: BoundOperator, candidate: Candidate | None, machine: LocalMe
         return None, None
 
 
-def _tune(op: BoundOperator, target: str, tuner: str, threads: int, machine: LocalMemoryMachine,
+def _tune(op: BoundOperator, target: Target, tuner: str, threads: int, machine: LocalMemoryMachine,
           max_candidates: int):
     """The tuner's choice among every legal candidate: (candidate, stages)."""
-    if tuner in ("simulate", "hybrid") and target == "sw26010":
-        # --- sw26010: the timed simulator's tuners (swauto.tuner.simulate; issue 4) ---
-        from swauto.tuner.simulate import HYBRID_TOP as SIMULATED_TOP
-        from swauto.tuner.simulate import tune as simulate_tune
-
-        space = explore(op, SUNWAY, max_candidates=max_candidates)
-        found = simulate_tune(space, SIMULATED_TOP if tuner == "hybrid" else None).best.ranked
-        return found.candidate, found.stages
     if tuner != "model":
-        from swauto.tuner.host_model import machine as host_machine
-        from swauto.tuner.measure import HYBRID_TOP, tune
-
-        top = HYBRID_TOP if tuner == "hybrid" else None
-        best = tune(explore(op, machine, max_candidates=max_candidates), threads, host_machine(), top=top)[0]
-        return best.candidate, best.stages
-    best = rank(explore(op, machine, max_candidates=max_candidates), target, threads if target == "host" else 1)[0]
+        return target.tune(op, tuner, threads, machine, max_candidates)
+    best = rank(explore(op, machine, max_candidates=max_candidates), target.name, threads if target.threaded else 1)[0]
     return best.candidate, best.stages
 
 
@@ -181,32 +173,26 @@ def _available_threads() -> int:
 @dataclass
 class Kernel:
     """A compiled operator: call it with NumPy arrays named after its tensors (outputs are updated in
-    place); `.schedule`, `.ir`, `.code` and `.report` tell what was built."""
+    place); `.schedule`, `.ir`, `.code` and `.report` tell what was built. Its target (`swauto.targets`)
+    builds, prices and runs it."""
 
     operator: BoundOperator
     schedule: Candidate
     stages: list[tuple[str, Module]]
     target: str
     tuning_seconds: float
-    threads: int = 1  # host cores a call runs on
+    threads: int = 1  # cores a call runs on (a threaded target's)
     report: dict[str, Any] = field(init=False)
     code: str = field(init=False, repr=False)
-    _program: Any = field(init=False, repr=False)
+    _program: Program = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         module = self.module
-        threads = self.threads if self.target == "host" else 1
-        predicted = estimate(self.stages, self.target, threads)
-        if self.target == "host":
-            from swauto.backends.host import compile_module, knobs_of
-
-            self._program = compile_module(module, knobs=knobs_of(self.schedule.micro_kernel))
-            self.code = self._program.llvm_ir
-        else:
-            from swauto.backends.sw26010 import emit_program
-
-            self._program = None
-            self.code = emit_program(module, SUNWAY, str(self.schedule))
+        target = targets.get(self.target)
+        threads = self.threads if target.threaded else 1
+        predicted = target.estimate(self.stages, threads)
+        self._program = target.build(module, self.schedule)
+        self.code = self._program.code
         flops = traffic(self.operator.seed)[1]  # the operator's own work, not the zeros of padding
         self.report = {
             "operator": self.operator.name,
@@ -218,17 +204,11 @@ class Kernel:
             "dma_bytes": predicted.dma_bytes,
             "predicted_s": predicted.seconds,
             "predicted_gflops": flops / predicted.seconds / 1e9,
-            "predicted_peak_fraction": flops / predicted.seconds / peak_flops(self.target, threads),
+            "predicted_peak_fraction": flops / predicted.seconds / target.peak_flops(threads),
             "layouts": {name: list(axes) for name, axes in self.layouts.items()},
             "tuning_s": self.tuning_seconds,
         }
-        if self.target == "sw26010":
-            # --- sw26010: the timed simulator's figures (timing only, no data; issue 4) ---
-            from swauto.backends.sw26010 import time_module
-
-            simulated = time_module(module, SUNWAY).seconds
-            self.report.update(simulated_s=simulated, gflops=flops / simulated / 1e9,
-                               peak_fraction=flops / simulated / SUNWAY.peak_flops)
+        self.report.update(target.report(module, flops))  # the target's own figures (sw26010: simulated time)
 
     @property
     def module(self) -> Module:
@@ -308,13 +288,7 @@ class Kernel:
 
     def _run(self, checked: dict[str, np.ndarray]) -> None:
         started = time.perf_counter()
-        if self.target == "host":
-            self._program.run(checked, threads=self.threads)
-        else:
-            from swauto.backends.sw26010 import simulate
-
-            counters = simulate(self.module, checked, SUNWAY)
-            self.report["simulated"] = counters.as_dict()
+        self.report.update(self._program.run(checked, threads=self.threads) or {})
         self.report["last_call_s"] = time.perf_counter() - started
 
     def __repr__(self) -> str:

@@ -14,12 +14,15 @@ from pathlib import Path
 
 import numpy as np
 
+from swauto import targets
 from swauto.errors import ArgumentError, SwautoError
 from swauto.frontend.integers import check_integer, parse_integer
 from swauto.schedule.space import MAX_CANDIDATES
 
 TOLERANCE = 1e-4  # max |error| / max |reference| that `swauto run` accepts
-_MODEL = {"sw26010": "thesis model", "host": "host model"}
+DEFAULT_TARGET = "host"  # compile and run
+DEFAULT_SCHEDULES_TARGET = "sw26010"  # schedules
+TUNE_TARGET = "sw26010"  # tune: the command drives the timed simulator's tuners, which only this target offers
 
 
 def _define(text: str) -> tuple[str, int]:
@@ -61,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
         return sub
 
     def target_options(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--target", choices=("host", "sw26010"), default="host")
+        sub.add_argument("--target", choices=targets.names(), default=DEFAULT_TARGET)
         sub.add_argument("--schedule", metavar="ID", help="compile this candidate (an id from `swauto schedules`)")
         sub.add_argument("--tuner", choices=("model", "measure", "simulate", "hybrid"), default="model",
                          help="model: the analytic model; measure: time every candidate on the host; "
@@ -77,8 +80,8 @@ def _parser() -> argparse.ArgumentParser:
 
     schedules_cmd = operator_command("schedules", "count the schedule space, the rejections by reason, and list "
                                                   "the candidates")
-    schedules_cmd.add_argument("--target", choices=("host", "sw26010"), default="sw26010",
-                               help="whose legality rules and cost to use (default sw26010)")
+    schedules_cmd.add_argument("--target", choices=targets.names(), default=DEFAULT_SCHEDULES_TARGET,
+                               help=f"whose legality rules and cost to use (default {DEFAULT_SCHEDULES_TARGET})")
 
     run_cmd = operator_command("run", "compile, run on random inputs and compare with the NumPy reference")
     target_options(run_cmd)
@@ -89,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     # --- sw26010 tuning on the timed simulator (issue 4) ---
     tune_cmd = operator_command("tune", "tune on the simulated sw26010: the best candidates with predicted and "
                                         "simulated time, GFLOPS, percent of peak, and the tuning time")
-    tune_cmd.add_argument("--target", choices=("sw26010",), default="sw26010")
+    tune_cmd.add_argument("--target", choices=(TUNE_TARGET,), default=TUNE_TARGET)
     tune_cmd.add_argument("--tuner", choices=("model", "simulate", "hybrid"), default="model",
                           help="model: rank by the analytic model; simulate: time every candidate on the timed "
                                "simulator; hybrid: time the model's best --top")
@@ -177,7 +180,7 @@ def _print_report(report: dict) -> None:
     print(f"target     {report['target']}   params {report['params']}")
     print(f"flops      {report['flops']:.4g}   DMA bytes {report['dma_bytes']:.4g}")
     print(f"predicted  {report['predicted_s'] * 1e3:.4g} ms  {report['predicted_gflops']:.1f} GFLOPS  "
-          f"{100 * report['predicted_peak_fraction']:.1f}% of peak  ({_MODEL[report['target']]})")
+          f"{100 * report['predicted_peak_fraction']:.1f}% of peak  ({targets.get(report['target']).model_name})")
     if "simulated_s" in report:
         print(f"simulated  {report['simulated_s'] * 1e3:.4g} ms  {report['gflops']:.1f} GFLOPS  "
               f"{100 * report['peak_fraction']:.1f}% of peak  (timed simulator)")
@@ -205,19 +208,18 @@ def _compile(args: argparse.Namespace) -> int:
 
 def _schedules(args: argparse.Namespace) -> int:
     from swauto.api import load
-    from swauto.machine import local_memory_machine
     from swauto.schedule.space import explore
-    from swauto.tuner.cost_model import estimate
 
     op = load(args.file, _params(args))
-    space = explore(op, local_memory_machine(args.target), progress=_progress("building candidates"),
+    target = targets.get(args.target)
+    space = explore(op, target.machine(), progress=_progress("building candidates"),
                     max_candidates=args.max_candidates)
     print(f"operator {op.name} {op.params} on {args.target}: {space.total} candidates, {len(space.legal)} legal")
     for reason, count in space.rejected.most_common():
         print(f"  rejected {count:6d}  {reason}")
     print(f"{'id':8}  {'predicted ms':>12}  schedule")
     for candidate, stages in space.legal:
-        seconds = estimate(stages, args.target, 1).seconds
+        seconds = target.estimate(stages, 1).seconds
         print(f"{candidate.id}  {seconds * 1e3:12.4f}  {candidate.describe()}")
     return 0
 
@@ -225,7 +227,6 @@ def _schedules(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     import swauto
     from swauto.api import load
-    from swauto.machine import SUNWAY
     from swauto.reference import reference
 
     params = _params(args)
@@ -240,7 +241,8 @@ def _run(args: argparse.Namespace) -> int:
     kernel(**{**arrays, **outputs})
     worst = max(float(np.abs(outputs[n] - expected[n]).max() / max(np.abs(expected[n]).max(), 1e-30))
                 for n in expected)
-    if args.target == "host":
+    target = targets.get(args.target)
+    if target.threaded:  # time calls here
         times = []
         for _ in range(args.repeat):
             scratch = {name: arrays[name].copy() for name in expected}
@@ -250,15 +252,9 @@ def _run(args: argparse.Namespace) -> int:
         seconds = float(np.median(times))
         print(f"measured   {seconds * 1e3:.4g} ms  {kernel.report['flops'] / seconds / 1e9:.2f} GFLOPS "
               f"(median of {len(times)} calls on the host)")
-    else:
-        counters = kernel.report["simulated"]
-        seconds = counters["seconds"]
-        print(f"simulated  {counters['dma_get_bytes'] + counters['dma_put_bytes']} DMA bytes in "
-              f"{counters['dma_transactions']} transactions, {counters['flops']} flops, "
-              f"{counters['ldm_bytes_per_cpe']} B LDM per CPE")
-        print(f"timed      {seconds * 1e3:.4g} ms  {kernel.report['flops'] / seconds / 1e9:.1f} GFLOPS  "
-              f"{100 * kernel.report['flops'] / seconds / SUNWAY.peak_flops:.1f}% of a core group's peak "
-              "(the timed simulator: one core group)")
+    else:  # the target timed the call itself (a simulator)
+        for line in target.describe_call(kernel.report):
+            print(line)
     verdict = "ok" if worst <= TOLERANCE else "MISMATCH"
     print(f"max error  {worst:.3g} relative to the NumPy float64 reference: {verdict}")
     return 0 if worst <= TOLERANCE else 1
@@ -267,7 +263,6 @@ def _run(args: argparse.Namespace) -> int:
 def _tune(args: argparse.Namespace) -> int:
     from swauto.api import load
     from swauto.ir.analysis import traffic
-    from swauto.machine import SUNWAY
     from swauto.schedule.space import explore
     from swauto.tuner.simulate import HYBRID_TOP, simulate_all, tune
 
@@ -275,7 +270,9 @@ def _tune(args: argparse.Namespace) -> int:
         _check_plot_path(args.plot)
     started = time.perf_counter()
     op = load(args.file, _params(args))
-    space = explore(op, SUNWAY, progress=_progress("building candidates"), max_candidates=args.max_candidates)
+    target = targets.get(args.target)
+    space = explore(op, target.machine(), progress=_progress("building candidates"),
+                    max_candidates=args.max_candidates)
     explore_s = time.perf_counter() - started
     top = {"model": 0, "simulate": None, "hybrid": args.top or HYBRID_TOP}[args.tuner]
     tuning = tune(space, top, progress=_progress("simulating"))
@@ -290,7 +287,7 @@ def _tune(args: argparse.Namespace) -> int:
         simulated = result.simulated_s
         gflops = flops / simulated / 1e9
         print(f"{place:3d}  {result.ranked.candidate.id}  {result.predicted_s * 1e3:12.4f}  {simulated * 1e3:12.4f}  "
-              f"{gflops:7.1f}  {100 * gflops * 1e9 / SUNWAY.peak_flops:6.1f}  {result.ranked.candidate.describe()}")
+              f"{gflops:7.1f}  {100 * gflops * 1e9 / target.peak_flops(1):6.1f}  {result.ranked.candidate.describe()}")
     print(f"tuning     {tuned_s:.3f} s (space {explore_s:.3f} s, model {tuning.model_s:.3f} s, "
           f"simulation {tuning.simulate_s:.3f} s)")
     if args.plot is not None:

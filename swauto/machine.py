@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from swauto import targets
+
 DTYPE_BYTES = {"float32": 4, "float64": 8}
 
 
@@ -196,10 +198,6 @@ SUNWAY = SW26010()
 
 
 def local_memory_machine(target: str) -> LocalMemoryMachine:
-    """The machine description the scheduler uses for `target` ('sw26010' or 'host'). The host's
-    explores the register tiles of the instruction set its kernels are compiled for."""
-    if target == "sw26010":
-        return SUNWAY
-    from swauto.backends.host.isa import select  # the host's instruction set is known at run time only
-
-    return HostScratchpad(micro_kernels=HOST_MICRO_KERNELS[select().name])
+    """The machine description the scheduler uses for `target` (its registered `swauto.targets.Target`'s;
+    the host's explores the register tiles of the instruction set its kernels are compiled for)."""
+    return targets.get(target).machine()

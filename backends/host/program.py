@@ -89,6 +89,11 @@ class HostProgram:
         return self._llvm_ir
 
     @property
+    def code(self) -> str:
+        """The generated code, as every target's program names it: the optimised LLVM IR."""
+        return self.llvm_ir
+
+    @property
     def parallel_iterations(self) -> int:
         """How many independent iterations the threads share (0: the kernel runs on one thread)."""
         return self.plan.phases.iterations

@@ -106,7 +106,7 @@ class _Checker:
         text = format_stmt(stmt)[0].split("  #")[0].strip()
         return VerificationError(f"IR of {self.module.name}{where}: `{text}` {problem}")
 
-    # --- names, ranks, allocation ---------------------------------------------------------------
+    # --- names and ranks ----------------------------------------------------------------------
 
     def names(self, body: Stmt) -> None:
         for node, _ in walk(body):

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from swauto.backends.sw26010 import time_module
+from swauto.backends.sw26010.target import NAME
 from swauto.machine import SUNWAY
 from swauto.schedule.space import Space
 from swauto.tuner.model_tuner import Ranked, rank
@@ -55,7 +56,7 @@ def tune(space: Space, top: int | None = None, progress: Callable | None = None)
     """Rank the space by the model, then simulate the `top` best (every candidate with None: the
     black box). The result lists the simulated candidates fastest first, then the others."""
     started = time.perf_counter()
-    ranked = rank(space, "sw26010")
+    ranked = rank(space, NAME)
     model_s = time.perf_counter() - started
     chosen = ranked if top is None else ranked[:top]
     started = time.perf_counter()

@@ -1,0 +1,87 @@
+"""The host target: kernels JIT-compiled for this CPU (LLVM) and run on its cores, ranked by the host model
+(`swauto.tuner.host_model`, with this machine's measured constants) or timed here (`swauto.tuner.measure`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from swauto import targets
+from swauto.frontend.check import BoundOperator
+from swauto.ir.analysis import traffic
+from swauto.ir.nodes import Module
+from swauto.machine import HOST_MICRO_KERNELS, HostScratchpad, LocalMemoryMachine
+from swauto.pipeline import Stages, before_double_buffering
+from swauto.schedule.candidate import Candidate
+from swauto.schedule.space import explore
+from swauto.tuner import host_model, measure
+from swauto.tuner.cost_model import Estimate
+
+from . import isa
+from .jit import compile_module
+from .knobs import knobs_of
+from .program import HostProgram
+
+
+def machine() -> HostScratchpad:
+    """The host as the scheduler sees it, exploring the register tiles of the instruction set its kernels
+    are compiled for (known at run time only)."""
+    return HostScratchpad(micro_kernels=HOST_MICRO_KERNELS[isa.select().name])
+
+
+def estimate(stages: Stages, threads: int) -> Estimate:
+    """The host model's prediction for `threads` cores (the host has no asynchronous DMA: a packing copy
+    is the core's own work, so the model's total is the figure)."""
+    module = before_double_buffering(stages)
+    dma_bytes, flops = traffic(module)
+    host = host_model.estimate(module, threads, host_model.machine())
+    return Estimate(dma_bytes, flops, min(host.traffic, host.seconds), host.seconds)
+
+
+def peak_flops(threads: int) -> float:
+    """`threads` cores of this host, each at the in-register FMA peak its calibration measured (per core
+    times threads: cores share nothing an in-register loop uses, so it is the bound; when all cores are busy
+    their clock may drop a few percent, which makes a report's percent a little low, never above 100)."""
+    return host_model.machine().peak_flops * threads
+
+
+def build(module: Module, candidate: Candidate) -> HostProgram:
+    """The candidate's final IR compiled (through the JIT's disk cache) with its micro-kernel."""
+    return compile_module(module, knobs=knobs_of(candidate.micro_kernel))
+
+
+def tune(op: BoundOperator, tuner: str, threads: int, machine: LocalMemoryMachine,
+         max_candidates: int) -> tuple[Candidate, Stages]:
+    """`measure`: time every legal candidate on this host; `hybrid`: the host model's best few."""
+    top = measure.HYBRID_TOP if tuner == "hybrid" else None
+    best = measure.tune(explore(op, machine, max_candidates=max_candidates), threads, host_model.machine(),
+                        top=top)[0]
+    return best.candidate, best.stages
+
+
+def report(module: Module, flops: int) -> Mapping[str, Any]:
+    """Nothing beyond the common figures: a call is measured when it runs."""
+    return {}
+
+
+def describe_call(report: Mapping[str, Any]) -> list[str]:
+    """Nothing: `swauto run` times the calls on the host itself."""
+    return []
+
+
+TARGET = targets.register(targets.Target(
+    name="host",
+    description="this CPU: LLVM-compiled kernels on its cores",
+    machine=machine,
+    tuners=("model", "measure", "hybrid"),
+    model_name="host model",
+    runs_on="the host",
+    tuner_hint="use tuner='measure' for the host",
+    threaded=True,
+    estimate=estimate,
+    peak_flops=peak_flops,
+    build=build,
+    tune=tune,
+    report=report,
+    describe_call=describe_call,
+))

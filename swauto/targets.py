@@ -1,0 +1,88 @@
+"""Targets are plugins: each backend registers one `Target`, and the API and the CLI dispatch through it.
+
+A target says what it is (its machine description, the tuners it offers, its cost model), how a
+candidate's final IR becomes a program that runs, and which figures it adds to a kernel's report. The
+built-in targets live in their backends (`backends/host/target.py`, `backends/sw26010/target.py`) and
+are imported on first `get`, so importing swauto stays light. Adding a target: a package that calls
+`register`, and its module path in `_BUILTIN` here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from swauto.errors import ArgumentError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from swauto.frontend.check import BoundOperator
+    from swauto.ir.nodes import Module
+    from swauto.machine import LocalMemoryMachine
+    from swauto.pipeline import Stages
+    from swauto.schedule.candidate import Candidate
+    from swauto.tuner.cost_model import Estimate
+
+# The built-in targets, in the order they are listed, and the module that registers each.
+_BUILTIN: dict[str, str] = {
+    "host": "swauto.backends.host.target",
+    "sw26010": "swauto.backends.sw26010.target",
+}
+_registered: dict[str, Target] = {}
+
+
+class Program(Protocol):
+    """A candidate built for a target: its generated `code`, and `run`, which computes on NumPy arrays
+    by tensor name (outputs updated in place) and returns the figures the call adds to the kernel's
+    report (None: none)."""
+
+    @property
+    def code(self) -> str: ...
+
+    def run(self, arrays: dict[str, np.ndarray], threads: int) -> Mapping[str, Any] | None: ...
+
+
+@dataclass(frozen=True)
+class Target:
+    """One target a kernel can be compiled for."""
+
+    name: str  # what users pass as `target` (and the CLI as --target)
+    description: str  # one line: what runs the kernels
+    machine: Callable[[], LocalMemoryMachine]  # the description the scheduler and the passes use
+    tuners: tuple[str, ...]  # the tuners it offers, "model" (rank by `estimate`) first
+    model_name: str  # what reports call its analytic model
+    runs_on: str  # where its non-model tuners run candidates, in a sentence ("the host")
+    tuner_hint: str  # the advice when a tuner it does not offer is asked for
+    threaded: bool  # a call runs on `threads` cores of this machine (else: on one simulated unit)
+    estimate: Callable[[Stages, int], Estimate]  # the analytic model: (stages, threads) -> predicted time
+    peak_flops: Callable[[int], float]  # flops per second a percent of peak is measured against, per threads
+    build: Callable[[Module, Candidate], Program]  # the final IR of a candidate -> its runnable program
+    # The non-model tuners: (operator, tuner, threads, machine, max_candidates) -> (candidate, stages).
+    tune: Callable[[BoundOperator, str, int, LocalMemoryMachine, int], tuple[Candidate, Stages]]
+    # Figures of its own a kernel's report gains: (final IR, the operator's flops) -> report entries.
+    report: Callable[[Module, int], Mapping[str, Any]]
+    # What `swauto run` prints of a call it does not time itself (not threaded): report -> lines.
+    describe_call: Callable[[Mapping[str, Any]], list[str]]
+
+
+def register(target: Target) -> Target:
+    """Make `target` available under its name (a backend's target module calls this on import)."""
+    _registered[target.name] = target
+    return target
+
+
+def names() -> tuple[str, ...]:
+    """The names of every target, the built-in ones first; importing none of them."""
+    return tuple(_BUILTIN) + tuple(name for name in _registered if name not in _BUILTIN)
+
+
+def get(name: object) -> Target:
+    """The target called `name` (its backend imported on first use); an ArgumentError for any other."""
+    if not isinstance(name, str) or name not in names():
+        raise ArgumentError(f"unknown target {name!r}; choose one of {', '.join(names())}")
+    if name not in _registered:
+        importlib.import_module(_BUILTIN[name])
+    return _registered[name]
