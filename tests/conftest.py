@@ -15,6 +15,31 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 GEMM_SW = EXAMPLES / "gemm.sw"
 
+# Conv backward-data in scatter form: each (cRo, cCo, cKr, cKc) adds into an output box that overlaps
+# its neighbours' (the same as a transposed convolution). Stride 1 fuses image columns into M.
+SCATTER_SW = """
+operator bwd(B = 4, Ni = 8, No = 8, Ro = 5, Co = 6, Kr = 3, Kc = 3, stride = 1) {
+  let Rp = (Ro - 1) * stride + Kr
+  let Cp = (Co - 1) * stride + Kc
+  tensor dY[Ro, Co, No, B]
+  tensor weight[Kr, Kc, Ni, No]
+  tensor dXp[Rp, Cp, Ni, B]
+  compute {
+    for cRo in 0..Ro { for cCo in 0..Co { for cKr in 0..Kr { for cKc in 0..Kc {
+      gemm(M = B, N = Ni, K = No, A = dY[cRo, cCo, :K, :M], B = weight[cKr, cKc, :N, :K],
+           C = dXp[cRo * stride + cKr, cCo * stride + cKc, :N, :M])
+    } } } }
+  }
+  schedule {
+    split cCo by {2, 4}
+    split cRo by {2}
+    fuse cCo.inner into gemm.M
+    reorder any
+    vectorize gemm over {M, N}
+  }
+}
+"""
+
 
 def gemm_inputs(m: int, n: int, k: int, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
@@ -69,3 +94,14 @@ def _private_kernel_cache(tmp_path_factory: pytest.TempPathFactory):
         os.environ.pop("SWAUTO_CACHE_DIR", None)
     else:
         os.environ["SWAUTO_CACHE_DIR"] = previous
+
+
+@pytest.fixture
+def empty_cache_dir(tmp_path, monkeypatch):
+    """A test of its own cache folder (empty), and no kernel left in memory before or after."""
+    from swauto.backends.host import clear_cache
+
+    monkeypatch.setenv("SWAUTO_CACHE_DIR", str(tmp_path))
+    clear_cache()
+    yield tmp_path
+    clear_cache()

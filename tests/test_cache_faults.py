@@ -36,12 +36,7 @@ def _inputs(default: int) -> int:
     return FUZZ or default
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("SWAUTO_CACHE_DIR", str(tmp_path))
-    clear_cache()
-    yield
-    clear_cache()
+pytestmark = pytest.mark.usefixtures("empty_cache_dir")
 
 
 def _mutate(data: bytes, rng: random.Random) -> bytes:

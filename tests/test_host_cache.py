@@ -14,13 +14,7 @@ from swauto.backends.host import Knobs, cache, clear_cache, compile_module
 from swauto.backends.host import isa as isas
 from swauto.ir.nodes import fingerprint
 
-
-@pytest.fixture(autouse=True)
-def _empty_cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("SWAUTO_CACHE_DIR", str(tmp_path))
-    clear_cache()
-    yield
-    clear_cache()
+pytestmark = pytest.mark.usefixtures("empty_cache_dir")
 
 
 def _arrays(m: int, n: int, k: int) -> dict[str, np.ndarray]:

@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 from isolation import Outcome, call_isolated, run_isolated
 
 import swauto
-from conftest import EXAMPLES
+from conftest import EXAMPLES, SCATTER_SW
 from swauto.api import load
 from swauto.backends.host import available_threads
 from swauto.errors import Rejected
@@ -61,30 +61,7 @@ THREADS = min(2, available_threads())
 
 # --- the seeds ---------------------------------------------------------------------------------------
 
-# Conv backward-data in scatter form: each (cRo, cCo, cKr, cKc) adds into an output box that overlaps
-# its neighbours' (the same as a transposed convolution). Stride 1 fuses image columns into M.
-BACKWARD_DATA_SW = """
-operator bwd(B = 4, Ni = 8, No = 8, Ro = 5, Co = 6, Kr = 3, Kc = 3, stride = 1) {
-  let Rp = (Ro - 1) * stride + Kr
-  let Cp = (Co - 1) * stride + Kc
-  tensor dY[Ro, Co, No, B]
-  tensor weight[Kr, Kc, Ni, No]
-  tensor dXp[Rp, Cp, Ni, B]
-  compute {
-    for cRo in 0..Ro { for cCo in 0..Co { for cKr in 0..Kr { for cKc in 0..Kc {
-      gemm(M = B, N = Ni, K = No, A = dY[cRo, cCo, :K, :M], B = weight[cKr, cKc, :N, :K],
-           C = dXp[cRo * stride + cKr, cCo * stride + cKc, :N, :M])
-    } } } }
-  }
-  schedule {
-    split cCo by {2, 4}
-    split cRo by {2}
-    fuse cCo.inner into gemm.M
-    reorder any
-    vectorize gemm over {M, N}
-  }
-}
-"""
+BACKWARD_DATA_SW = SCATTER_SW  # in conftest: tests/test_verify.py uses it too
 
 # The same at stride 2: a loop striding through memory fuses into M only with a split of 1.
 BACKWARD_DATA_STRIDED_SW = BACKWARD_DATA_SW.replace("split cCo by {2, 4}", "split cCo by {1, 2}")

@@ -12,13 +12,14 @@ from hypothesis import strategies as st
 
 import swauto.passes.double_buffer as double_buffer_pass
 import swauto.passes.hoist_dma as hoist_dma_pass
+from conftest import SCATTER_SW
 from swauto.api import load
 from swauto.backends.sw26010 import simulate, time_module
 from swauto.errors import SimulationError
 from swauto.ir import expr as ex
-from swauto.ir.dependence import disjoint, disjoint_anywhere, tight_bounds
+from swauto.ir.dependence import disjoint, disjoint_anywhere
 from swauto.ir.nodes import Access, Compare, Dma, DmaWait, For, Gemm, If, LocalBuffer, Module, Seq, Tensor, Zero
-from swauto.ir.verify import VerificationError, _refine, verify
+from swauto.ir.verify import VerificationError, _refine, verify, verify_functions
 from swauto.machine import SUNWAY
 from swauto.pipeline import lower
 from swauto.reference import reference
@@ -26,22 +27,9 @@ from swauto.schedule.space import explore
 
 i = ex.Var("i")
 
-SCATTER = """
-operator bwd(B = 2, Ni = 4, No = 4, Ro = 3, Co = 4, Kr = 2, Kc = 3) {
-  let Rp = Ro - 1 + Kr
-  let Cp = Co - 1 + Kc
-  tensor dY[Ro, Co, No, B]
-  tensor weight[Kr, Kc, Ni, No]
-  tensor dXp[Rp, Cp, Ni, B]
-  compute {
-    for cRo in 0..Ro { for cCo in 0..Co { for cKr in 0..Kr { for cKc in 0..Kc {
-      gemm(M = B, N = Ni, K = No, A = dY[cRo, cCo, :K, :M], B = weight[cKr, cKc, :N, :K],
-           C = dXp[cRo + cKr, cCo + cKc, :N, :M])
-    } } } }
-  }
-  schedule { split cCo by {1, 2, 3}  fuse cCo.inner into gemm.M  reorder any  vectorize gemm over {M, N} }
-}
-"""
+# The scatter with the image-size-aware splits only, at small sizes.
+SCATTER = SCATTER_SW.replace("split cCo by {2, 4}\n    split cRo by {2}", "split cCo by {1, 2, 3}")
+SCATTER_SIZES = {"B": 2, "Ni": 4, "No": 4, "Ro": 3, "Co": 4, "Kr": 2, "Kc": 3}
 
 
 def _box(name: str, starts, extents, dims=None) -> Access:
@@ -107,9 +95,10 @@ def test_host_phases_must_define_what_they_read():
     """A function that reads a buffer filled only by another thread's function is refused."""
     fill, use = Seq((_get(0), DmaWait("r"))), Seq((_use(), _put(0), DmaWait("w")))
     module = _program(Seq((fill, use)))
-    verify(module, workspaces=[[fill, use]])
+    verify(module)
+    verify_functions(module, [[fill, use]])
     with pytest.raises(VerificationError, match="where no statement has written it"):
-        verify(module, workspaces=[[fill, use], [use]])
+        verify_functions(module, [[fill, use], [use]])
 
 
 def _scatter_stages(monkeypatch, broken: bool):
@@ -119,7 +108,7 @@ def _scatter_stages(monkeypatch, broken: bool):
         monkeypatch.setattr(double_buffer_pass, "_next_tile_disjoint", lambda chain, box: True)
         monkeypatch.setattr(double_buffer_pass, "_others_disjoint", lambda get, chain: True)
     monkeypatch.setenv("SWAUTO_VERIFY", "0")
-    op = load(SCATTER)
+    op = load(SCATTER, SCATTER_SIZES)
     return op, [stages for candidate, stages in explore(op, SUNWAY).legal if candidate.double_buffer]
 
 
@@ -164,8 +153,7 @@ def test_with_the_proof_every_double_buffered_scatter_candidate_verifies_and_is_
         assert np.abs(result["dXp"] - expected).max() <= 1e-4 * np.abs(expected).max()
 
 
-PEELED_SCATTER = SCATTER.replace("Co = 4", "Co = 6").replace(
-    "split cCo by {1, 2, 3}", "split cCo by {4}  split cRo by {2}")
+PEELED_SCATTER = SCATTER_SW.replace("split cCo by {2, 4}", "split cCo by {4}")
 
 
 @pytest.mark.parametrize("proof", [True, False])
@@ -176,7 +164,7 @@ def test_an_output_tile_is_hoisted_only_where_no_other_call_writes_into_it(monke
     if not proof:
         monkeypatch.setattr(hoist_dma_pass, "_window_is_private", lambda scheduled, role, level: True)
     monkeypatch.setenv("SWAUTO_VERIFY", "0")
-    op = load(PEELED_SCATTER)
+    op = load(PEELED_SCATTER, {**SCATTER_SIZES, "Co": 6})
     rng = np.random.default_rng(2)
     arrays = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in op.seed.tensors}
     expected = reference(op, arrays)["dXp"]
@@ -225,7 +213,7 @@ def test_the_timed_simulator_refuses_what_the_functional_one_refuses(module):
 
 def test_equal_non_affine_terms_cancel():
     x = ex.Var("x")
-    assert tight_bounds(x // 3 + i - x // 3, {"x": (0, 8), "i": (0, 2)}) == (0, 2)
+    assert ex.bounds(x // 3 + i - x // 3, {"x": (0, 8), "i": (0, 2)}) == (0, 2)
 
 
 @settings(max_examples=300, deadline=None)
@@ -278,7 +266,7 @@ def test_the_pipeline_verifies_every_stage_when_asked(monkeypatch):
     monkeypatch.setattr(double_buffer_pass, "_next_tile_disjoint", lambda chain, box: True)
     monkeypatch.setattr(double_buffer_pass, "_others_disjoint", lambda get, chain: True)
     monkeypatch.setenv("SWAUTO_VERIFY", "1")
-    op = load(SCATTER)
+    op = load(SCATTER, SCATTER_SIZES)
     monkeypatch.setenv("SWAUTO_VERIFY", "0")
     candidates = [c for c, _ in explore(op, SUNWAY).legal if c.double_buffer]
     monkeypatch.setenv("SWAUTO_VERIFY", "1")

@@ -79,7 +79,7 @@ class Plan:
 def plan_kernel(module: Module, isa: Isa, knobs: Knobs) -> Plan:
     """The plan of `module` for `isa` and `knobs` (deterministic: the same for equal arguments).
 
-    Raises `CodegenError` for non-float32 data.
+    Raises `CodegenError` for non-float32 data, and for IR the verifier refuses (a bug in swauto).
     """
     _check_dtypes(module)
     ignored = frozenset(b.name for b in module.buffers if is_ignored_buffer(b))
@@ -93,30 +93,16 @@ def plan_kernel(module: Module, isa: Isa, knobs: Knobs) -> Plan:
     for name in views:
         offsets[name] = size
         size += layouts.ALIGN_ELEMENTS
-    phases = _proven(module, parallel.split(module))
+    try:
+        verify(module, "host", asynchronous=False)
+    except VerificationError as error:
+        raise CodegenError(f"internal error, please report it: {error}") from None
+    phases = parallel.split(module)
     base = "swauto_" + re.sub(r"\W", "_", module.name)
     symbols = {"before": f"{base}_before"}
     if phases.loops:
         symbols.update(loop=f"{base}_loop", after=f"{base}_after")
     return Plan(phases, symbols, offsets, size, placed, views)
-
-
-def _proven(module: Module, phases: parallel.Phases) -> parallel.Phases:
-    """`phases` when the verifier shows that each generated function reads only buffers it, or an
-    earlier function on its workspace, defined; else the whole kernel on one thread, which must verify.
-
-    Raises `CodegenError` (a bug in swauto) when even that breaks an invariant of the IR."""
-    lets = tuple(s for s in phases.before if isinstance(s, Let))
-    nest = Seq((*lets, *phases.prologue, phases.nest)) if phases.nest is not None else None
-    functions = [Seq(phases.before), *([nest, Seq(lets + phases.after)] if nest is not None else [])]
-    try:
-        verify(module, "host phases", [functions, *([[nest]] if nest is not None else [])], asynchronous=False)
-        return phases
-    except VerificationError as error:
-        if phases.nest is None:
-            raise CodegenError(f"internal error, please report it: {error}") from None
-    return _proven(module, parallel.Phases(tuple(module.body.stmts) if isinstance(module.body, Seq)
-                                           else (module.body,), None, (), ()))
 
 
 def generate(module: Module, isa: Isa, knobs: Knobs) -> ir.Module:
@@ -128,7 +114,7 @@ def generate(module: Module, isa: Isa, knobs: Knobs) -> ir.Module:
     plan = plan_kernel(module, isa, knobs)
     ir_module = ir.Module(name=module.name)
     phases = plan.phases
-    lets = tuple(s for s in phases.before if isinstance(s, Let))
+    lets = phases.lets
     Lowering(module, plan, isa, knobs, ir_module, plan.symbols["before"]).emit(phases.before)
     if phases.loops:
         Lowering(module, plan, isa, knobs, ir_module, plan.symbols["loop"], parallel=True).emit_parallel(lets)

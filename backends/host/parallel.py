@@ -7,7 +7,9 @@ loops around the group in full (they may only fill the thread's own local buffer
 writes to memory) and a contiguous range of the group's flattened iterations. Local buffers used in
 the nest must not be used outside it: each thread has its own. The one exception is a buffer the nest
 only reads, filled before it (a transfer hoisted to the root): its fill becomes the *prologue*, which
-every thread runs into its own buffer before its iterations.
+every thread runs into its own buffer before its iterations. A split is kept only where the IR
+verifier shows every generated function reads only what it, or an earlier one on its workspace,
+defined; otherwise the kernel runs on one thread.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from math import prod
 
 from swauto.ir.expr import Const, linear_form
 from swauto.ir.nodes import Access, Dma, For, Gemm, Let, Module, Seq, Stmt, Zero
+from swauto.ir.verify import VerificationError, verify_functions
 from swauto.ir.visitor import walk
 
 # The outermost group with at least this many iterations wins (coarse work, enough to share);
@@ -42,6 +45,11 @@ class Phases:
         return tuple(_trips(loop) for loop in self.loops)
 
     @property
+    def lets(self) -> tuple[Let, ...]:
+        """The top-level lets of 'before', which the other functions evaluate again."""
+        return tuple(s for s in self.before if isinstance(s, Let))
+
+    @property
     def iterations(self) -> int:
         """Flattened iterations of the group (0 without one)."""
         return prod(self.trips) if self.loops else 0
@@ -64,9 +72,21 @@ def split(module: Module) -> Phases:
         if shared & (_locals_used(rest + after) | _written(stmt) | _filled(stmt)):
             continue
         group = _best_group(stmt, written, _let_vars(before))
-        if group:
-            return Phases(rest, stmt, group, after, prologue)
+        if group and _verified(module, phases := Phases(rest, stmt, group, after, prologue)):
+            return phases
     return Phases(tuple(top), None, (), ())
+
+
+def _verified(module: Module, phases: Phases) -> bool:
+    """True when the IR verifier shows each function of `phases` reads only buffers it, or an earlier
+    function on its workspace, defined: 'before', the nest and 'after' run on the calling thread's
+    workspace, the nest alone on every other thread's."""
+    nest = Seq((*phases.lets, *phases.prologue, phases.nest))
+    try:
+        verify_functions(module, [[Seq(phases.before), nest, Seq(phases.lets + phases.after)], [nest]], "host phases")
+    except VerificationError:
+        return False
+    return True
 
 
 def _filled(stmt: Stmt) -> set[str]:

@@ -14,7 +14,6 @@ It never calls the tuner's cost model: it is the machine the model is judged aga
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -26,9 +25,6 @@ from swauto.ir.memory import box_slices, matrix_view, store_matrix
 from swauto.ir.nodes import Access, Alloc, Dma, DmaWait, For, Gemm, If, Let, Module, Seq, Stmt, Zero
 from swauto.ir.printer import format_stmt
 from swauto.machine import SW26010
-
-_COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
-            ">=": operator.ge}
 
 
 @dataclass
@@ -118,8 +114,7 @@ class _Machine:
             for i in range(start, stop, stmt.stride):
                 self.run(stmt.body, {**env, stmt.var: i}, state)
         elif isinstance(stmt, If):
-            cond = stmt.cond
-            if _COMPARE[cond.op](ex.compiled(cond.left)(env), ex.compiled(cond.right)(env)):
+            if stmt.cond.holds(env):
                 self.run(stmt.then, env, state)
             elif stmt.otherwise is not None:
                 self.run(stmt.otherwise, env, state)

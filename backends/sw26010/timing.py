@@ -18,7 +18,6 @@ every iteration (the tests check both agree). It never calls the tuner's model.
 from __future__ import annotations
 
 import math
-import operator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from math import prod
@@ -33,8 +32,6 @@ from swauto.ir.visitor import walk
 from swauto.machine import DTYPE_BYTES, SW26010
 from swauto.passes.plan_local_memory import per_cpe_bytes
 
-_COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
-            ">=": operator.ge}
 STATS = ("dma_get_bytes", "dma_put_bytes", "dma_transactions", "dma_requests", "dma_blocks", "flops",
          "gemm_calls", "compute_cycles", "dma_service_cycles")
 _MAX_PERIOD = 64  # longest loop period (in iterations) the timing mode looks for
@@ -209,8 +206,7 @@ class _Timer:
         elif isinstance(stmt, For):
             self.loop(stmt, env)
         elif isinstance(stmt, If):
-            cond = stmt.cond
-            if _COMPARE[cond.op](ex.compiled(cond.left)(env), ex.compiled(cond.right)(env)):
+            if stmt.cond.holds(env):
                 self.run(stmt.then, env)
             elif stmt.otherwise is not None:
                 self.run(stmt.otherwise, env)

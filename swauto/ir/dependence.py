@@ -24,42 +24,12 @@ def disjoint(starts_a: Sequence[ex.Expr], extents_a: Sequence[int], starts_b: Se
         if extent_a == extent_b == 1 and _different_residues(start_a, start_b):
             return True
         try:
-            low, high = tight_bounds(start_b - start_a, ranges)
+            low, high = ex.bounds(start_b - start_a, ranges)
         except (ValueError, KeyError):
             continue
         if low >= extent_a or high <= -extent_b:
             return True
     return False
-
-
-def tight_bounds(expr: ex.Expr, ranges: Ranges) -> tuple[int, int]:
-    """`ex.bounds`, with equal non-affine terms cancelled first: `x / 3 + i - x / 3` is `i`.
-    Raises ValueError or KeyError as `ex.bounds` does."""
-    terms, low = _atoms(expr)
-    high = low
-    for atom, coefficient in terms.items():
-        if coefficient:
-            a, b = ex.bounds(atom, ranges)
-            low += coefficient * (a if coefficient > 0 else b)
-            high += coefficient * (b if coefficient > 0 else a)
-    return low, high
-
-
-def _atoms(expr: ex.Expr) -> tuple[dict[ex.Expr, int], int]:
-    """`expr` as a sum of coefficient x term plus a constant, where a term is a variable or a
-    subexpression that is not affine (a floor division, a modulo, a min or max, a product)."""
-    if isinstance(expr, ex.Const):
-        return {}, expr.value
-    if isinstance(expr, ex.BinOp) and expr.op in "+-":
-        (left, a), (right, b) = _atoms(expr.left), _atoms(expr.right)
-        sign = 1 if expr.op == "+" else -1
-        for atom, coefficient in right.items():
-            left = {**left, atom: left.get(atom, 0) + sign * coefficient}
-        return left, a + sign * b
-    if isinstance(expr, ex.BinOp) and expr.op == "*" and isinstance(expr.right, ex.Const):
-        terms, constant = _atoms(expr.left)
-        return {atom: c * expr.right.value for atom, c in terms.items()}, constant * expr.right.value
-    return {expr: 1}, 0
 
 
 def _different_residues(a: ex.Expr, b: ex.Expr) -> bool:

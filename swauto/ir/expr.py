@@ -250,23 +250,42 @@ def bounds(expr: Expr, ranges: Mapping[str, tuple[int, int]]) -> tuple[int, int]
     """Smallest and largest value of `expr` when each variable v lies in ranges[v] (inclusive).
 
     Exact for affine expressions; otherwise an interval that contains every value (floor division
-    and modulo by positive constants, min and max are handled; anything else raises ValueError).
+    and modulo by positive constants, min and max are handled; anything else raises ValueError). A sum
+    is bounded term by term after equal terms are gathered, so `x / 3 + i - x / 3` is bounded as `i`.
     """
+    terms, low = _terms(expr)
+    high = low
+    for term, c in terms.items():
+        lo, hi = ranges[term.name] if isinstance(term, Var) else _term_bounds(term, ranges)
+        low += c * (lo if c > 0 else hi)
+        high += c * (hi if c > 0 else lo)
+    return low, high
+
+
+def _terms(expr: Expr) -> tuple[dict[Expr, int], int]:
+    """`expr` as a sum of coefficient x term plus a constant, a term being a variable or a
+    subexpression that is not a sum (a floor division, a modulo, a min or max, a product of two
+    non-constants); terms equal as expressions are gathered (their coefficients may cancel)."""
     form = linear_form(expr)
     if form is not None:
-        coefficients, low = form
-        high = low
-        for name, c in coefficients.items():
-            lo, hi = ranges[name]
-            low += c * (lo if c > 0 else hi)
-            high += c * (hi if c > 0 else lo)
-        return low, high
+        return {Var(name): c for name, c in form[0].items()}, form[1]
     assert isinstance(expr, BinOp)
+    if expr.op in "+-" or expr.op == "*" and (isinstance(expr.left, Const) or isinstance(expr.right, Const)):
+        (left, a), (right, b) = _terms(expr.left), _terms(expr.right)
+        if expr.op == "*":
+            scale, (terms, constant) = (a, (right, b)) if isinstance(expr.left, Const) else (b, (left, a))
+            return {t: c * scale for t, c in terms.items() if c * scale}, constant * scale
+        sign = 1 if expr.op == "+" else -1
+        gathered = dict(left)
+        for term, c in right.items():
+            gathered[term] = gathered.get(term, 0) + sign * c
+        return {t: c for t, c in gathered.items() if c}, a + sign * b
+    return {expr: 1}, 0
+
+
+def _term_bounds(expr: BinOp, ranges: Mapping[str, tuple[int, int]]) -> tuple[int, int]:
+    """Bounds of a term of `_terms`: an operation other than + and - (or * by a constant)."""
     (a, b), (c, d) = bounds(expr.left, ranges), bounds(expr.right, ranges)
-    if expr.op == "+":
-        return a + c, b + d
-    if expr.op == "-":
-        return a - d, b - c
     if expr.op == "*":
         products = (a * c, a * d, b * c, b * d)
         return min(products), max(products)

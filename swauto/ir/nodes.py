@@ -6,9 +6,11 @@ Every node is a frozen dataclass: two IRs are equal when they print the same, an
 from __future__ import annotations
 
 import hashlib
+import operator
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from swauto.ir.expr import Expr
+from swauto.ir.expr import Expr, compiled
 
 # --- tensors, buffers and the boxes of them that statements touch ---------------------------------
 
@@ -86,11 +88,19 @@ class Seq:
     stmts: tuple[Stmt, ...]
 
 
+_COMPARISONS = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
+                ">=": operator.ge}
+
+
 @dataclass(frozen=True)
 class Compare:
-    op: str  # < <= == !=
+    op: str  # < <= == != > >=
     left: Expr
     right: Expr
+
+    def holds(self, env: Mapping[str, int]) -> bool:
+        """Whether the comparison is true for the variables' values in `env`."""
+        return _COMPARISONS[self.op](compiled(self.left)(env), compiled(self.right)(env))
 
 
 @dataclass(frozen=True)

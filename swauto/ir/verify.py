@@ -8,7 +8,7 @@
   gets may reach outside their tensor), following the conditions of the `If`s around it;
 - every buffer a primitive or a put reads holds data on every path to it (a get or a zeroing wrote
   it before), and every generated function reads only what it or an earlier function on the same
-  workspace defined (the host's thread phases, when given);
+  workspace defined (the host's thread phases: `verify_functions`);
 - no statement touches a box of a local buffer that a transfer still in flight moves, no transfer
   of a tensor box is issued while another, overlapping one of which either is a put is in flight,
   and every transfer is waited for before the program ends.
@@ -20,20 +20,17 @@ the current ones. `SWAUTO_VERIFY=1` makes the pipeline verify the IR after every
 
 from __future__ import annotations
 
-import operator
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from swauto.ir import expr as ex
-from swauto.ir.dependence import disjoint, disjoint_anywhere, loop_range, tight_bounds
+from swauto.ir.dependence import disjoint, disjoint_anywhere, loop_range
 from swauto.ir.nodes import Access, Alloc, Compare, Dma, DmaWait, For, Gemm, If, Let, Module, Seq, Stmt, Zero
 from swauto.ir.printer import format_stmt
 from swauto.ir.visitor import walk
 
 Ranges = dict[str, tuple[int, int]]
-_COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
-            ">=": operator.ge}
 _NEGATE = {"<": ">=", "<=": ">", "==": "!=", "!=": "==", ">": "<=", ">=": "<"}
 _REFINE_LIMIT = 1 << 12  # values of a variable tried one by one to narrow its range under a condition
 ENV_VAR = "SWAUTO_VERIFY"
@@ -74,19 +71,22 @@ class _State:
     in_flight: frozenset[_InFlight]
 
 
-def verify(module: Module, stage: str = "", workspaces: Iterable[Iterable[Stmt]] = (),
-           asynchronous: bool = True) -> None:
-    """Raise `VerificationError` unless `module` keeps the invariants above. Each item of
-    `workspaces` lists the generated functions that run one after another on one workspace (a
-    backend's phases): each is checked to read only what it or the functions before it defined.
-    Without `asynchronous` (a target whose transfers complete as they are issued) the rules on
-    transfers in flight do not apply."""
+def verify(module: Module, stage: str = "", asynchronous: bool = True) -> None:
+    """Raise `VerificationError` unless `module` keeps the invariants above. Without `asynchronous` (a
+    target whose transfers complete as they are issued) the rules on transfers in flight do not apply."""
     checker = _Checker(module, stage, asynchronous)
     checker.names(module.body)
-    checker.boxes(module.body, {})
     state = checker.run(module.body, _State(frozenset(), frozenset()), {})
     if state.in_flight:
         raise checker.error(next(iter(state.in_flight)).dma, "is never waited for")
+
+
+def verify_functions(module: Module, workspaces: Iterable[Iterable[Stmt]], stage: str = "") -> None:
+    """Raise `VerificationError` unless every generated function of `module` (a backend's thread
+    phases) reads only buffers it, or an earlier function on its workspace, defined. Each item of
+    `workspaces` lists the functions that run one after another on one workspace. `module` itself is
+    taken as verified; its transfers are taken as complete when issued."""
+    checker = _Checker(module, stage, asynchronous=False, check_boxes=False)
     for functions in workspaces:
         defined: frozenset[str] = frozenset()
         for function in functions:
@@ -94,10 +94,12 @@ def verify(module: Module, stage: str = "", workspaces: Iterable[Iterable[Stmt]]
 
 
 class _Checker:
-    def __init__(self, module: Module, stage: str, asynchronous: bool) -> None:
+    def __init__(self, module: Module, stage: str, asynchronous: bool, check_boxes: bool = True) -> None:
         self.module = module
         self.stage = stage
         self.asynchronous = asynchronous
+        self.check_boxes = check_boxes
+        self.checked: set[tuple[int, tuple]] = set()  # (statement, ranges) whose boxes were checked
         self.shapes = {t.name: t.shape for t in module.tensors}
         self.buffers = {b.name: b.shape for b in module.buffers}
 
@@ -123,23 +125,13 @@ class _Checker:
                     raise self.error(node, f"has an empty axis of {access.name}")
 
     def boxes(self, stmt: Stmt, ranges: Ranges) -> None:
-        """Every box inside its tensor or buffer, for the values the variables take where it runs."""
-        if isinstance(stmt, Seq):
-            for child in stmt.stmts:
-                if isinstance(child, Let):
-                    ranges = {**ranges, child.var: self.bounds(child.value, ranges, child)}
-                else:
-                    self.boxes(child, ranges)
-        elif isinstance(stmt, For):
-            span = self.span(stmt, ranges)
-            if span is not None:
-                self.boxes(stmt.body, {**ranges, stmt.var: span})
-        elif isinstance(stmt, If):
-            for branch, cond in ((stmt.then, stmt.cond), (stmt.otherwise, _negated(stmt.cond))):
-                narrowed = _refine(cond, ranges)
-                if branch is not None and narrowed is not None:
-                    self.boxes(branch, narrowed)
-        elif isinstance(stmt, Dma):
+        """Every box of the leaf `stmt` inside its tensor or buffer, for the values the variables take
+        where it runs (once per statement and ranges: a loop's body is walked again to a fixpoint)."""
+        key = (id(stmt), tuple(sorted(ranges.items())))
+        if not self.check_boxes or key in self.checked:
+            return
+        self.checked.add(key)
+        if isinstance(stmt, Dma):
             self.inside(stmt, stmt.tensor, self.shapes[stmt.tensor.name], ranges, outside_ok=stmt.zero_fill)
         for access, kind in _accesses(stmt):
             if access.name in self.buffers and kind != "tensor":
@@ -182,6 +174,8 @@ class _Checker:
             return state
         if isinstance(stmt, DmaWait):
             return replace(state, in_flight=frozenset(f for f in state.in_flight if f.dma.reply != stmt.reply))
+        if isinstance(stmt, (Dma, Zero, Gemm)):
+            self.boxes(stmt, ranges)
         if isinstance(stmt, Dma):
             return self.dma(stmt, state, ranges)
         if isinstance(stmt, Zero):
@@ -250,7 +244,7 @@ class _Checker:
 
     def bounds(self, value: ex.Expr, ranges: Ranges, stmt: Stmt) -> tuple[int, int]:
         try:
-            return tight_bounds(value, ranges)
+            return ex.bounds(value, ranges)
         except (ValueError, KeyError) as error:
             raise self.error(stmt, f"uses {value}, which has no known bounds ({error})") from None
 
@@ -293,7 +287,7 @@ def _refine(cond: Compare, ranges: Mapping[str, tuple[int, int]]) -> Ranges | No
     does (the path never runs). Conditions on several variables narrow nothing."""
     names = ex.free_vars(cond.left) | ex.free_vars(cond.right)
     if not names:
-        return dict(ranges) if _COMPARE[cond.op](ex.evaluate(cond.left, {}), ex.evaluate(cond.right, {})) else None
+        return dict(ranges) if cond.holds({}) else None
     if len(names) != 1 or next(iter(names)) not in ranges:
         return dict(ranges)
     (name,) = names
@@ -314,7 +308,6 @@ def _refine(cond: Compare, ranges: Mapping[str, tuple[int, int]]) -> Ranges | No
             elif b >= 0:
                 return None
     elif high - low <= _REFINE_LIMIT:
-        left, right, test = ex.compiled(cond.left), ex.compiled(cond.right), _COMPARE[cond.op]
-        values = [v for v in range(low, high + 1) if test(left({name: v}), right({name: v}))]
+        values = [v for v in range(low, high + 1) if cond.holds({name: v})]
         low, high = (min(values), max(values)) if values else (1, 0)
     return None if low > high else {**ranges, name: (low, high)}

@@ -54,10 +54,10 @@ def _window_is_private(scheduled: Module, role: str, level: int) -> bool:
     """True when every output tile of operand `role` hoisted over `level` loops is disjoint from the
     tiles of every other call inside its window (the loop whose body gets and puts it)."""
     calls = [(node, loops) for node, loops in walk(scheduled.body) if isinstance(node, Gemm)]
+    if not scheduled.tensor(dict(calls[0][0].operands)[role].name).is_output:
+        return True  # an input's tile is never written back
     for index, (call, loops) in enumerate(calls):
         access = dict(call.operands)[role]
-        if not scheduled.tensor(access.name).is_output:
-            return True
         box = transfer_box(access, loops, level)
         for other, other_loops in calls[:index] + calls[index + 1:]:
             inside = box.home is None or any(loop is box.home for loop in other_loops)
