@@ -222,8 +222,8 @@ class Kernel:
 
     @property
     def tensors(self) -> tuple[str, ...]:
-        """The names of the arrays a call takes, in declaration order."""
-        return tuple(t.name for t in self.operator.seed.tensors)
+        """The names of the arrays a call takes, in declaration order (not the operator's local tensors)."""
+        return tuple(t.name for t in self.operator.seed.tensors if not t.is_local)
 
     @property
     def layouts(self) -> dict[str, tuple[int, ...]]:
@@ -239,6 +239,8 @@ class Kernel:
             raise ArgumentError(f"{self.operator.name} has no tensor {unknown[0]}; it takes {', '.join(names)}")
         checked: dict[str, np.ndarray] = {}
         for tensor in (self.module if arranged else self.operator.seed).tensors:
+            if tensor.is_local:
+                continue
             if tensor.name not in arrays:
                 raise ArgumentError(f"missing array for tensor {tensor.name} (the kernel takes {', '.join(names)})")
             array = arrays[tensor.name]
@@ -288,7 +290,9 @@ class Kernel:
 
     def _run(self, checked: dict[str, np.ndarray]) -> None:
         started = time.perf_counter()
-        self.report.update(self._program.run(checked, threads=self.threads) or {})
+        if not hasattr(self, "_locals"):  # the operator's intermediates: allocated once, kept between calls
+            self._locals = {t.name: np.zeros(t.shape, t.dtype) for t in self.module.tensors if t.is_local}
+        self.report.update(self._program.run({**checked, **self._locals}, threads=self.threads) or {})
         self.report["last_call_s"] = time.perf_counter() - started
 
     def __repr__(self) -> str:

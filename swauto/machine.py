@@ -85,6 +85,9 @@ class SW26010:
     gemm_conversion_cycles_per_element: float = 0.25
     # Entering and leaving the primitive: argument set-up, a mesh-wide synchronisation (assumption).
     gemm_call_overhead_cycles: int = 128
+    # Entering and leaving an element-wise map or reduction: argument set-up and a mesh-wide
+    # synchronisation (assumption: a quarter of the GEMM's, which also converts and broadcasts).
+    map_call_overhead_cycles: int = 32
     # Zeroing local memory: one 4-wide vector store per cycle per CPE.
     zero_elements_per_cycle: int = 4
 

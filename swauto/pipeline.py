@@ -2,30 +2,78 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from swauto.errors import Rejected
 from swauto.frontend.check import BoundOperator
 from swauto.ir import verify
-from swauto.ir.nodes import Module
+from swauto.ir.nodes import Module, seq
+from swauto.ir.rename import prefix_buffers
 from swauto.machine import LocalMemoryMachine
 from swauto.passes.double_buffer import double_buffer
 from swauto.passes.hoist_dma import hoist_dma
 from swauto.passes.infer_dma import infer_dma
+from swauto.passes.init_outputs import init_outputs
 from swauto.passes.pad_primitive import pad_primitive
 from swauto.passes.peel_boundaries import peel_boundaries
 from swauto.passes.plan_local_memory import plan_local_memory
 from swauto.schedule.candidate import Candidate
 from swauto.schedule.space import apply
+from swauto.schedule.transforms import statements
 
 Stages = list[tuple[str, Module]]
 
 
 def lower(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) -> Stages:
-    """IR after each stage: `seed`, `schedule` (the transformed loop nest), then each pass. The last
-    stage is the final IR. Raises `Rejected` when the candidate is illegal. With `SWAUTO_VERIFY=1`,
-    every stage is verified (`swauto.ir.verify`)."""
+    """IR after each stage: `seed`, `schedule` (the transformed loop nests), `init_outputs` (when a
+    statement overwrites a combined output), then each pass. The last stage is the final IR. Raises
+    `Rejected` when the candidate is illegal. With `SWAUTO_VERIFY=1`, every stage is verified
+    (`swauto.ir.verify`).
+
+    The statements of the compute block are lowered one by one (each nest has its own buffers, named
+    `s<i>_...` when there are several, which may share local memory with other statements') and put
+    back in order: a statement's transfers are all waited for before the next one starts."""
     stages: Stages = [("seed", op.seed)]
     module = apply(op, candidate, machine)
     stages.append(("schedule", module))
+    initialised = init_outputs(module)
+    if initialised is not module:
+        stages.append(("init_outputs", initialised))
+    nests = statements(initialised)
+    if len(nests) == 1:
+        stages += _lower_nest(initialised, candidate, machine)
+    else:
+        lowered = [[(name, prefix_buffers(stage, f"s{index}_", index)) for name, stage in
+                    _lower_nest(replace(initialised, body=nest), candidate, machine, optional_doubling=True)]
+                   for index, nest in enumerate(nests)]
+        if candidate.double_buffer and not any(name == "double_buffer" for per in lowered for name, _ in per):
+            raise Rejected("no transfer inside a loop to double buffer")
+        for name in ("peel_boundaries", "pad_primitive", "infer_dma", "hoist_dma", "double_buffer",
+                     "plan_local_memory"):
+            if candidate.double_buffer or name != "double_buffer":
+                parts = [_stage(per, name) for per in lowered]
+                stages.append((name, replace(parts[0], buffers=tuple(b for p in parts for b in p.buffers),
+                                             body=seq(*(p.body for p in parts)))))
+    if verify.enabled():
+        for name, stage in stages:
+            verify.verify(stage, name)
+    return stages
+
+
+def _stage(stages: Stages, name: str) -> Module:
+    """The module after stage `name`, or after the last stage before it (a stage that did nothing)."""
+    order = ["peel_boundaries", "pad_primitive", "infer_dma", "hoist_dma", "double_buffer", "plan_local_memory"]
+    done = dict(stages)
+    for earlier in reversed(order[: order.index(name) + 1]):
+        if earlier in done:
+            return done[earlier]
+    raise KeyError(name)
+
+
+def _lower_nest(module: Module, candidate: Candidate, machine: LocalMemoryMachine,
+                optional_doubling: bool = False) -> Stages:
+    """The passes on a module of one nest (its peeled copies come from it)."""
+    stages: Stages = []
     module = peel_boundaries(module)
     stages.append(("peel_boundaries", module))
     module = pad_primitive(module, machine)
@@ -36,15 +84,13 @@ def lower(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
     stages.append(("hoist_dma", module))
     if candidate.double_buffer:
         doubled = double_buffer(module)
-        if doubled == module:
+        if doubled != module:
+            module = doubled
+            stages.append(("double_buffer", module))
+        elif not optional_doubling:
             raise Rejected("no transfer inside a loop to double buffer")
-        module = doubled
-        stages.append(("double_buffer", module))
     module = plan_local_memory(module, machine)
     stages.append(("plan_local_memory", module))
-    if verify.enabled():
-        for name, stage in stages:
-            verify.verify(stage, name)
     return stages
 
 

@@ -1,4 +1,4 @@
-"""A plain NumPy reference: the seed loop nest run directly, in float64, with no schedule at all."""
+"""A plain NumPy reference: the seed's statements run directly, in float64, with no schedule at all."""
 
 from __future__ import annotations
 
@@ -6,13 +6,18 @@ import numpy as np
 
 from swauto.frontend.check import BoundOperator
 from swauto.ir import expr as ex
-from swauto.ir.memory import box_slices, matrix_view, store_matrix
-from swauto.ir.nodes import Access, For, Gemm, Stmt
+from swauto.ir.memory import box_slices
+from swauto.ir.nodes import Access, Call, For, Seq, Stmt
+from swauto.passes.init_outputs import init_outputs
+from swauto.primitives.semantics import run_call
 
 
 def reference(op: BoundOperator, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The operator's outputs (float64) for `arrays`, computed from the seed as written."""
+    """The operator's outputs (float64) for `arrays`, computed from the seed as written (operator-local
+    tensors start as zeros)."""
     values = {name: array.astype(np.float64) for name, array in arrays.items()}
+    for tensor in op.seed.tensors:
+        values.setdefault(tensor.name, np.zeros(tensor.shape))
 
     def box(access: Access, env: dict[str, int]) -> np.ndarray:
         """The box as a view; a box reaching outside a (padded) tensor reads zeros there, as a copy."""
@@ -29,18 +34,16 @@ def reference(op: BoundOperator, arrays: dict[str, np.ndarray]) -> dict[str, np.
         return padded
 
     def run(stmt: Stmt, env: dict[str, int]) -> None:
-        if isinstance(stmt, For):
+        if isinstance(stmt, Seq):
+            for child in stmt.stmts:
+                run(child, env)
+        elif isinstance(stmt, For):
             start, stop = ex.evaluate(stmt.start, env), ex.evaluate(stmt.stop, env)
             for i in range(start, stop, stmt.stride):
                 run(stmt.body, {**env, stmt.var: i})
-            return
-        assert isinstance(stmt, Gemm), "the seed is a loop nest around one primitive call"
-        a = matrix_view(box(stmt.a, env), stmt.a.dims, "M", "K")
-        b = matrix_view(box(stmt.b, env), stmt.b.dims, "K", "N")
-        c_box = box(stmt.c, env)
-        c = matrix_view(c_box, stmt.c.dims, "M", "N") + a @ b
-        store_matrix(c_box, stmt.c.dims, "M", "N", c)
+        else:
+            assert isinstance(stmt, Call), "the seed is a sequence of loop nests around primitive calls"
+            run_call(stmt, {role: box(access, env) for role, access in stmt.operands})
 
-    run(op.seed.body, {})
+    run(init_outputs(op.seed).body, {})
     return {t.name: values[t.name] for t in op.seed.tensors if t.is_output}
-

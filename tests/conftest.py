@@ -27,7 +27,7 @@ operator bwd(B = 4, Ni = 8, No = 8, Ro = 5, Co = 6, Kr = 3, Kc = 3, stride = 1) 
   compute {
     for cRo in 0..Ro { for cCo in 0..Co { for cKr in 0..Kr { for cKc in 0..Kc {
       gemm(M = B, N = Ni, K = No, A = dY[cRo, cCo, :K, :M], B = weight[cKr, cKc, :N, :K],
-           C = dXp[cRo * stride + cKr, cCo * stride + cKc, :N, :M])
+           C += dXp[cRo * stride + cKr, cCo * stride + cKc, :N, :M])
     } } } }
   }
   schedule {

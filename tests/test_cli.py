@@ -91,7 +91,7 @@ def test_user_errors_exit_2_without_traceback():
 
 def _nine_loops(tmp_path: Path) -> Path:
     """The issue's 250-byte file: 9 loops under `reorder any` (9! orders)."""
-    body = "gemm(M = M, N = N, K = K, A = A, B = B, C = C)"
+    body = "gemm(M = M, N = N, K = K, A = A, B = B, C += C)"
     for level in range(9):
         body = f"for l{level} in 0..2 {{ {body} }}"
     path = tmp_path / "nine.sw"

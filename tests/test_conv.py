@@ -18,7 +18,7 @@ import swauto
 from conftest import EXAMPLES, assert_golden_stages, relative_error
 from swauto.api import load
 from swauto.backends.sw26010 import simulate
-from swauto.ir.nodes import Dma, Gemm
+from swauto.ir.nodes import Call, Dma
 from swauto.ir.printer import format_module
 from swauto.ir.visitor import walk
 from swauto.machine import SUNWAY
@@ -130,8 +130,8 @@ def _features(stages) -> set[str]:
     features = set()
     module = final["plan_local_memory"]
     for node, _ in walk(module.body):
-        if isinstance(node, Gemm):
-            if node.a.dims.count("M") > 1:  # a loop fused into M adds an axis carrying it
+        if isinstance(node, Call):
+            if node.operand("A").dims.count("M") > 1:  # a loop fused into M adds an axis carrying it
                 features.add("fusion")
             if any(access.pad and any(access.pad) for _, access in node.operands):
                 features.add("padding")

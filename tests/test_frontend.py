@@ -12,7 +12,7 @@ from swauto.errors import CheckError, ParameterError, ParseError
 from swauto.frontend.check import check
 from swauto.frontend.parser import parse
 from swauto.frontend.source import Source
-from swauto.ir.nodes import Gemm
+from swauto.ir.nodes import Call
 
 
 def load(text: str, params: dict | None = None):
@@ -25,7 +25,7 @@ operator g(M = 256, N = 128, K = 64) {
   tensor A[M, K]
   tensor B[K, N]
   tensor C[M, N]
-  compute { gemm(M = M, N = N, K = K, A = A, B = B, C = C) }
+  compute { gemm(M = M, N = N, K = K, A = A, B = B, C += C) }
   schedule { split gemm.M by {128} }
 }
 """
@@ -49,13 +49,13 @@ def test_good_operator_binds_defaults_and_overrides():
 def test_axes_are_matched_by_name_even_when_sizes_are_equal():
     op = load(GOOD, {"M": 128, "N": 128, "K": 128})
     call = op.seed.body
-    assert isinstance(call, Gemm)
-    assert call.a.dims == ("M", "K") and call.b.dims == ("K", "N")
+    assert isinstance(call, Call)
+    assert call.operand("A").dims == ("M", "K") and call.operand("B").dims == ("K", "N")
 
 
 def test_explicit_dimension_indices_give_a_transposed_operand():
     op = load(GOOD.replace("tensor A[M, K]", "tensor A[K, M]").replace("A = A,", "A = A[:K, :M],"))
-    assert op.seed.body.a.dims == ("K", "M")
+    assert op.seed.body.operand("A").dims == ("K", "M")
 
 
 def test_loop_nest_with_affine_indices():
@@ -68,14 +68,14 @@ def test_loop_nest_with_affine_indices():
       compute {
         for r in 0..Ro {
           for kr in 0..Kr {
-            gemm(M = B, N = No, K = Ni, A = input[r + kr, :K, :M], B = weight[kr], C = output[r, :N, :M])
+            gemm(M = B, N = No, K = Ni, A = input[r + kr, :K, :M], B = weight[kr], C += output[r, :N, :M])
           }
         }
       }
     }
     """)
     assert op.params["Ri"] == 6
-    assert str(op.seed.body.body.body.a.starts[0]) == "kr + r"
+    assert str(op.seed.body.body.body.operand("A").starts[0]) == "kr + r"
 
 
 BAD = [
@@ -90,9 +90,9 @@ BAD = [
     (GOOD.replace("gemm(M = M", "gemmm(M = M"), CheckError, "unknown primitive gemmm", 5, 13),
     (GOOD.replace("K = K, A", "L = K, A"), CheckError, "gemm has no argument L", 5, 32),
     (GOOD.replace("K = K, A", "A = A, A"), CheckError, "argument A is given twice", 5, 39),
-    (GOOD.replace("K = 64", "K = 128").replace("C = C)", "C = A)"), CheckError, "both read as A and written", 5,
+    (GOOD.replace("K = 64", "K = 128").replace("C += C)", "C += A)"), CheckError, "both read as A and written", 5,
      39),
-    (GOOD.replace("C = C)", "C = C[0])"), CheckError, "leaves no axis for M", 5, 57),
+    (GOOD.replace("C += C)", "C += C[0])"), CheckError, "leaves no axis for M", 5, 58),
     (GOOD.replace("B = B,", "B = X,"), CheckError, "operand B must be a tensor", 5, 46),
     (GOOD.replace("tensor A[M, K]", "tensor A[M, N]"), CheckError, "axis 1 of tensor A (128 elements) matches none",
      5, 43),
@@ -106,11 +106,11 @@ BAD = [
     (GOOD.replace("split gemm.M by {128}", "fuse a into gemm.M"), CheckError, "no loop a to fuse; the nest has no",
      6, 14),
     (GOOD.replace("compute { gemm", "compute { for i in 0..M { for i in 0..N { gemm")
-     .replace("C = C) }", "C = C) } } }"), CheckError, "loop variable i is already used", 5, 29),
+     .replace("C += C) }", "C += C) } } }"), CheckError, "loop variable i is already used", 5, 29),
     (GOOD.replace("compute { gemm", "compute { for i in 0..4 { gemm").replace("A = A,", "A = A[:M, i * i],")
-     .replace("C = C) }", "C = C) } }"), CheckError, "not affine", 5, 65),
+     .replace("C += C) }", "C += C) } }"), CheckError, "not affine", 5, 65),
     (GOOD.replace("tensor A[M, K]", "tensor A[M, K, 2]").replace("compute { gemm", "compute { for i in 0..4 { gemm")
-     .replace("A = A,", "A = A[:M, :K, i],").replace("C = C) }", "C = C) } }"), CheckError,
+     .replace("A = A,", "A = A[:M, :K, i],").replace("C += C) }", "C += C) } }"), CheckError,
      "takes values 0..3, outside 0..1", 5, 69),
     ("operator g(M = 4) {\n  let R = M - 9\n  tensor A[R]\n  compute { gemm(M=R,N=R,K=R,A=A,B=A,C=A) }\n}",
      CheckError, "R is -5 for these parameters", 2, 11),
@@ -169,7 +169,7 @@ operator g(M = 256, N = 128, K = 64) {
   tensor A[M, K]
   tensor B[K, N]
   tensor C[M, N]
-  compute { gemm(M = M, N = N, K = K, A = A, B = B, C = C) }
+  compute { gemm(M = M, N = N, K = K, A = A, B = B, C += C) }
 }
 """
 
@@ -200,27 +200,27 @@ def test_absurd_nesting_is_refused_where_it_passes_the_limit(expression, column)
 
 
 def test_a_loop_nest_deeper_than_the_limit_is_refused_at_the_first_loop_past_it():
-    body = "gemm(M = M, N = N, K = K, A = A, B = B, C = C)"
+    body = "gemm(M = M, N = N, K = K, A = A, B = B, C += C)"
     for level in range(1000):
         body = f"for i{level} in 0..1 {{\n{body} }}"
     text = DEEP.replace("let R = EXPR\n", "").replace(
-        "compute { gemm(M = M, N = N, K = K, A = A, B = B, C = C) }", f"compute {{\n{body} }}")
+        "compute { gemm(M = M, N = N, K = K, A = A, B = B, C += C) }", f"compute {{\n{body} }}")
     with pytest.raises(ParseError, match="loops nested too deeply \\(the limit is 64\\)") as info:
         load(text)
     assert info.value.location.line == 6 + 64 and info.value.source_line.startswith("for i935 in")
 
 
 def test_sixty_four_nested_loops_are_accepted():
-    body = "gemm(M = M, N = N, K = K, A = A, B = B, C = C)"
+    body = "gemm(M = M, N = N, K = K, A = A, B = B, C += C)"
     for level in range(64):
         body = f"for i{level} in 0..2 {{ {body} }}"
     op = load(DEEP.replace("let R = EXPR\n", "").replace(
-        "compute { gemm(M = M, N = N, K = K, A = A, B = B, C = C) }", f"compute {{ {body} }}"))
+        "compute { gemm(M = M, N = N, K = K, A = A, B = B, C += C) }", f"compute {{ {body} }}"))
     assert len(op.space.loops) == 64
 
 
 def test_fusing_a_loop_with_itself_is_a_check_error():
-    text = GOOD.replace("compute { gemm", "compute { for i in 0..4 { gemm").replace("C = C) }", "C = C) } }")
+    text = GOOD.replace("compute { gemm", "compute { for i in 0..4 { gemm").replace("C += C) }", "C += C) } }")
     with pytest.raises(CheckError, match="cannot fuse loop i with itself") as info:
         load(text.replace("split gemm.M by {128}", "fuse i, i"))
     assert (info.value.location.line, info.value.location.column) == (6, 22)

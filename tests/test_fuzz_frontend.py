@@ -59,7 +59,7 @@ def _deep(rng: random.Random) -> str:
 
 def _deep_loops(rng: random.Random) -> str:
     n = rng.choice([5, 64, 65, 300])
-    body = "gemm(M = M, N = N, K = K, A = A, B = B, C = C)"
+    body = "gemm(M = M, N = N, K = K, A = A, B = B, C += C)"
     for level in range(n):
         body = f"for l{level} in 0..1 {{ {body} }}"
     return body

@@ -24,11 +24,11 @@ from swauto.ir.expr import BinOp, Const, Var
 from swauto.ir.nodes import (
     Access,
     Alloc,
+    Call,
     Compare,
     Dma,
     DmaWait,
     For,
-    Gemm,
     If,
     Let,
     LocalBuffer,
@@ -36,6 +36,7 @@ from swauto.ir.nodes import (
     Seq,
     Tensor,
     Zero,
+    gemm_call,
 )
 from swauto.ir.visitor import Rewriter, walk
 from swauto.machine import HOST_MICRO_KERNELS, SUNWAY, local_memory_machine
@@ -132,7 +133,7 @@ def test_the_micro_kernel_vectorizes_cs_innermost_axis_longer_than_one():
         return Access(name, tuple(Const(0) for _ in extents), extents, dims)
 
     # C[Co, No, B] with B = 1 (a convolution's output): N, whose axis is contiguous, not the 1-long M axis.
-    gemm = Gemm(32, 128, 64, box("A", (32, 64, 1), ("M", "K", "M")), box("B", (128, 64), ("N", "K")),
+    gemm = gemm_call(32, 128, 64, box("A", (32, 64, 1), ("M", "K", "M")), box("B", (128, 64), ("N", "K")),
                 box("C", (32, 128, 1), ("M", "N", "M")), "M")
     assert layout.vector_dim(gemm) == "N"
 
@@ -141,8 +142,8 @@ def test_the_vector_operand_gives_whole_vectors_when_packed_or_vectorized_innerm
     def box(name: str, extents: tuple[int, ...], dims: tuple[str, ...]) -> Access:
         return Access(name, tuple(Const(0) for _ in extents), extents, dims)
 
-    def gemm(a: Access) -> Gemm:  # C[N, M]: the micro-kernel vectorizes M, so A is the vector operand
-        return Gemm(32, 16, 64, a, box("B", (64, 16), ("K", "N")), box("C", (16, 32), ("N", "M")), "M")
+    def gemm(a: Access) -> Call:  # C[N, M]: the micro-kernel vectorizes M, so A is the vector operand
+        return gemm_call(32, 16, 64, a, box("B", (64, 16), ("K", "N")), box("C", (16, 32), ("N", "M")), "M")
 
     assert layout.whole_vectors(gemm(box("A", (64, 32), ("K", "M"))), 64)  # M innermost
     assert layout.whole_vectors(gemm(box("A", (32, 64), ("M", "K"))), 64)  # one M axis: packed
@@ -156,14 +157,15 @@ def test_tiles_of_cache_resident_tensors_are_views_and_others_copies():
     knobs = Knobs(*HOST_MICRO_KERNELS[isa.name][0])
     ignored = frozenset(b.name for b in module.buffers if b.dtype == "float64")
     placed, views = layout.plan(module, knobs, isa.width, ignored, cache_resident=True)
-    gemm = next(node for node, _ in walk(module.body) if isinstance(node, Gemm))
+    gemm = next(node for node, _ in walk(module.body) if isinstance(node, Call))
     vector = layout.gemm_roles(gemm)["vector"][1].name
     # The C tile is read and written in place; the vector operand stays packed (a copy).
-    assert views[gemm.c.name] == "C" and vector not in views and len(placed[vector].axes[-1].extents) == 2
+    assert views[gemm.operand("C").name] == "C" and vector not in views and len(placed[vector].axes[-1].extents) == 2
     assert layout.plan(module, knobs, isa.width, ignored, cache_resident=False)[1] == {}
     # A zero-filled (boundary) transfer is never a view: its buffer holds zeros the tensor lacks.
     zero_filled = replace(module, body=Rewrite().rewrite(module.body))
-    assert layout.plan(zero_filled, knobs, isa.width, ignored, cache_resident=True)[1].get(gemm.c.name) is None
+    views = layout.plan(zero_filled, knobs, isa.width, ignored, cache_resident=True)[1]
+    assert views.get(gemm.operand("C").name) is None
 
 
 class Rewrite(Rewriter):
@@ -210,7 +212,7 @@ def transposed_gemm_module(m: int, n: int, k: int, tile_k: int, vectorize: str |
             Dma("get", _box("B", (k0, 0), (tile_k, n), "KN"),
                 _box("B_tile", (0, 0), (tile_k, n), "KN"), "b"),
             DmaWait("a"), DmaWait("b"),
-            Gemm(m, n, tile_k,
+            gemm_call(m, n, tile_k,
                  _box("A_tile", (0, 0), (tile_k, m), "KM"),
                  _box("B_tile", (0, 0), (tile_k, n), "KN"),
                  _box("C_tile", (0, 0), (m, n), "MN"),
@@ -328,7 +330,8 @@ def test_unbound_variables_are_codegen_errors():
 def test_a_gemm_operand_missing_a_dimension_is_a_codegen_error():
     module = transposed_gemm_module(64, 48, 96, tile_k=32)
     gemm = module.body.stmts[5].body.stmts[4]
-    bad = Gemm(gemm.m, gemm.n, gemm.k, _box("A_tile", (0, 0), (32, 64), (None, "M")), gemm.b, gemm.c, "M")
+    missing_k = _box("A_tile", (0, 0), (32, 64), (None, "M"))
+    bad = gemm.with_operands(lambda role, access: missing_k if role == "A" else access)
     # The buffers hold data (zeros), so what is wrong is the operand alone.
     zeros = [Zero(_box(b.name, (0,) * len(b.shape), b.shape, (None,) * len(b.shape))) for b in module.buffers]
     broken = Module(module.name, module.tensors, module.buffers, Seq((*zeros, For("x", Const(0), Const(1), 1, bad))))
@@ -362,7 +365,7 @@ def test_dimensions_fused_over_several_axes_split_in_mixed_radix(threads):
     body = Seq((
         Dma("get", x_box, tiles["X"], "r"), Dma("get", w_box, tiles["W"], "r"), Dma("get", y_box, tiles["Y"], "r"),
         DmaWait("r"),
-        Gemm(s * b, n1 * n2, k, tiles["X"], tiles["W"], tiles["Y"], vectorize="N"),
+        gemm_call(s * b, n1 * n2, k, tiles["X"], tiles["W"], tiles["Y"], vectorize="N"),
         Dma("put", y_box, tiles["Y"], "w"), DmaWait("w"),
     ))
     tensors = (Tensor("X", (s, b, k)), Tensor("W", (k, n1, n2)), Tensor("Y", (s, b, n1, n2), is_output=True))
@@ -391,7 +394,7 @@ def test_a_hoisted_dma_moves_several_tiles_and_gemm_picks_one(threads):
         For("t", Const(0), Const(t_count), 1, Seq((
             Dma("get", _box("Y", (t, 0, 0), (1, m, n), (None, "M", "N")), _box("Y_t", (0, 0), (m, n), "MN"), "y"),
             DmaWait("y"),
-            Gemm(m, n, k, _box("X_all", (t, 0, 0), (1, m, k), (None, "M", "K")), _box("W_t", (0, 0), (k, n), "KN"),
+            gemm_call(m, n, k, _box("X_all", (t, 0, 0), (1, m, k), (None, "M", "K")), _box("W_t", (0, 0), (k, n), "KN"),
                  _box("Y_t", (0, 0), (m, n), "MN"), vectorize="N"),
             Dma("put", _box("Y", (t, 0, 0), (1, m, n), (None, "M", "N")), _box("Y_t", (0, 0), (m, n), "MN"), "w"),
             DmaWait("w"),

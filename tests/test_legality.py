@@ -77,7 +77,7 @@ operator conv(B = 3, Ni = 5, No = 6, Ri = 6, Ci = 7, Kr = 2, Kc = 3) {
   tensor output[Ro, Co, B, No]
   compute {
     for cRo in 0..Ro { for cCo in 0..Co { for cKr in 0..Kr { for cKc in 0..Kc {
-      gemm(M = B, N = No, K = Ni, A = input[cRo + cKr, cCo + cKc, :K, :M], B = weight[cKr, cKc, :K, :N], C = output[cRo, cCo, :M, :N])
+      gemm(M = B, N = No, K = Ni, A = input[cRo + cKr, cCo + cKc, :K, :M], B = weight[cKr, cKc, :K, :N], C += output[cRo, cCo, :M, :N])
     } } } }
   }
   schedule { split cRo by {2}  split gemm.N by {2, 4}  fuse cKr, cKc  reorder any  vectorize gemm over {M, N} }
@@ -102,7 +102,7 @@ operator gemm(M = 200, N = 136, K = 72) {
   tensor A[M, K]
   tensor B[K, N]
   tensor C[M, N]
-  compute { gemm(M = M, N = N, K = K, A = A, B = B, C = C) }
+  compute { gemm(M = M, N = N, K = K, A = A, B = B, C += C) }
   schedule {
     split gemm.M by {24, 128}
     split gemm.N by {40, 136}

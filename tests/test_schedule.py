@@ -157,7 +157,7 @@ def test_ir_compares_structurally_and_hashes_stably(gemm_source):
 
 def _nest(loops: int) -> str:
     """A seed of `loops` nested loops under `reorder any`: loops! orders."""
-    body = "gemm(M = M, N = N, K = K, A = A, B = B, C = C)"
+    body = "gemm(M = M, N = N, K = K, A = A, B = B, C += C)"
     for level in range(loops):
         body = f"for l{level} in 0..2 {{ {body} }}"
     return (f"operator g(M = 128, N = 128, K = 64) {{ tensor A[M, K] tensor B[K, N] tensor C[M, N] "
@@ -278,7 +278,7 @@ def test_fusing_tile_loops_with_a_shorter_last_tile_is_rejected_with_a_reason():
     source = """
     operator gemm(M = 200, N = 200, K = 64) {
       tensor A[M, K]  tensor B[K, N]  tensor C[M, N]
-      compute { gemm(M = M, N = N, K = K, A = A, B = B, C = C) }
+      compute { gemm(M = M, N = N, K = K, A = A, B = B, C += C) }
       schedule { split gemm.M by {64, 200}  split gemm.N by {64, 200}  fuse gemm.M.outer, gemm.N.outer }
     }
     """

@@ -15,7 +15,7 @@ from swauto.backends.sw26010 import gemm_cycles, simulate, time_module
 from swauto.backends.sw26010.dma import block_waste, lines_touched, transfer_cost
 from swauto.errors import Rejected
 from swauto.ir import expr as ex
-from swauto.ir.nodes import Access, Compare, Dma, DmaWait, For, Gemm, If, LocalBuffer, Module, Seq, Tensor
+from swauto.ir.nodes import Access, Compare, Dma, DmaWait, For, If, LocalBuffer, Module, Seq, Tensor, gemm_call
 from swauto.machine import SUNWAY
 from swauto.pipeline import lower
 from swauto.schedule.space import candidates, explore
@@ -55,7 +55,7 @@ def _pipeline(trips: int, rows: int, gemm_k: int, double: bool) -> Module:
 
     # The GEMM reads the half this iteration's tile arrived in (the checks refuse a race with the prefetch).
     operand = Access("X_tile", (i % 2, ex.Const(0), ex.Const(0)), (1, rows, 256), (None, "M", "K"))
-    gemm = Gemm(128, 128, gemm_k, operand, operand, operand, "M")
+    gemm = gemm_call(128, 128, gemm_k, operand, operand, operand, "M")
     if double:
         body = Seq((DmaWait("ready"), If(Compare("<", i + 1, ex.Const(trips)), get(i + 1)), gemm))
         program = Seq((get(ex.Const(0)), For("i", ex.Const(0), ex.Const(trips), 1, body)))

@@ -18,7 +18,21 @@ from swauto.backends.sw26010 import simulate, time_module
 from swauto.errors import SimulationError
 from swauto.ir import expr as ex
 from swauto.ir.dependence import disjoint, disjoint_anywhere
-from swauto.ir.nodes import Access, Compare, Dma, DmaWait, For, Gemm, If, LocalBuffer, Module, Seq, Tensor, Zero
+from swauto.ir.nodes import (
+    Access,
+    Call,
+    Compare,
+    Dma,
+    DmaWait,
+    For,
+    If,
+    LocalBuffer,
+    Module,
+    Seq,
+    Tensor,
+    Zero,
+    gemm_call,
+)
 from swauto.ir.verify import VerificationError, _refine, verify, verify_functions
 from swauto.machine import SUNWAY
 from swauto.pipeline import lower
@@ -52,9 +66,9 @@ def _put(row: ex.Expr | int, half: ex.Expr | int = 0, rows: int = 8, reply: str 
                reply)
 
 
-def _use(half: ex.Expr | int = 0, rows: int = 8) -> Gemm:
+def _use(half: ex.Expr | int = 0, rows: int = 8) -> Call:
     tile = _box("T", (half, 0, 0), (1, rows, 16), (None, "M", "N"))
-    return Gemm(rows, 16, 16, _box("T", (half, 0, 0), (1, rows, 16), (None, "M", "K")), tile, tile, "N")
+    return gemm_call(rows, 16, 16, _box("T", (half, 0, 0), (1, rows, 16), (None, "M", "K")), tile, tile, "N")
 
 
 def test_a_correct_single_buffered_loop_verifies():

@@ -26,11 +26,11 @@ from swauto.ir.expr import BinOp, Const, Expr, Var
 from swauto.ir.nodes import (
     Access,
     Alloc,
+    Call,
     Compare,
     Dma,
     DmaWait,
     For,
-    Gemm,
     If,
     Let,
     LocalBuffer,
@@ -252,10 +252,10 @@ class Lowering:
             starts = [self.expr(start, env) for start in box.starts]
             self._fill_zero(box, self.access_storage(box), starts, [b for b, e in enumerate(box.extents) if e > 1],
                             f"zero.{box.name}")
-        elif isinstance(stmt, Gemm):
-            from .microkernel import emit_gemm
+        elif isinstance(stmt, Call):
+            from .primitives import emit_call
 
-            emit_gemm(self, stmt, env)
+            emit_call(self, stmt, env)
         else:
             raise CodegenError(f"the host backend cannot lower the statement {stmt!r}")
 

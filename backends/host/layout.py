@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from swauto.ir.expr import Const
-from swauto.ir.nodes import Access, Dma, Gemm, Module, Zero
+from swauto.ir.nodes import Access, Call, Dma, Module, Zero
 from swauto.ir.visitor import walk
 
 from .knobs import Knobs
@@ -73,14 +73,14 @@ def innermost_dim(access: Access) -> str | None:
     return None
 
 
-def vector_dim(gemm: Gemm) -> str:
+def vector_dim(gemm: Call) -> str:
     """The dimension the host micro-kernel vectorizes: the one C's innermost axis longer than 1
     carries (C is row-major, so its vectors are contiguous); the other free dimension is broadcast."""
-    dim = innermost_dim(gemm.c)
+    dim = innermost_dim(gemm.operand("C"))
     return dim if dim in ("M", "N") else "N"
 
 
-def whole_vectors(gemm: Gemm, panel: int) -> bool:
+def whole_vectors(gemm: Call, panel: int) -> bool:
     """True when the micro-kernel loads whole vectors of the vector operand (with packed panels
     `panel` wide): the operand is packed, or its innermost axis longer than 1 carries the vectorized
     dimension. Otherwise every lane is loaded and multiplied alone."""
@@ -88,13 +88,14 @@ def whole_vectors(gemm: Gemm, panel: int) -> bool:
     return _packable_axis(access, dim, panel) is not None or innermost_dim(access) == dim
 
 
-def gemm_roles(gemm: Gemm) -> dict[str, tuple[str, Access]]:
+def gemm_roles(gemm: Call) -> dict[str, tuple[str, Access]]:
     """The micro-kernel's view of a GEMM: 'vector' (the operand carrying the vectorized dimension and
     K), 'broadcast' (the other input) and 'C', each with the dimension it is packed along."""
     v = vector_dim(gemm)
     u = "N" if v == "M" else "M"
-    vector, broadcast = (gemm.b, gemm.a) if v == "N" else (gemm.a, gemm.b)
-    return {"vector": (v, vector), "broadcast": (u, broadcast), "C": (u, gemm.c)}
+    a, b = gemm.operand("A"), gemm.operand("B")
+    vector, broadcast = (b, a) if v == "N" else (a, b)
+    return {"vector": (v, vector), "broadcast": (u, broadcast), "C": (u, gemm.operand("C"))}
 
 
 def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
@@ -111,7 +112,11 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
     """
     uses: dict[str, set[tuple[str, int | None, int]]] = {}
     for node, _ in walk(module.body):
-        if not isinstance(node, Gemm):
+        if not isinstance(node, Call):
+            continue
+        if node.signature.kind != "gemm":  # a map or reduction reads its buffers in place, row-major
+            for _, access in node.operands:
+                uses.setdefault(access.name, set()).add(("map", None, 0))
             continue
         for role, (dim, access) in gemm_roles(node).items():
             panel = knobs.vectors * width if role == "vector" else 0
@@ -149,7 +154,7 @@ def _view(module: Module, buffer: str, shape: tuple[int, ...]) -> tuple[str, Lay
     tensor = module.tensor(box.name)
     gets = sum(dma.direction == "get" for dma in dmas)
     puts = len(dmas) - gets
-    written = any(isinstance(node, Gemm) and node.c.name == buffer for node, _ in walk(module.body))
+    written = any(isinstance(node, Call) and node.output.name == buffer for node, _ in walk(module.body))
     if written and (gets, puts) != (1, 1) or not written and (puts or tensor.is_output):
         return None
     tensor_axes = [a for a, extent in enumerate(box.extents) if extent > 1]
@@ -195,7 +200,7 @@ def _packable_axis(access: Access, dim: str, panel: int) -> int | None:
 def _k_axes(module: Module, buffer: str) -> tuple[int, ...]:
     """The axes of `buffer` that GEMMs read as K (the same for every use when it is packed)."""
     for node, _ in walk(module.body):
-        if isinstance(node, Gemm):
+        if isinstance(node, Call):
             for _, access in node.operands:
                 if access.name == buffer:
                     return tuple(a for a, d in enumerate(access.dims) if d == "K")

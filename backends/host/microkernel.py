@@ -21,9 +21,8 @@ from llvmlite import ir
 
 from swauto.errors import CodegenError
 from swauto.ir.expr import Const
-from swauto.ir.nodes import Access, Gemm
+from swauto.ir.nodes import Access, Call
 from swauto.ir.printer import format_access
-from swauto.primitives import GEMM
 
 from .codegen import F32, I64, Env, Lowering, Storage, i64
 from .layout import gemm_roles
@@ -40,20 +39,20 @@ class OperandMap:
     tables: Mapping[str, tuple[int, ...]]
 
 
-def emit_gemm(lw: Lowering, stmt: Gemm, env: Env) -> None:
+def emit_gemm(lw: Lowering, stmt: Call, env: Env) -> None:
     """Emit `C += A x B` for `stmt` at the builder's position (see the module docstring)."""
-    sizes = {"M": stmt.m, "N": stmt.n, "K": stmt.k}
+    sizes = {dim: int(value) for dim, value in stmt.sizes}
     if min(sizes.values()) < 1:
-        raise CodegenError(f"gemm sizes must be positive, got M={stmt.m} N={stmt.n} K={stmt.k}")
+        raise CodegenError("gemm sizes must be positive, got " + " ".join(f"{d}={v}" for d, v in stmt.sizes))
     for name, access in stmt.operands:
-        _check_operand(name, access, sizes)
+        check_operand(stmt, name, access, sizes)
     roles = gemm_roles(stmt)
     v, vector_access = roles["vector"]
     u, broadcast_access = roles["broadcast"]
     maps = {
-        "V": _operand_map(lw, vector_access, sizes, env),
-        "U": _operand_map(lw, broadcast_access, sizes, env),
-        "C": _operand_map(lw, roles["C"][1], sizes, env),
+        "V": operand_map(lw, vector_access, sizes, env),
+        "U": operand_map(lw, broadcast_access, sizes, env),
+        "C": operand_map(lw, roles["C"][1], sizes, env),
     }
     _Kernel(lw, maps, u, v, sizes).emit()
 
@@ -183,17 +182,7 @@ class _Kernel:
         return pointer if lanes == 1 else b.bitcast(pointer, ir.VectorType(F32, lanes).as_pointer())
 
     def _lookup(self, table: tuple[int, ...], index: ir.Value, name: str) -> ir.Value:
-        """table[index] at run time: arithmetic when the table is affine, else a constant array."""
-        stride = table[1] - table[0] if len(table) > 1 else 0
-        if all(value == table[0] + i * stride for i, value in enumerate(table)):
-            scaled = self.builder.mul(index, i64(stride), flags=_NSW)
-            return self.builder.add(scaled, i64(table[0]), flags=_NSW)
-        array_type = ir.ArrayType(I64, len(table))
-        variable = ir.GlobalVariable(self.lw.ir_module, array_type, self.lw.ir_module.get_unique_name(f"table.{name}"))
-        variable.linkage = "internal"
-        variable.global_constant = True
-        variable.initializer = ir.Constant(array_type, list(table))
-        return self.builder.load(self.builder.gep(variable, [i64(0), index], inbounds=True))
+        return table_lookup(self.lw, table, index, name)
 
     def _splat(self, scalar: ir.Value, lanes: int) -> ir.Value:
         if lanes == 1:
@@ -212,29 +201,32 @@ class _Kernel:
         return self.builder.call(function, [a, b, c])
 
 
-def _check_operand(name: str, access: Access, sizes: Mapping[str, int]) -> None:
-    """The operand carries exactly the primitive's dimensions for it, each over axes whose extents
-    (with the operand's zero padding) multiply to its size; an axis carrying nothing has extent 1."""
+def check_operand(call: Call, name: str, access: Access, sizes: Mapping[str, int]) -> None:
+    """The operand carries the primitive's dimensions for it (all of them, or for a map or reduction
+    a subset: broadcast or reduced), each over axes whose extents (with the operand's zero padding)
+    multiply to its size; an axis carrying nothing has extent 1."""
     extents = access.padded_extents()
-    expected = GEMM.operand_dims(name)
+    signature = call.signature
+    expected = signature.role_dims(name)
     carried = {dim for dim in access.dims if dim is not None}
-    if carried != set(expected):
-        raise CodegenError(f"gemm operand {name}={format_access(access)} carries dimensions {sorted(carried)}; "
-                           f"it must carry {' and '.join(expected)}")
-    for dim in expected:
+    partial = signature.broadcast or signature.reduces_missing
+    if not (carried <= set(expected) if partial else carried == set(expected)):
+        raise CodegenError(f"{call.primitive} operand {name}={format_access(access)} carries dimensions "
+                           f"{sorted(carried)}; it must carry {' and '.join(expected)}")
+    for dim in carried:
         span = 1
         for extent, d in zip(extents, access.dims, strict=True):
             span *= extent if d == dim else 1
         if span != sizes[dim]:
-            raise CodegenError(f"gemm operand {name}={format_access(access)} spans {span} along {dim}, "
+            raise CodegenError(f"{call.primitive} operand {name}={format_access(access)} spans {span} along {dim}, "
                                f"but the primitive's {dim} is {sizes[dim]}")
     for extent, dim in zip(extents, access.dims, strict=True):
         if dim is None and extent != 1:
-            raise CodegenError(f"gemm operand {name}={format_access(access)} has an axis of extent {extent} "
-                               "that carries no dimension")
+            raise CodegenError(f"{call.primitive} operand {name}={format_access(access)} has an axis of extent "
+                               f"{extent} that carries no dimension")
 
 
-def _operand_map(lw: Lowering, access: Access, sizes: Mapping[str, int], env: Env) -> OperandMap:
+def operand_map(lw: Lowering, access: Access, sizes: Mapping[str, int], env: Env) -> OperandMap:
     """The base and offset tables of `access` (whose dimensions `_check_operand` accepted)."""
     storage = lw.access_storage(access)
     b = lw.builder
@@ -266,3 +258,18 @@ def _operand_map(lw: Lowering, access: Access, sizes: Mapping[str, int], env: En
             table.append(offset)
         tables[dim] = tuple(table)
     return OperandMap(storage, b.add(base, i64(constant), flags=_NSW), tables)
+
+
+def table_lookup(lw: Lowering, table: tuple[int, ...], index: ir.Value, name: str) -> ir.Value:
+    """table[index] at run time: arithmetic when the table is affine, else a constant array."""
+    builder = lw.builder
+    stride = table[1] - table[0] if len(table) > 1 else 0
+    if all(value == table[0] + i * stride for i, value in enumerate(table)):
+        scaled = builder.mul(index, i64(stride), flags=_NSW)
+        return builder.add(scaled, i64(table[0]), flags=_NSW)
+    array_type = ir.ArrayType(I64, len(table))
+    variable = ir.GlobalVariable(lw.ir_module, array_type, lw.ir_module.get_unique_name(f"table.{name}"))
+    variable.linkage = "internal"
+    variable.global_constant = True
+    variable.initializer = ir.Constant(array_type, list(table))
+    return builder.load(builder.gep(variable, [i64(0), index], inbounds=True))

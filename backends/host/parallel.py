@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from math import prod
 
 from swauto.ir.expr import Const, linear_form
-from swauto.ir.nodes import Access, Dma, For, Gemm, Let, Module, Seq, Stmt, Zero
+from swauto.ir.nodes import Access, Call, Dma, For, Let, Module, Seq, Stmt, Zero
 from swauto.ir.verify import VerificationError, verify_functions
 from swauto.ir.visitor import walk
 
@@ -148,7 +148,7 @@ def _writes(body: Stmt, besides: Stmt) -> bool:
         if stmt is besides:
             continue
         for node, _ in walk(stmt):
-            if isinstance(node, Gemm) or isinstance(node, Dma) and node.direction == "put":
+            if isinstance(node, Call) or isinstance(node, Dma) and node.direction == "put":
                 return True
     return False
 
@@ -184,30 +184,30 @@ def _tensor_accesses(stmt: Stmt, written: set[str]) -> list[Access]:
     for node, _ in walk(stmt):
         if isinstance(node, Dma) and node.tensor.name in written:
             found.append(node.tensor)
-        elif isinstance(node, Gemm):
+        elif isinstance(node, Call):
             found.extend(access for _, access in node.operands if access.name in written)
     return found
 
 
 def _written(body: Stmt) -> set[str]:
-    """Names of everything `body` writes in main memory or through a GEMM (buffers included)."""
+    """Names of everything `body` writes in main memory or through a primitive (buffers included)."""
     written = set()
     for node, _ in walk(body):
         if isinstance(node, Dma) and node.direction == "put":
             written.add(node.tensor.name)
-        elif isinstance(node, Gemm):
-            written.add(node.c.name)
+        elif isinstance(node, Call):
+            written.add(node.output.name)
     return written
 
 
 def _locals_used(stmts: tuple[Stmt, ...]) -> set[str]:
-    """Names of everything DMAs and GEMMs in `stmts` touch on their local side."""
+    """Names of everything DMAs and primitives in `stmts` touch on their local side."""
     used = set()
     for stmt in stmts:
         for node, _ in walk(stmt):
             if isinstance(node, Dma):
                 used.add(node.buffer.name)
-            elif isinstance(node, Gemm):
+            elif isinstance(node, Call):
                 used.update(access.name for _, access in node.operands)
     return used
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from swauto.ir import expr as ex
 from swauto.ir.memory import dma_pattern, row_major_strides
-from swauto.ir.nodes import Access, Alloc, Dma, DmaWait, For, Gemm, If, Let, Module, Seq, Stmt, Zero
+from swauto.ir.nodes import Access, Alloc, Call, Dma, DmaWait, For, If, Let, Module, Seq, Stmt, Zero
 from swauto.ir.printer import format_access
 from swauto.machine import DTYPE_BYTES, SW26010
 from swauto.passes.plan_local_memory import per_cpe_bytes
@@ -56,10 +56,14 @@ def _lines(stmt: Stmt, module: Module, indent: int) -> list[str]:
     if isinstance(stmt, Zero):
         buffer = stmt.buffer
         return [f"{pad}ldm_zero({buffer.name}, /* box */ {format_access(buffer, False)});"]
-    if isinstance(stmt, Gemm):
+    if isinstance(stmt, Call):
+        sizes = ", ".join(f"{dim}={size}" for dim, size in stmt.sizes)
         layouts = ", ".join(f"{name}={access.name}/{''.join(d or '_' for d in access.dims)}"
                             for name, access in stmt.operands)
-        return [f"{pad}gemm_op(M={stmt.m}, N={stmt.n}, K={stmt.k}, {layouts}, vec={stmt.vectorize});"]
+        extra = f", vec={stmt.vectorize}" if stmt.signature.vectorizable else ""
+        if stmt.signature.constant:
+            extra += f", {stmt.signature.constant}={stmt.constant!r}"
+        return [f"{pad}{stmt.primitive}_op({sizes}, {layouts}{extra});"]
     raise TypeError(f"not a statement: {stmt!r}")
 
 

@@ -21,10 +21,11 @@ import numpy as np
 from swauto.backends.sw26010.timing import Statements, Timeline, check_local_memory
 from swauto.errors import SimulationError
 from swauto.ir import expr as ex
-from swauto.ir.memory import box_slices, matrix_view, store_matrix
-from swauto.ir.nodes import Access, Alloc, Dma, DmaWait, For, Gemm, If, Let, Module, Seq, Stmt, Zero
+from swauto.ir.memory import box_slices
+from swauto.ir.nodes import Access, Alloc, Call, Dma, DmaWait, For, If, Let, Module, Seq, Stmt, Zero
 from swauto.ir.printer import format_stmt
 from swauto.machine import SW26010
+from swauto.primitives.semantics import run_call
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Counters:
     dma_transactions: int = 0  # 128-byte memory transactions
     flops: int = 0
     gemm_calls: int = 0
+    calls: int = 0  # primitive calls of every kind
     ldm_bytes_per_cpe: int = 0
     seconds: float = 0.0  # simulated run time on one core group (the event timeline)
 
@@ -123,8 +125,8 @@ class _Machine:
         elif isinstance(stmt, DmaWait):
             state.in_flight.pop(stmt.reply, None)
             self.statements.run(stmt, env, state.timeline)
-        elif isinstance(stmt, Gemm):
-            self.gemm(stmt, env, state)
+        elif isinstance(stmt, Call):
+            self.call(stmt, env, state)
         elif isinstance(stmt, Zero):
             buffer = state.buffers[stmt.buffer.name]
             starts = self.box(stmt.buffer, env, buffer.shape, f"buffer {stmt.buffer.name}", stmt)
@@ -205,21 +207,21 @@ class _Machine:
             state.versions[tensor] = np.zeros(state.arrays[tensor].shape, np.int64)
         return state.versions[tensor]
 
-    def gemm(self, stmt: Gemm, env: dict[str, int], state: _State) -> None:
+    def call(self, stmt: Call, env: dict[str, int], state: _State) -> None:
+        """Run a primitive on its tiles: the GEMM in float64, as the real one after its conversion."""
         views = {}
         for name, access in stmt.operands:
             buffer = state.buffers[access.name]
             extents = access.padded_extents()
             starts = self.box(replace(access, extents=extents), env, buffer.shape, f"buffer {access.name}", stmt)
             if state.busy((access.name, starts, extents)):
-                raise SimulationError(f"gemm reads {name} from {access.name} before its DMA was waited for")
+                raise SimulationError(f"{stmt.primitive} reads {name} from {access.name} before its DMA was "
+                                      "waited for")
             views[name] = buffer[box_slices(starts, extents)]
-        a = matrix_view(views["A"], stmt.a.dims, "M", "K").astype(np.float64)
-        b = matrix_view(views["B"], stmt.b.dims, "K", "N").astype(np.float64)
-        c = matrix_view(views["C"], stmt.c.dims, "M", "N").astype(np.float64)
-        store_matrix(views["C"], stmt.c.dims, "M", "N", (c + a @ b).astype(np.float32))
+        run_call(stmt, views)
         state.counters.flops += stmt.flops
-        state.counters.gemm_calls += 1
+        state.counters.gemm_calls += stmt.signature.kind == "gemm"
+        state.counters.calls += 1
         self.statements.run(stmt, env, state.timeline)
 
 

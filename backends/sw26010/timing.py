@@ -26,11 +26,12 @@ from swauto.backends.sw26010.dma import TransferCost, transfer_cost
 from swauto.errors import SimulationError
 from swauto.ir import expr as ex
 from swauto.ir.memory import row_major_strides
-from swauto.ir.nodes import Dma, DmaWait, For, Gemm, If, Let, Module, Seq, Stmt, Zero
+from swauto.ir.nodes import Call, Dma, DmaWait, For, If, Let, Module, Seq, Stmt, Zero
 from swauto.ir.verify import VerificationError, verify
 from swauto.ir.visitor import walk
 from swauto.machine import DTYPE_BYTES, SW26010
 from swauto.passes.plan_local_memory import per_cpe_bytes
+from swauto.primitives.elementwise import vector_instructions
 
 STATS = ("dma_get_bytes", "dma_put_bytes", "dma_transactions", "dma_requests", "dma_blocks", "flops",
          "gemm_calls", "compute_cycles", "dma_service_cycles")
@@ -61,6 +62,23 @@ def gemm_cycles(m: int, n: int, k: int, vectorize: str | None, machine: SW26010)
     converted = (m * k + k * n + 2 * m * n) / machine.cpes
     return (machine.gemm_call_overhead_cycles + steps * per_step
             + converted * machine.gemm_conversion_cycles_per_element)
+
+
+def map_cycles(call: Call, machine: SW26010) -> float:
+    """Cycles of one call of an element-wise map or reduction: data-parallel over the 64 CPEs, each
+    on its share of the tile in local memory (thesis 5.3), one P0 (arithmetic) and one P1 (load,
+    store) vector instruction issued per cycle, plus entering and leaving the call."""
+    sizes = {dim: int(value) for dim, value in call.sizes}
+    carried = {role: tuple(d for d in access.dims if d is not None) for role, access in call.operands}
+    p0, p1 = vector_instructions(call.signature, sizes, carried, machine.vector_lanes)
+    return machine.map_call_overhead_cycles + max(p0, p1) / machine.cpes
+
+
+def call_cycles(call: Call, machine: SW26010) -> float:
+    """Cycles of one primitive call on the mesh."""
+    if call.signature.kind == "gemm":
+        return gemm_cycles(int(call.size("M")), int(call.size("N")), int(call.size("K")), call.vectorize, machine)
+    return map_cycles(call, machine)
 
 
 @dataclass
@@ -152,8 +170,8 @@ class Statements:
             self.dma(stmt, env, timeline)
         elif isinstance(stmt, DmaWait):
             timeline.wait(stmt.reply)
-        elif isinstance(stmt, Gemm):
-            timeline.compute(gemm_cycles(stmt.m, stmt.n, stmt.k, stmt.vectorize, self.machine), stmt.flops, True)
+        elif isinstance(stmt, Call):
+            timeline.compute(call_cycles(stmt, self.machine), stmt.flops, stmt.signature.kind == "gemm")
         elif isinstance(stmt, Zero):
             timeline.compute(self.zero_cycles(stmt.buffer.extents))
 
@@ -282,16 +300,17 @@ def check_local_memory(module: Module, machine: SW26010) -> int:
     """The bytes of local memory the program needs per CPE; raises `SimulationError` when its
     buffers overlap or do not fit (both simulators run it first)."""
     used = 0
-    ranges = []
+    ranges: dict[int, list[tuple[int, int, str]]] = {}  # per statement: buffers of others may overlap
     for buffer in module.buffers:
         size = per_cpe_bytes(buffer, machine)
         start = buffer.offset if buffer.offset is not None else used
-        ranges.append((start, start + size, buffer.name))
+        ranges.setdefault(buffer.statement, []).append((start, start + size, buffer.name))
         used = max(used, start + size)
-    ranges.sort()
-    for (_, end, first), (start, _, second) in zip(ranges, ranges[1:], strict=False):
-        if start < end:
-            raise SimulationError(f"local buffers {first} and {second} overlap in LDM")
+    for placed in ranges.values():
+        placed.sort()
+        for (_, end, first), (start, _, second) in zip(placed, placed[1:], strict=False):
+            if start < end:
+                raise SimulationError(f"local buffers {first} and {second} overlap in LDM")
     if used > machine.ldm_usable_bytes:
         raise SimulationError(
             f"the program needs {used} B of local memory per CPE; a CPE has "

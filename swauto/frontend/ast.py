@@ -67,6 +67,7 @@ class TensorDecl:
     shape: tuple[Expression, ...]
     padded: bool  # reads outside the tensor give 0
     position: Position
+    local: bool = False  # an intermediate of the operator: not an argument of the kernel
 
 
 # --- the compute seed -----------------------------------------------------------------------------
@@ -90,10 +91,19 @@ class Slice:
 
 
 @dataclass(frozen=True)
+class FloatLiteral:
+    """A real number given to a primitive's scalar argument (`scale(..., by = 0.125)`)."""
+
+    value: float
+    position: Position
+
+
+@dataclass(frozen=True)
 class Argument:
     name: str
-    value: Expression | Slice
+    value: Expression | Slice | FloatLiteral
     position: Position
+    accumulate: bool = False  # `C += tensor`: the result is combined into the tensor's values
 
 
 @dataclass(frozen=True)
@@ -101,6 +111,12 @@ class Call:
     primitive: str
     arguments: tuple[Argument, ...]
     position: Position
+    label: str | None = None  # `bias: add(...)`: the name the schedule block uses for this statement
+
+    @property
+    def name(self) -> str:
+        """The statement's name in the schedule block: its label, else its primitive's name."""
+        return self.label or self.primitive
 
 
 @dataclass(frozen=True)

@@ -10,25 +10,30 @@ import math
 import operator as op
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 
 from swauto.errors import CheckError, ParameterError
 from swauto.frontend import ast
 from swauto.frontend.integers import MAX_ELEMENTS, MAX_SIZE, check_integer
 from swauto.frontend.source import Position, Source
 from swauto.ir import expr as ex
-from swauto.ir.nodes import Access, For, Gemm, Module, Stmt, Tensor
-from swauto.primitives import PRIMITIVES, PrimitiveSignature
+from swauto.ir.nodes import Access, Call, For, Module, Stmt, Tensor, seq
+from swauto.primitives import REGISTRY as PRIMITIVES
+from swauto.primitives import Primitive
 
 
 @dataclass(frozen=True)
 class SplitChoice:
-    """Split a loop (`target` is its IR name) or a primitive dimension (`target` is 'M', 'N' or 'K')."""
+    """Split a loop (`target` is its IR name) or dimension `dim` of statement `statement`'s primitive
+    (`target` is `dim`, such as 'M', in an operator of one statement, else `name.dim`)."""
 
     target: str
     on_primitive: bool
     factors: tuple[int, ...]
     outer: str  # IR name of the loop over tiles
     inner: str | None  # IR name of the loop inside a tile (None for a primitive dimension: it stays in the call)
+    dim: str | None = None
+    statement: int = 0
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,7 @@ class FuseChoice:
     into_dim: str | None = None
     with_loop: str | None = None
     fused: str | None = None
+    statement: int = 0  # the statement whose primitive `into_dim` belongs to
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,7 @@ class ScheduleSpace:
     fuses: tuple[FuseChoice, ...] = ()
     layouts: tuple[LayoutChoice, ...] = ()
     loops: tuple[str, ...] = ()  # the loops after splits and fusions, in their default order
+    nests: tuple[tuple[str, ...], ...] = ()  # the same loops, per statement
 
 
 @dataclass(frozen=True)
@@ -72,7 +79,6 @@ class BoundOperator:
     params: dict[str, int]
     seed: Module
     space: ScheduleSpace
-    primitive: PrimitiveSignature
 
 
 class _Checker:
@@ -82,6 +88,10 @@ class _Checker:
         self.sizes: dict[str, int] = {}
         self.size_exprs: dict[str, ex.Expr] = {}  # symbolic: lets expanded over parameter names
         self.tensors: dict[str, ast.TensorDecl] = {}
+        # The statements of the compute block: their calls, loops and seed IR calls (set by `check`).
+        self.calls: list[ast.Call] = []
+        self.loops: list[list[ast.ForLoop]] = []
+        self.seeds: list[Call] = []
 
     def fail(self, message: str, position: Position) -> CheckError:
         return self.source.error(CheckError, message, position)  # type: ignore[return-value]
@@ -187,27 +197,36 @@ class _Checker:
                                 f"a tensor may have at most {MAX_ELEMENTS} (2**40)", tensor.position)
             self.tensors[tensor.name] = tensor
 
-    # --- the compute seed ---------------------------------------------------------------------
+    # --- the compute seed -----------------------------------------------------------------------
 
-    def seed(self) -> tuple[Stmt, ast.Call, list[ast.ForLoop]]:
-        loops: list[ast.ForLoop] = []
-        statements = self.operator.compute
-        while True:
-            if len(statements) != 1:
-                position = statements[1].position if statements else self.operator.position
-                raise self.fail(
-                    "the compute block must be a perfect loop nest around exactly one primitive call",
-                    position,
-                )
-            (statement,) = statements
-            if isinstance(statement, ast.Call):
-                break
-            self.declare(statement.var, statement.position, "name")
-            if any(loop.var == statement.var for loop in loops):
-                raise self.fail(f"loop variable {statement.var} is already used by an outer loop",
-                                statement.position)
-            loops.append(statement)
-            statements = statement.body
+    def seed(self) -> list[tuple[Stmt, ast.Call, list[ast.ForLoop]]]:
+        """Each statement of the compute block as a perfect loop nest around one call (its IR, the
+        call and its loops)."""
+        if not self.operator.compute:
+            raise self.fail("the compute block is empty; it needs at least one primitive call", self.operator.position)
+        nests = []
+        loop_vars: set[str] = set()
+        for statement in self.operator.compute:
+            loops: list[ast.ForLoop] = []
+            while isinstance(statement, ast.ForLoop):
+                self.declare(statement.var, statement.position, "name")
+                if statement.var in loop_vars:
+                    raise self.fail(f"loop variable {statement.var} is already used by another loop; loop names "
+                                    "are unique in an operator (the schedule block names loops)", statement.position)
+                loop_vars.add(statement.var)
+                loops.append(statement)
+                if len(statement.body) != 1:
+                    position = statement.body[1].position if statement.body else statement.position
+                    raise self.fail(
+                        f"loop {statement.var} must hold exactly one statement (a loop or a primitive call): each "
+                        "statement of the compute block is a perfect loop nest; write the others after it",
+                        position,
+                    )
+                statement = statement.body[0]
+            nests.append(self.nest(statement, loops))
+        return nests
+
+    def nest(self, call: ast.Call, loops: list[ast.ForLoop]) -> tuple[Stmt, ast.Call, list[ast.ForLoop]]:
         ranges: dict[str, tuple[int, int]] = {}
         for loop in loops:
             start = self.expression(loop.start, ranges)
@@ -223,59 +242,136 @@ class _Checker:
                     loop.position,
                 )
             ranges[loop.var] = (start.value, stop.value - 1)
-        body: Stmt = self.call(statement, ranges)
+        body: Stmt = self.call(call, ranges, loops)
         for loop in reversed(loops):
             lo, hi = ranges[loop.var]
             body = For(loop.var, ex.Const(lo), ex.Const(hi + 1), 1, body)
-        return body, statement, loops
+        return body, call, loops
 
-    def call(self, call: ast.Call, ranges: Mapping[str, tuple[int, int]]) -> Gemm:
+    def call(self, call: ast.Call, ranges: Mapping[str, tuple[int, int]], loops: list[ast.ForLoop]) -> Call:
         signature = PRIMITIVES.get(call.primitive)
         if signature is None:
             known = ", ".join(sorted(PRIMITIVES))
             raise self.fail(f"unknown primitive {call.primitive}; swauto knows {known}", call.position)
+        takes = _arguments(signature)
         arguments: dict[str, ast.Argument] = {}
         for argument in call.arguments:
-            if argument.name not in signature.arguments:
-                raise self.fail(
-                    f"{call.primitive} has no argument {argument.name}; "
-                    f"it takes {', '.join(signature.arguments)}",
-                    argument.position,
-                )
+            if argument.name not in takes:
+                raise self.fail(f"{call.primitive} has no argument {argument.name}; it takes {', '.join(takes)}",
+                                argument.position)
             if argument.name in arguments:
                 raise self.fail(f"argument {argument.name} is given twice", argument.position)
             arguments[argument.name] = argument
-        missing = [name for name in signature.arguments if name not in arguments]
+        # A map's or reduction's dimensions default to 1 (a row, or a single element); the GEMM needs all three.
+        required = (*(signature.dims if signature.kind == "gemm" else ()), *signature.roles,
+                    *((signature.constant,) if signature.constant else ()))
+        missing = [name for name in required if name not in arguments]
         if missing:
             raise self.fail(f"{call.primitive} needs argument {missing[0]}", call.position)
+        output_role = signature.output[0]
+        for argument in arguments.values():
+            if argument.accumulate and argument.name != output_role:
+                raise self.fail(f"only the output {output_role} of {call.primitive} can be given with +=",
+                                argument.position)
+            if argument.accumulate and not signature.combine:
+                raise self.fail(f"{call.primitive} stores its result; += applies to primitives that combine into "
+                                "their output (gemm, reduce_sum, reduce_max)", argument.position)
         sizes: dict[str, int] = {}
         symbolic: dict[str, ex.Expr] = {}
-        for name in signature.sizes:
+        for name in signature.dims:
+            if name not in arguments:
+                sizes[name], symbolic[name] = 1, ex.Const(1)
+                continue
             value = arguments[name].value
-            if isinstance(value, ast.Slice):
-                raise self.fail(f"{name} must be a size expression, not a tensor slice", value.position)
+            if not isinstance(value, ast.Number | ast.Name | ast.BinaryOp | ast.Negate | ast.Function):
+                raise self.fail(f"{name} must be a size expression", arguments[name].position)
             for var in ranges:
                 if var in _names(value):
-                    raise self.fail(f"{call.primitive}'s {name} must not depend on loop {var}",
-                                    ast_position(value))
+                    raise self.fail(f"{call.primitive}'s {name} must not depend on loop {var}", ast_position(value))
             sizes[name] = self.size(value, f"{call.primitive}'s {name}")
             symbolic[name] = self.expression(value, symbolic=True)
-        operands = {
-            name: self.operand(arguments[name], dims, sizes, symbolic, ranges, name in signature.outputs)
-            for name, dims in signature.operands
-        }
-        written = {operands[name].name for name in signature.outputs}
-        for name, _ in signature.operands:
-            if name not in signature.outputs and operands[name].name in written:
+        given = {name for name in signature.dims if name in arguments}
+        operands = {}
+        for role, dims in (*signature.inputs, signature.output):
+            partial = signature.reduces_missing if role == output_role else signature.broadcast
+            operands[role] = self.operand(arguments[role], tuple(d for d in dims if d in given), sizes, symbolic,
+                                          ranges, role == output_role, partial)
+        constant = None
+        if signature.constant:
+            constant = self.constant(arguments[signature.constant])
+        out = operands[output_role]
+        for role, _ in signature.inputs:
+            if operands[role].name != out.name:
+                continue
+            if signature.combine or operands[role] != out:
                 raise self.fail(
-                    f"tensor {operands[name].name} is both read as {name} and written; "
-                    f"swauto does not compute in place",
-                    arguments[name].position,
+                    f"tensor {out.name} is both read as {role} and written; a primitive computes in place only "
+                    "when it is an element-wise map reading and writing the same box",
+                    arguments[role].position,
                 )
-        return Gemm(sizes["M"], sizes["N"], sizes["K"], operands["A"], operands["B"], operands["C"])
+        if not signature.combine:
+            self.check_writes_once(call, out, loops)
+        return Call(call.primitive, tuple((dim, sizes[dim]) for dim in signature.dims if dim in given),
+                    tuple((role, operands[role]) for role in signature.roles),
+                    overwrite=not arguments[output_role].accumulate and bool(signature.combine), constant=constant)
+
+    def constant(self, argument: ast.Argument) -> float:
+        """A primitive's scalar argument: a decimal literal, or an expression of sizes in which `/`
+        divides exactly (`by = 1 / (K * K)` is 0.25 for K = 2)."""
+        value = argument.value
+        if isinstance(value, ast.FloatLiteral):
+            return value.value
+        if isinstance(value, ast.Slice) or isinstance(value, ast.Name) and value.id in self.tensors:
+            raise self.fail(f"{argument.name} is a number, not a tensor", argument.position)
+        return float(self.real(value))
+
+    def real(self, node: ast.Expression) -> Fraction:
+        """The exact value of a size expression with `/` as true division (nesting is bounded by the parser)."""
+        if isinstance(node, ast.BinaryOp):
+            left, right = self.real(node.left), self.real(node.right)
+            if node.op in "/%" and right == 0:
+                raise self.fail("division by zero", node.position)
+            apply = {"+": op.add, "-": op.sub, "*": op.mul, "/": op.truediv, "%": op.mod}[node.op]
+            return apply(left, right)
+        if isinstance(node, ast.Negate):
+            return -self.real(node.operand)
+        if isinstance(node, ast.Function) and node.name in ("min", "max") and len(node.args) == 2:
+            values = [self.real(arg) for arg in node.args]
+            return min(values) if node.name == "min" else max(values)
+        value = self.expression(node)
+        if not isinstance(value, ex.Const):
+            raise self.fail("a scalar argument must be a number or an expression of sizes", ast_position(node))
+        return Fraction(value.value)
+
+    def check_writes_once(self, call: ast.Call, out: Access, loops: list[ast.ForLoop]) -> None:
+        """A primitive that stores its result may only be inside loops that each move its output to a
+        place of its own (else a later iteration would overwrite an earlier one's result, and the
+        order of the loops would matter)."""
+        taken: set[int] = set()
+        for loop in loops:
+            axes = []
+            for axis, start in enumerate(out.starts):
+                form = ex.linear_form(start)
+                coefficient = form[0].get(loop.var, 0) if form is not None else None
+                if coefficient is None or coefficient and abs(coefficient) < out.extents[axis]:
+                    axes = [None]
+                    break
+                if coefficient:
+                    axes.append(axis)
+            if len(axes) != 1 or axes[0] is None or axes[0] in taken:
+                raise self.fail(
+                    f"{call.primitive} stores its result, so each iteration of loop {loop.var} must write its own "
+                    f"part of {out.name}: index one axis of it with {loop.var} alone (stepping at least the "
+                    "extent of that axis)",
+                    loop.position,
+                )
+            taken.add(axes[0])
 
     def operand(self, argument: ast.Argument, dims: tuple[str, ...], sizes: Mapping[str, int],
-                symbolic: Mapping[str, ex.Expr], ranges: Mapping[str, tuple[int, int]], writes: bool) -> Access:
+                symbolic: Mapping[str, ex.Expr], ranges: Mapping[str, tuple[int, int]], writes: bool,
+                partial: bool = False) -> Access:
+        """The box of `argument`: its indexed axes at their starts, its open axes carrying `dims`
+        (all of them, or with `partial` a subset: broadcast, or reduced over)."""
         value = argument.value
         if isinstance(value, ast.Name) and value.id in self.tensors:
             value = ast.Slice(value.id, (), value.position)
@@ -318,7 +414,7 @@ class _Checker:
         for axis in open_axes:
             axis_dims[axis] = self.match_dim(tensor, axis, free, sizes, symbolic, value.position)
             free.remove(axis_dims[axis])
-        if free:
+        if free and not partial:
             raise self.fail(
                 f"operand {argument.name} must carry dimensions {' and '.join(dims)}; "
                 f"{value.tensor} leaves no axis for {free[0]} (write :{free[0]} at that axis)",
@@ -365,9 +461,27 @@ class _Checker:
 
     # --- the schedule block ---------------------------------------------------------------------
 
-    def schedule(self, call: ast.Call, loops: list[ast.ForLoop], signature: PrimitiveSignature,
-                 seed_call: Gemm) -> ScheduleSpace:
-        loop_names = [loop.var for loop in loops]
+    def statement(self, name: str, position: Position) -> int:
+        """The index of the statement called `name` (its label, or its primitive's name)."""
+        matches = [index for index, call in enumerate(self.calls) if call.name == name]
+        if not matches:
+            names = ", ".join(dict.fromkeys(call.name for call in self.calls))
+            raise self.fail(f"no statement named {name}; the statements are {names}", position)
+        if len(matches) > 1:
+            raise self.fail(f"{len(matches)} statements are named {name}; give them labels (`{name}1: {name}(...)`) "
+                            "and name those", position)
+        return matches[0]
+
+    def dim_names(self, statement: int, dim: str) -> tuple[str, str]:
+        """(candidate key, loop over tiles) of primitive dimension `dim` of `statement`: `M`, `M_outer`
+        for an operator of one statement, else qualified by the statement's name."""
+        if len(self.calls) == 1:
+            return dim, f"{dim}_outer"
+        name = self.calls[statement].name
+        return f"{name}.{dim}", f"{name}_{dim}_outer"
+
+    def schedule(self, seeds: list[Call]) -> ScheduleSpace:
+        nest_loops = [[loop.var for loop in loops] for loops in self.loops]
         splits: list[SplitChoice] = []
         fuses: list[tuple[FuseChoice, ast.Fuse]] = []
         layouts: list[LayoutChoice] = []
@@ -379,33 +493,35 @@ class _Checker:
                 raise self.fail(f"the schedule has two {word} directives", directive.position)
         for directive in self.operator.schedule:
             if isinstance(directive, ast.Split):
-                splits.append(self.split(directive, call, loop_names, splits))
+                splits.append(self.split(directive, nest_loops, splits))
             elif isinstance(directive, ast.Fuse):
-                fuses.append((self.fuse(directive, call, signature), directive))
+                fuses.append((self.fuse(directive, seeds), directive))
             elif isinstance(directive, ast.Layout):
                 if any(layout.tensor == directive.tensor for layout in layouts):
                     raise self.fail(f"tensor {directive.tensor} has two layout directives", directive.position)
-                layouts.append(self.layout(directive, seed_call))
-        vectorize = signature.vectorizable
+                layouts.append(self.layout(directive, seeds))
+        vectorizable = [index for index, call in enumerate(seeds) if call.signature.vectorizable]
+        vectorize: tuple[str, ...] = seeds[vectorizable[0]].signature.vectorizable if vectorizable else ("",)
         if vectorizes:
             directive = vectorizes[0]
-            if directive.primitive != call.primitive:
-                raise self.fail(f"the compute block calls {call.primitive}, not {directive.primitive}",
-                                directive.position)
+            statement = self.statement(directive.primitive, directive.position)
+            signature = seeds[statement].signature
+            if not signature.vectorizable:
+                raise self.fail(f"{directive.primitive} has no vectorized dimension to choose", directive.position)
             for dim in directive.dims:
                 if dim not in signature.vectorizable:
                     raise self.fail(
-                        f"{call.primitive} can be vectorized over {' or '.join(signature.vectorizable)}, not {dim}",
-                        directive.position,
-                    )
+                        f"{directive.primitive} can be vectorized over {' or '.join(signature.vectorizable)}, "
+                        f"not {dim}", directive.position)
             vectorize = tuple(dict.fromkeys(directive.dims))
-        all_loops = list(loop_names)
         for split in splits:
+            loops = nest_loops[split.statement]
             if split.on_primitive:
-                all_loops.append(split.outer)
+                loops.append(split.outer)
             else:
-                index = all_loops.index(split.target)
-                all_loops[index : index + 1] = [split.outer, split.inner]  # type: ignore[list-item]
+                index = loops.index(split.target)
+                loops[index : index + 1] = [split.outer, split.inner]  # type: ignore[list-item]
+        all_loops = [name for loops in nest_loops for name in loops]
         if len(set(all_loops)) != len(all_loops):
             duplicate = next(name for name in all_loops if all_loops.count(name) > 1)
             raise self.fail(f"a split creates loop {duplicate}, which already exists", self.operator.position)
@@ -414,15 +530,24 @@ class _Checker:
                 if name is not None and name not in all_loops:
                     known = f"the loops are {', '.join(all_loops)}" if all_loops else "the nest has no loops"
                     raise self.fail(f"no loop {name} to fuse; {known}", directive.position)
+            loops = next(loops for loops in nest_loops if fuse.loop in loops)
             if fuse.into_dim is not None:
-                all_loops.remove(fuse.loop)
+                if fuse.loop not in [loop.var for loop in self.loops[fuse.statement]] and \
+                        not any(fuse.loop in (s.outer, s.inner) and s.statement == fuse.statement for s in splits):
+                    raise self.fail(f"loop {fuse.loop} is not around {self.calls[fuse.statement].name}",
+                                    directive.position)
+                loops.remove(fuse.loop)
             else:
                 assert fuse.with_loop is not None and fuse.fused is not None
-                all_loops.remove(fuse.with_loop)
-                all_loops[all_loops.index(fuse.loop)] = fuse.fused
+                if fuse.with_loop not in loops:
+                    raise self.fail(f"loops {fuse.loop} and {fuse.with_loop} are in different statements",
+                                    directive.position)
+                loops.remove(fuse.with_loop)
+                loops[loops.index(fuse.loop)] = fuse.fused
+            all_loops = [name for loops in nest_loops for name in loops]
         order = None
         if reorders and reorders[0].order is not None:
-            order = tuple(self.loop_target(t, call) for t in reorders[0].order)
+            order = tuple(self.loop_target(t) for t in reorders[0].order)
             if sorted(order) != sorted(all_loops):
                 if not all_loops:
                     raise self.fail("there are no loops to reorder (split a dimension first)", reorders[0].position)
@@ -430,22 +555,27 @@ class _Checker:
                                 reorders[0].position)
         reorder_any = bool(reorders) and reorders[0].order is None
         return ScheduleSpace(tuple(splits), order, reorder_any, vectorize, tuple(f for f, _ in fuses), tuple(layouts),
-                             tuple(all_loops))
+                             tuple(all_loops), tuple(tuple(loops) for loops in nest_loops))
 
-    def fuse(self, directive: ast.Fuse, call: ast.Call, signature: PrimitiveSignature) -> FuseChoice:
-        loop = self.loop_target(directive.source, call)
+    def fuse(self, directive: ast.Fuse, seeds: list[Call]) -> FuseChoice:
+        loop = self.loop_target(directive.source)
         if not directive.into_primitive:
-            other = self.loop_target(directive.into, call)
+            other = self.loop_target(directive.into)
             if other == loop:
                 raise self.fail(f"cannot fuse loop {directive.source} with itself", directive.into.position)
             return FuseChoice(loop, with_loop=other, fused=f"{loop}_{other}")
         parts = directive.into.parts
-        if len(parts) != 2 or parts[0] != call.primitive or parts[1] not in signature.sizes:
-            dims = ", ".join(f"{call.primitive}.{size}" for size in signature.sizes)
+        if len(parts) != 2:
+            raise self.fail(f"cannot fuse into {directive.into}: expected a statement's dimension, such as gemm.M",
+                            directive.into.position)
+        statement = self.statement(parts[0], directive.into.position)
+        call = seeds[statement]
+        if parts[1] not in dict(call.sizes):
+            dims = ", ".join(f"{parts[0]}.{dim}" for dim, _ in call.sizes)
             raise self.fail(f"cannot fuse into {directive.into}: expected one of {dims}", directive.into.position)
-        return FuseChoice(loop, into_dim=parts[1])
+        return FuseChoice(loop, into_dim=parts[1], statement=statement)
 
-    def layout(self, directive: ast.Layout, seed_call: Gemm) -> LayoutChoice:
+    def layout(self, directive: ast.Layout, seeds: list[Call]) -> LayoutChoice:
         tensor = self.tensors.get(directive.tensor)
         if tensor is None:
             raise self.fail(f"unknown tensor {directive.tensor}", directive.position)
@@ -455,8 +585,8 @@ class _Checker:
                 f"a layout names the axes of {tensor.name} by their declared sizes, which must be distinct names",
                 directive.position,
             )
-        # Axes indexed by loops stay in front, in order: only the primitive's axes may be permuted.
-        accesses = [access for _, access in seed_call.operands if access.name == tensor.name]
+        # Axes indexed by loops stay in front, in order: only the primitives' axes may be permuted.
+        accesses = [access for call in seeds for _, access in call.operands if access.name == tensor.name]
         fixed = {axis for access in accesses for axis, dim in enumerate(access.dims) if dim is None}
         permutations = []
         for choice in directive.choices:
@@ -472,38 +602,43 @@ class _Checker:
             permutations.append(permutation)
         return LayoutChoice(tensor.name, tuple(dict.fromkeys(permutations)))
 
-    def split(self, directive: ast.Split, call: ast.Call, loops: list[str], done: list[SplitChoice]) -> SplitChoice:
+    def split(self, directive: ast.Split, nest_loops: list[list[str]], done: list[SplitChoice]) -> SplitChoice:
         parts = directive.target.parts
         factors = tuple(sorted(set(directive.factors)))
         if any(f <= 0 for f in factors):
             raise self.fail("split factors must be positive", directive.position)
-        if any(s.target == self.split_target(parts, call, loops, directive) for s in done):
-            raise self.fail(f"{directive.target} is split twice", directive.position)
-        target = self.split_target(parts, call, loops, directive)
-        if len(parts) == 2:
-            return SplitChoice(target, True, factors, f"{target}_outer", None)
-        return SplitChoice(target, False, factors, f"{target}_outer", f"{target}_inner")
-
-    def split_target(self, parts: tuple[str, ...], call: ast.Call, loops: list[str], d: ast.Split) -> str:
         if len(parts) == 1:
-            if parts[0] not in loops:
-                raise self.fail(f"no loop named {parts[0]} to split", d.target.position)
-            return parts[0]
-        signature = PRIMITIVES[call.primitive]
-        if len(parts) != 2 or parts[0] != call.primitive or parts[1] not in signature.sizes:
-            dims = ", ".join(f"{call.primitive}.{s}" for s in signature.sizes)
-            raise self.fail(f"cannot split {d.target}: expected a loop name or one of {dims}", d.target.position)
-        return parts[1]
+            statement = next((index for index, loops in enumerate(nest_loops) if parts[0] in loops), None)
+            if statement is None:
+                raise self.fail(f"no loop named {parts[0]} to split", directive.target.position)
+            choice = SplitChoice(parts[0], False, factors, f"{parts[0]}_outer", f"{parts[0]}_inner",
+                                 statement=statement)
+        else:
+            statement = self.statement(parts[0], directive.target.position)
+            dims = [dim for dim, _ in self.seeds[statement].sizes]
+            if len(parts) != 2 or parts[1] not in dims:
+                names = ", ".join(f"{parts[0]}.{dim}" for dim in dims)
+                raise self.fail(f"cannot split {directive.target}: expected a loop name or one of {names}",
+                                directive.target.position)
+            key, outer = self.dim_names(statement, parts[1])
+            choice = SplitChoice(key, True, factors, outer, None, dim=parts[1], statement=statement)
+        if any(s.target == choice.target for s in done):
+            raise self.fail(f"{directive.target} is split twice", directive.position)
+        return choice
 
-    def loop_target(self, target: ast.Target, call: ast.Call) -> str:
+    def loop_target(self, target: ast.Target) -> str:
         parts = target.parts
-        if parts[0] == call.primitive and len(parts) == 3 and parts[2] == "outer":
-            return f"{parts[1]}_outer"
+        if len(parts) == 3 and parts[2] == "outer" and any(call.name == parts[0] for call in self.calls):
+            return self.dim_names(self.statement(parts[0], target.position), parts[1])[1]
         if len(parts) == 2 and parts[1] in ("outer", "inner"):
             return f"{parts[0]}_{parts[1]}"
         if len(parts) == 1:
             return parts[0]
         raise self.fail(f"{target} is not a loop", target.position)
+
+
+def _arguments(signature: Primitive) -> tuple[str, ...]:
+    return signature.dims + signature.roles + ((signature.constant,) if signature.constant else ())
 
 
 def _names(node: ast.Expression) -> set[str]:
@@ -555,19 +690,21 @@ def check(operator: ast.Operator, source: Source, params: Mapping[str, object] |
     bound = checker.bind_params(params or {})
     checker.check_lets()
     checker.check_tensors()
-    body, call, loops = checker.seed()
-    signature = PRIMITIVES[call.primitive]
-    outputs = {getattr(body_gemm(body), name.lower()).name for name in signature.outputs}
-    tensors = tuple(
-        Tensor(t.name, checker.sizes_of(t), "float32", t.name in outputs) for t in operator.tensors
-    )
-    space = checker.schedule(call, loops, signature, body_gemm(body))
-    return BoundOperator(operator.name, source, bound, Module(operator.name, tensors, (), body), space, signature)
+    nests = checker.seed()
+    checker.calls = [call for _, call, _ in nests]
+    checker.loops = [loops for _, _, loops in nests]
+    checker.seeds = [body_call(body) for body, _, _ in nests]
+    written = {call.output.name for call in checker.seeds}
+    tensors = tuple(Tensor(t.name, checker.sizes_of(t), "float32", t.name in written and not t.local, is_local=t.local)
+                    for t in operator.tensors)
+    space = checker.schedule(checker.seeds)
+    body = seq(*(body for body, _, _ in nests))
+    return BoundOperator(operator.name, source, bound, Module(operator.name, tensors, (), body), space)
 
 
-def body_gemm(stmt: Stmt) -> Gemm:
+def body_call(stmt: Stmt) -> Call:
     """The primitive call at the bottom of a perfect loop nest."""
     while isinstance(stmt, For):
         stmt = stmt.body
-    assert isinstance(stmt, Gemm)
+    assert isinstance(stmt, Call)
     return stmt

@@ -163,11 +163,16 @@ class _ToAst(Transformer_NonRecursive):
         return ast.Let(str(children[0]), children[1], _position(children[0]))
 
     def tensor(self, meta, children):
-        *shape, padded = children[1:]
-        return ast.TensorDecl(str(children[0]), tuple(shape), padded is not None, _position(children[0]))
+        flags = [child for child in children[1:] if isinstance(child, str) and child in ("padded", "local")]
+        shape = [child for child in children[1:] if not (isinstance(child, str) and child in ("padded", "local"))]
+        return ast.TensorDecl(str(children[0]), tuple(shape), "padded" in flags, _position(children[0]),
+                              "local" in flags)
 
     def padded(self, meta, children):
-        return True
+        return "padded"
+
+    def local(self, meta, children):
+        return "local"
 
     # compute
     def dim_index(self, meta, children):
@@ -179,9 +184,17 @@ class _ToAst(Transformer_NonRecursive):
     def argument(self, meta, children):
         return ast.Argument(str(children[0]), children[1], _position(children[0]))
 
+    def accumulate(self, meta, children):
+        return ast.Argument(str(children[0]), children[1], _position(children[0]), accumulate=True)
+
+    def float_literal(self, meta, children):
+        text = "".join(str(child) for child in children)
+        return ast.FloatLiteral(float(text), self._at(meta))
+
     def call(self, meta, children):
-        arguments = tuple(child for child in children[1:] if child is not None)
-        return ast.Call(str(children[0]), arguments, self._at(meta))
+        label, primitive, *rest = children
+        arguments = tuple(child for child in rest if child is not None)
+        return ast.Call(str(primitive), arguments, self._at(meta), None if label is None else str(label))
 
     def for_loop(self, meta, children):
         var, start, stop, *body = children

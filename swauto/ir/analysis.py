@@ -5,7 +5,7 @@ from __future__ import annotations
 from math import prod
 
 from swauto.ir import expr as ex
-from swauto.ir.nodes import Dma, For, Gemm, Module
+from swauto.ir.nodes import Call, Dma, For, Module
 from swauto.ir.visitor import walk
 from swauto.machine import DTYPE_BYTES
 
@@ -24,6 +24,6 @@ def traffic(module: Module) -> tuple[int, int]:
         if isinstance(node, Dma):
             size = DTYPE_BYTES[module.tensor(node.tensor.name).dtype] * prod(node.tensor.extents)
             dma_bytes += size * trips
-        elif isinstance(node, Gemm):
+        elif isinstance(node, Call):
             flops += node.flops * trips
     return dma_bytes, flops

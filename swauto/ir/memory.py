@@ -57,28 +57,25 @@ def box_slices(access_starts: tuple[int, ...], extents: tuple[int, ...]) -> tupl
     return tuple(slice(s, s + e) for s, e in zip(access_starts, extents, strict=True))
 
 
-def matrix_view(box: np.ndarray, dims: tuple[str | None, ...], rows: str, columns: str) -> np.ndarray:
-    """The box as a (rows x columns) matrix: point axes dropped, the axes carrying `rows` first.
+def dims_view(box: np.ndarray, dims: tuple[str | None, ...], order: tuple[str, ...]) -> np.ndarray:
+    """The box with one axis per primitive dimension in `order` (size 1 for one it does not carry):
+    point axes dropped, the axes carrying each dimension merged, outermost first (fused loops).
 
-    Several axes may carry one dimension (fused loops); they merge outermost-first. The result is a
-    view when NumPy can make one, else a copy (callers write results back explicitly).
-    """
+    The result is a view when NumPy can make one, else a copy (callers write results back with
+    `store_dims`)."""
     kept = [axis for axis, dim in enumerate(dims) if dim is not None]
-    row_axes = [axis for axis in kept if dims[axis] == rows]
-    column_axes = [axis for axis in kept if dims[axis] == columns]
     squeezed = box.reshape([box.shape[axis] for axis in kept])
-    order = [kept.index(axis) for axis in row_axes + column_axes]
-    moved = squeezed.transpose(order)
-    n_rows = prod(box.shape[axis] for axis in row_axes)
-    return moved.reshape(n_rows, -1)
+    groups = [[axis for axis in kept if dims[axis] == dim] for dim in order]
+    moved = squeezed.transpose([kept.index(axis) for group in groups for axis in group])
+    return moved.reshape([prod(box.shape[axis] for axis in group) for group in groups])
 
 
-def store_matrix(box: np.ndarray, dims: tuple[str | None, ...], rows: str, columns: str, matrix: np.ndarray) -> None:
-    """Write a (rows x columns) matrix into `box` (a view), inverting `matrix_view`."""
-    target = matrix_view(box, dims, rows, columns)
+def store_dims(box: np.ndarray, dims: tuple[str | None, ...], order: tuple[str, ...], value: np.ndarray) -> None:
+    """Write `value` (shaped as `dims_view` gives) into `box` (a view), inverting `dims_view`."""
+    target = dims_view(box, dims, order)
     if np.shares_memory(target, box):
-        target[...] = matrix
+        target[...] = value
         return
-    # matrix_view had to copy: find where each matrix element lives in the box and scatter there.
-    where = matrix_view(np.arange(box.size).reshape(box.shape), dims, rows, columns).ravel()
-    box[np.unravel_index(where, box.shape)] = matrix.ravel()
+    # dims_view had to copy: find where each element lives in the box and scatter there.
+    where = dims_view(np.arange(box.size).reshape(box.shape), dims, order).ravel()
+    box[np.unravel_index(where, box.shape)] = np.broadcast_to(value, target.shape).ravel()

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import operator
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
+from swauto import primitives
 from swauto.ir.expr import Expr, compiled
+from swauto.primitives import Primitive
 
 # --- tensors, buffers and the boxes of them that statements touch ---------------------------------
 
@@ -28,6 +30,7 @@ class Tensor:
     dtype: str = "float32"
     is_output: bool = False
     layout: tuple[int, ...] = ()
+    is_local: bool = False  # an intermediate of the operator: the kernel allocates it, callers never see it
 
 
 @dataclass(frozen=True)
@@ -36,12 +39,15 @@ class LocalBuffer:
 
     `shape` is the whole mesh's tile, row-major; the primitive spreads it over the 64 CPEs.
     `offset` is its place in each CPE's local memory (per-CPE bytes), set by `plan_local_memory`.
+    `statement` is the compute block's statement (nest) that uses it: buffers of different
+    statements are never live at once, so they may share local memory.
     """
 
     name: str
     shape: tuple[int, ...]
     dtype: str = "float32"
     offset: int | None = None
+    statement: int = 0
 
 
 @dataclass(frozen=True)
@@ -155,31 +161,61 @@ class DmaWait:
     reply: str
 
 
-@dataclass(frozen=True)
-class Gemm:
-    """The mesh-wide GEMM primitive `C += A x B` with sizes m, n, k on the given operands.
+Size = int | Expr  # a call's size is an int once `peel_boundaries` has run; an expression before
 
-    `vectorize` is the free dimension ('M' or 'N') the primitive vectorizes, None until chosen.
+
+@dataclass(frozen=True)
+class Call:
+    """A call of the tensorized primitive `primitive` (`swauto.primitives.REGISTRY`) on operand boxes.
+
+    `sizes` gives each of the primitive's dimensions its extent, in the primitive's order; `operands`
+    a box per role, in the primitive's role order (boxes of tensors in the seed, of local buffers
+    once `infer_dma` has run). `vectorize` is the free dimension the primitive vectorizes (None until
+    chosen, or for primitives without the choice). With `overwrite`, the statement around this call
+    overwrites its output instead of combining into it: `init_outputs` first sets each tile it writes
+    to the combine's identity, and clears the flag. `constant` is the primitive's scalar argument.
     """
 
-    m: int
-    n: int
-    k: int
-    a: Access
-    b: Access
-    c: Access
+    primitive: str
+    sizes: tuple[tuple[str, Size], ...]
+    operands: tuple[tuple[str, Access], ...]
     vectorize: str | None = None
+    overwrite: bool = False
+    constant: float | None = None
 
     @property
-    def operands(self) -> tuple[tuple[str, Access], ...]:
-        return (("A", self.a), ("B", self.b), ("C", self.c))
+    def signature(self) -> Primitive:
+        return primitives.get(self.primitive)
+
+    def size(self, dim: str) -> Size:
+        """The extent of dimension `dim` (1 for a dimension the call does not have)."""
+        return dict(self.sizes).get(dim, 1)
+
+    def operand(self, role: str) -> Access:
+        return dict(self.operands)[role]
+
+    @property
+    def output(self) -> Access:
+        return self.operands[-1][1]
+
+    @property
+    def inputs(self) -> tuple[Access, ...]:
+        return tuple(access for _, access in self.operands[:-1])
+
+    def with_operands(self, change: Callable[[str, Access], Access]) -> Call:
+        """The call with each operand box replaced by `change(role, box)`."""
+        return replace(self, operands=tuple((role, change(role, access)) for role, access in self.operands))
+
+    def with_sizes(self, sizes: Mapping[str, Size]) -> Call:
+        """The call with the dimensions in `sizes` given new extents."""
+        return replace(self, sizes=tuple((dim, sizes.get(dim, value)) for dim, value in self.sizes))
 
     @property
     def flops(self) -> int:
-        return 2 * self.m * self.n * self.k
+        return self.signature.flops({dim: int(value) for dim, value in self.sizes})  # type: ignore[arg-type]
 
 
-Stmt = For | Seq | If | Let | Alloc | Dma | DmaWait | Zero | Gemm
+Stmt = For | Seq | If | Let | Alloc | Dma | DmaWait | Zero | Call
 
 
 @dataclass(frozen=True)
@@ -210,3 +246,8 @@ def fingerprint(node: Module | Stmt) -> str:
     """A hash of the IR that is the same in every process (Python's `hash` of strings is salted per
     process): for caches kept on disk and for naming golden files."""
     return hashlib.sha256(repr(node).encode()).hexdigest()[:16]
+
+
+def gemm_call(m: Size, n: Size, k: Size, a: Access, b: Access, c: Access, vectorize: str | None = None) -> Call:
+    """The GEMM primitive `C += A x B` with sizes m, n, k."""
+    return Call("gemm", (("M", m), ("N", n), ("K", k)), (("A", a), ("B", b), ("C", c)), vectorize)

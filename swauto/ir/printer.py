@@ -6,10 +6,10 @@ from swauto.ir.memory import dma_pattern
 from swauto.ir.nodes import (
     Access,
     Alloc,
+    Call,
     Dma,
     DmaWait,
     For,
-    Gemm,
     If,
     Let,
     Module,
@@ -70,24 +70,37 @@ def format_stmt(stmt: Stmt, module: Module | None = None, indent: int = 0) -> li
         return [f"{pad}dma wait {stmt.reply}"]
     if isinstance(stmt, Zero):
         return [f"{pad}zero {format_access(stmt.buffer, False)}"]
-    if isinstance(stmt, Gemm):
-        vec = stmt.vectorize or "?"
-        operands = ", ".join(f"{name}={format_access(access)}" for name, access in stmt.operands)
-        return [f"{pad}gemm(M={stmt.m}, N={stmt.n}, K={stmt.k}, {operands}, vectorize={vec})"]
+    if isinstance(stmt, Call):
+        return [pad + format_call(stmt)]
     raise TypeError(f"not a statement: {stmt!r}")
 
 
 def format_module(module: Module) -> str:
     lines = [f"kernel {module.name}"]
     for tensor in module.tensors:
-        notes = ["output"] if tensor.is_output else []
+        notes = ["output"] if tensor.is_output else ["local"] if tensor.is_local else []
         if tensor.layout:
             notes.append(f"memory order of declared axes {list(tensor.layout)}")
         comment = f"  # {'; '.join(notes)}" if notes else ""
         lines.append(f"  tensor {tensor.name}[{', '.join(map(str, tensor.shape))}] {tensor.dtype}{comment}")
     for buffer in module.buffers:
         where = "" if buffer.offset is None else f" at {buffer.offset}"
+        where += f" (statement {buffer.statement})" if buffer.statement else ""
         lines.append(f"  local {buffer.name}[{', '.join(map(str, buffer.shape))}] {buffer.dtype}{where}")
     lines.append("body:")
     lines.extend(format_stmt(module.body, module, 1))
     return "\n".join(lines) + "\n"
+
+
+def format_call(call: Call) -> str:
+    """`gemm(M=128, N=64, K=32, A=..., B=..., C=..., vectorize=M)`: sizes, operands, choices."""
+    signature = call.signature
+    parts = [f"{dim}={size}" for dim, size in call.sizes]
+    parts += [f"{name}={format_access(access)}" for name, access in call.operands]
+    if signature.constant:
+        parts.append(f"{signature.constant}={call.constant}")
+    if signature.vectorizable:
+        parts.append(f"vectorize={call.vectorize or '?'}")
+    if call.overwrite:
+        parts.append("overwrite")
+    return f"{call.primitive}({', '.join(parts)})"

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 from swauto.ir import expr as ex
 from swauto.ir.dependence import disjoint, disjoint_anywhere, loop_range
-from swauto.ir.nodes import Access, Alloc, Compare, Dma, DmaWait, For, Gemm, If, Let, Module, Seq, Stmt, Zero
+from swauto.ir.nodes import Access, Alloc, Call, Compare, Dma, DmaWait, For, If, Let, Module, Seq, Stmt, Zero
 from swauto.ir.printer import format_stmt
 from swauto.ir.visitor import walk
 
@@ -174,17 +174,21 @@ class _Checker:
             return state
         if isinstance(stmt, DmaWait):
             return replace(state, in_flight=frozenset(f for f in state.in_flight if f.dma.reply != stmt.reply))
-        if isinstance(stmt, (Dma, Zero, Gemm)):
+        if isinstance(stmt, (Dma, Zero, Call)):
             self.boxes(stmt, ranges)
         if isinstance(stmt, Dma):
             return self.dma(stmt, state, ranges)
         if isinstance(stmt, Zero):
             self.local(stmt, stmt.buffer, state, ranges, reads=False)
             return replace(state, defined=state.defined | {stmt.buffer.name})
-        if isinstance(stmt, Gemm):
-            for _, access in stmt.operands:
+        if isinstance(stmt, Call):
+            signature = stmt.signature
+            for role, access in stmt.operands:
                 if access.name in self.buffers:
-                    self.local(stmt, access, state, ranges, reads=True)
+                    reads = role != signature.output[0] or signature.reads_output()
+                    self.local(stmt, access, state, ranges, reads=reads)
+            if stmt.output.name in self.buffers:  # a stored result defines its tile
+                return replace(state, defined=state.defined | {stmt.output.name})
             return state
         return state
 
@@ -255,7 +259,7 @@ def _accesses(node: Stmt) -> list[tuple[Access, str]]:
         return [(node.tensor, "tensor"), (node.buffer, "buffer")]
     if isinstance(node, Zero):
         return [(node.buffer, "buffer")]
-    if isinstance(node, Gemm):
+    if isinstance(node, Call):
         return [(access, "") for _, access in node.operands]
     return []
 

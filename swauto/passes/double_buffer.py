@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from swauto.ir import expr as ex
 from swauto.ir.analysis import trip_count
 from swauto.ir.dependence import disjoint, disjoint_anywhere, loop_ranges
-from swauto.ir.nodes import Access, Compare, Dma, DmaWait, For, Gemm, If, Module, Seq, Stmt, Zero, seq
+from swauto.ir.nodes import Access, Call, Compare, Dma, DmaWait, For, If, Module, Seq, Stmt, Zero, seq
 from swauto.ir.visitor import Rewriter, walk
 
 
@@ -48,8 +48,12 @@ def _split_body(body: Stmt) -> tuple[list[_Transfer], list[Stmt]]:
         else:
             break
     end = len(stmts)
+    gotten = {t.get.buffer.name for t in transfers}
     puts: dict[str, Dma] = {}
-    while end >= 2 and isinstance(stmts[end - 2], Dma) and stmts[end - 2].direction == "put":
+    # Trailing write-backs of tiles the body also gets; a tile the body only writes (a stored
+    # result) keeps its put and wait in the middle, in place.
+    while end >= 2 and isinstance(stmts[end - 2], Dma) and stmts[end - 2].direction == "put" \
+            and stmts[end - 2].buffer.name in gotten:
         puts[stmts[end - 2].buffer.name] = stmts[end - 2]
         end -= 2
     transfers = [replace(t, put=puts.get(t.get.buffer.name)) for t in transfers]
@@ -182,11 +186,11 @@ class _UseHalves(Rewriter):
     def __init__(self, halves: dict[str, ex.Expr]) -> None:
         self.halves = halves
 
-    def rewrite_Gemm(self, call: Gemm) -> Stmt:
-        def use(access: Access) -> Access:
+    def rewrite_Call(self, call: Call) -> Stmt:
+        def use(_: str, access: Access) -> Access:
             return _with_half(access, self.halves[access.name]) if access.name in self.halves else access
 
-        return replace(call, a=use(call.a), b=use(call.b), c=use(call.c))
+        return call.with_operands(use)
 
 
 def double_buffer(module: Module) -> Module:

@@ -18,18 +18,16 @@ from math import prod
 from swauto.errors import Rejected
 from swauto.ir.analysis import trip_count
 from swauto.ir.dependence import disjoint, loop_ranges
-from swauto.ir.nodes import Gemm, LocalBuffer, Module
+from swauto.ir.nodes import Call, LocalBuffer, Module
 from swauto.ir.visitor import walk
 from swauto.machine import DTYPE_BYTES, LocalMemoryMachine
 from swauto.passes.infer_dma import buffer_names, hoistable, place_transfers, transfer_box
 from swauto.passes.plan_local_memory import aligned, footprint, per_cpe_bytes
 
-ROLES = ("A", "B", "C")
-
 
 def _option(scheduled: Module, role: str, level: int, machine: LocalMemoryMachine) -> tuple[int, int]:
     """(bytes moved, local bytes per CPE) of operand `role` hoisted over `level` dependent loops."""
-    calls = [(node, loops) for node, loops in walk(scheduled.body) if isinstance(node, Gemm)]
+    calls = _calls(scheduled)
     name = buffer_names(calls[0][0])[role]
     placements: dict[tuple, tuple[int, tuple[int, ...]]] = {}
     for call, loops in calls:
@@ -42,7 +40,8 @@ def _option(scheduled: Module, role: str, level: int, machine: LocalMemoryMachin
             continue
         enclosing = loops[: loops.index(box.home) + 1] if box.home is not None else ()
         trips = prod(trip_count(loop) for loop in enclosing)
-        moved = prod(box.extents) * DTYPE_BYTES[tensor.dtype] * trips * (2 if tensor.is_output else 1)
+        both_ways = role == call.signature.output[0] and call.signature.reads_output()
+        moved = prod(box.extents) * DTYPE_BYTES[tensor.dtype] * trips * (2 if both_ways else 1)
         pad = access.pad or (0,) * len(box.extents)
         placements[key] = (moved, tuple(e + p for e, p in zip(box.extents, pad, strict=True)))
     moved = sum(m for m, _ in placements.values())
@@ -53,8 +52,8 @@ def _option(scheduled: Module, role: str, level: int, machine: LocalMemoryMachin
 def _window_is_private(scheduled: Module, role: str, level: int) -> bool:
     """True when every output tile of operand `role` hoisted over `level` loops is disjoint from the
     tiles of every other call inside its window (the loop whose body gets and puts it)."""
-    calls = [(node, loops) for node, loops in walk(scheduled.body) if isinstance(node, Gemm)]
-    if not scheduled.tensor(dict(calls[0][0].operands)[role].name).is_output:
+    calls = _calls(scheduled)
+    if role != calls[0][0].signature.output[0]:
         return True  # an input's tile is never written back
     for index, (call, loops) in enumerate(calls):
         access = dict(call.operands)[role]
@@ -76,32 +75,38 @@ def hoist_dma(scheduled: Module, machine: LocalMemoryMachine, double_buffered: b
               placed: Module | None = None) -> Module:
     """`scheduled` is the IR before any transfer was placed (the input of `infer_dma`); `placed`, if
     given, is `infer_dma(scheduled)`, which this would otherwise compute again."""
-    caps = dict.fromkeys(ROLES, 0)  # how far each operand can move at most
-    for call, loops in walk(scheduled.body):
-        if isinstance(call, Gemm):
-            for role, access in call.operands:
-                caps[role] = max(caps[role], hoistable(access, loops))
-    for role in ROLES:  # an output tile hoisted as far as no other call writes into its window
+    calls = _calls(scheduled)
+    roles = tuple(role for role, _ in calls[0][0].operands)
+    caps = dict.fromkeys(roles, 0)  # how far each operand can move at most
+    for call, loops in calls:
+        for role, access in call.operands:
+            caps[role] = max(caps[role], hoistable(access, loops))
+    for role in roles:  # an output tile hoisted as far as no other call writes into its window
         caps[role] = next((level - 1 for level in range(caps[role] + 1)
                            if not _window_is_private(scheduled, role, level)), caps[role])
         if caps[role] < 0:
             raise Rejected("overlapping output tiles", f"two calls write overlapping tiles of operand {role} "
                                                        "while both are in local memory")
-    options = {role: [_option(scheduled, role, level, machine) for level in range(caps[role] + 1)] for role in ROLES}
-    placed = placed or place_transfers(scheduled, dict.fromkeys(ROLES, 0))
+    options = {role: [_option(scheduled, role, level, machine) for level in range(caps[role] + 1)] for role in roles}
+    placed = placed or place_transfers(scheduled, dict.fromkeys(roles, 0))
     # The float64 copies do not depend on where transfers sit: count them once, from any placement.
     copies = footprint(placed, machine) - sum(aligned(per_cpe_bytes(b, machine)) for b in placed.buffers)
     factor = 2 if double_buffered else 1
     best: tuple[int, int, tuple[int, ...]] | None = None
-    for levels in itertools.product(*(range(caps[role] + 1) for role in ROLES)):
-        chosen = [options[role][level] for role, level in zip(ROLES, levels, strict=True)]
+    for levels in itertools.product(*(range(caps[role] + 1) for role in roles)):
+        chosen = [options[role][level] for role, level in zip(roles, levels, strict=True)]
         local = copies + factor * sum(local for _, local in chosen)
         if local > machine.ldm_usable_bytes:
             continue
         key = (sum(moved for moved, _ in chosen), local, levels)
         if best is None or key < best:
             best = key
-    if best is None or best[2] == (0, 0, 0):
+    if best is None or not any(best[2]):
         return placed
-    return place_transfers(scheduled, dict(zip(ROLES, best[2], strict=True)))
+    return place_transfers(scheduled, dict(zip(roles, best[2], strict=True)))
+
+
+def _calls(module: Module) -> list[tuple[Call, tuple]]:
+    """The primitive calls of a nest (its peeled copies' included) with their enclosing loops."""
+    return [(node, loops) for node, loops in walk(module.body) if isinstance(node, Call)]
 

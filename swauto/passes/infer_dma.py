@@ -19,11 +19,11 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from swauto.ir import expr as ex
-from swauto.ir.nodes import Access, Alloc, Dma, DmaWait, For, Gemm, LocalBuffer, Module, Stmt, Zero, seq
+from swauto.ir.nodes import Access, Alloc, Call, Dma, DmaWait, For, LocalBuffer, Module, Stmt, Zero, seq
 from swauto.ir.visitor import Rewriter, walk
 
 
-def buffer_names(call: Gemm) -> dict[str, str]:
+def buffer_names(call: Call) -> dict[str, str]:
     """`{tensor}_tile` per operand; `{tensor}_{operand}_tile` when one tensor feeds two operands."""
     tensors = [access.name for _, access in call.operands]
     return {
@@ -93,7 +93,7 @@ def transfer_box(access: Access, loops: tuple[For, ...], hoist: int) -> Transfer
     return TransferBox(home, crossed, tuple(starts), tuple(extents))
 
 
-def place(access: Access, loops: tuple[For, ...], hoist: int, buffer: str, writes: bool,
+def place(access: Access, loops: tuple[For, ...], hoist: int, buffer: str, reads: bool, writes: bool,
           tensor_shape: tuple[int, ...]) -> _Placement:
     box = transfer_box(access, loops, hoist)
     starts, extents = box.starts, box.extents
@@ -113,7 +113,7 @@ def place(access: Access, loops: tuple[For, ...], hoist: int, buffer: str, write
     ready, written = f"{buffer}_ready", f"{buffer}_written"
     zero = (Zero(Access(buffer, tuple(ex.Const(0) for _ in shape), shape, access.dims)),) if any(pad) else ()
     get = Dma("get", tensor_box, local_box, ready, zero_fill=not inside)
-    before = (*zero, get, DmaWait(ready))
+    before = (*zero, get, DmaWait(ready)) if reads else ()
     after = (Dma("put", tensor_box, local_box, written), DmaWait(written)) if writes else ()
     return _Placement(box.home, before, after, operand, shape)
 
@@ -138,7 +138,7 @@ def _rename(placement: _Placement, old: str, new: str) -> _Placement:
 
 def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> Module:
     """Algorithm 7, with operand `X` hoisted over its `hoist[X]` innermost dependent loops."""
-    calls = [(node, loops) for node, loops in walk(module.body) if isinstance(node, Gemm)]
+    calls = [(node, loops) for node, loops in walk(module.body) if isinstance(node, Call)]
     assert calls, "place_transfers expects primitive calls"
     names = buffer_names(calls[0][0])
     # Calls of peeled copies share a buffer only where they share the transfer; a copy whose transfer
@@ -147,12 +147,14 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
     shapes: dict[str, tuple[int, ...]] = {}
     before: dict[int | None, list[Stmt]] = {}
     after: dict[int | None, list[Stmt]] = {}
-    new_calls: dict[int, Gemm] = {}
+    new_calls: dict[int, Call] = {}
     for call, loops in calls:
         operands = {}
         for role, access in call.operands:
             tensor = module.tensor(access.name)
-            draft = place(access, loops, (hoist or {}).get(role, 0), names[role], tensor.is_output, tensor.shape)
+            writes = role == call.signature.output[0]
+            reads = not writes or call.signature.reads_output()
+            draft = place(access, loops, (hoist or {}).get(role, 0), names[role], reads, writes, tensor.shape)
             key = None if draft.home is None else id(draft.home)
             identity = (role, key, draft.before, draft.after)
             if identity not in buffers:
@@ -167,14 +169,14 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
             old = shapes.get(name, placement.shape)
             shapes[name] = tuple(max(a, b) for a, b in zip(old, placement.shape, strict=True))
             operands[role] = placement.operand
-        new_calls[id(call)] = replace(call, a=operands["A"], b=operands["B"], c=operands["C"])
+        new_calls[id(call)] = call.with_operands(lambda role, _, placed=operands: placed[role])
 
     class Place(Rewriter):
         def rewrite_For(self, loop: For) -> Stmt:
             body = seq(*before.get(id(loop), []), self.rewrite(loop.body), *after.get(id(loop), []))
             return For(loop.var, loop.start, loop.stop, loop.stride, body)
 
-        def rewrite_Gemm(self, call: Gemm) -> Stmt:
+        def rewrite_Call(self, call: Call) -> Stmt:
             return new_calls[id(call)]
 
     allocated = tuple(LocalBuffer(name, shape, "float32") for name, shape in shapes.items())

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from math import gcd, prod
 
-from swauto.ir.nodes import Access, Gemm, Module
+from swauto.ir.nodes import Access, Call, Module
 from swauto.ir.visitor import Rewriter
 from swauto.machine import LocalMemoryMachine
 
@@ -39,10 +39,12 @@ class _Pad(Rewriter):
     def __init__(self, machine: LocalMemoryMachine) -> None:
         self.machine = machine
 
-    def rewrite_Gemm(self, call: Gemm) -> Gemm:
+    def rewrite_Call(self, call: Call) -> Call:
+        if call.signature.kind != "gemm":
+            return call  # maps and reductions take any size
         assert call.vectorize is not None, "pad_primitive runs after vectorization is chosen"
         operands = dict(call.operands)
-        sizes = {"M": call.m, "N": call.n, "K": call.k}
+        sizes = dict(call.sizes)
         for dim, multiple in _multiples(self.machine, call.vectorize).items():
             for name, access in operands.items():
                 if dim not in access.dims:
@@ -56,8 +58,7 @@ class _Pad(Rewriter):
                 operands[name] = replace(access, pad=tuple(pad))
             carrier = next(a for a in operands.values() if dim in a.dims)
             sizes[dim] = prod(e for e, d in zip(carrier.padded_extents(), carrier.dims, strict=True) if d == dim)
-        return replace(call, m=sizes["M"], n=sizes["N"], k=sizes["K"], a=operands["A"], b=operands["B"],
-                       c=operands["C"])
+        return call.with_sizes(sizes).with_operands(lambda role, _: operands[role])
 
 
 def pad_primitive(module: Module, machine: LocalMemoryMachine) -> Module:

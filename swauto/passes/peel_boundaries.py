@@ -12,23 +12,23 @@ from __future__ import annotations
 from dataclasses import replace
 
 from swauto.ir import expr as ex
-from swauto.ir.nodes import Access, For, Gemm, Module, Seq, Stmt, seq
-from swauto.schedule.transforms import loop_nest, substitute_call, substitute_loops
+from swauto.ir.nodes import Access, Call, For, Module, Seq, Stmt, seq
+from swauto.schedule.transforms import loop_nest, statements, substitute_call, substitute_loops
 
 Ranges = dict[str, tuple[int, int]]
 
 
-def _exprs(loops: list[For], call: Gemm):
+def _exprs(loops: list[For], call: Call):
     for loop in loops:
         yield loop.start
         yield loop.stop
-    for dim in "mnk":
-        yield ex.as_expr(getattr(call, dim))
+    for _, value in call.sizes:
+        yield ex.as_expr(value)
     for _, access in call.operands:
         yield from (ex.as_expr(e) for e in access.extents)
 
 
-def _needs_peel(var: str, loops: list[For], call: Gemm, ranges: Ranges) -> bool:
+def _needs_peel(var: str, loops: list[For], call: Call, ranges: Ranges) -> bool:
     return any(
         not isinstance(simple, ex.Const) and var in ex.free_vars(simple)
         for simple in (ex.simplify_in(e, ranges) for e in _exprs(loops, call))
@@ -41,15 +41,14 @@ def _constant(value: ex.Expr | int, ranges: Ranges) -> int:
     return simple.value
 
 
-def _settle(call: Gemm, ranges: Ranges) -> Gemm:
-    def access(a: Access) -> Access:
+def _settle(call: Call, ranges: Ranges) -> Call:
+    def access(_: str, a: Access) -> Access:
         return replace(a, extents=tuple(_constant(e, ranges) for e in a.extents))
 
-    sizes = {dim: _constant(getattr(call, dim), ranges) for dim in "mnk"}
-    return replace(call, a=access(call.a), b=access(call.b), c=access(call.c), **sizes)
+    return call.with_operands(access).with_sizes({dim: _constant(value, ranges) for dim, value in call.sizes})
 
 
-def _peel(loops: list[For], call: Gemm, ranges: Ranges) -> Stmt:
+def _peel(loops: list[For], call: Call, ranges: Ranges) -> Stmt:
     if not loops:
         return _settle(call, ranges)
     loop, rest = loops[0], loops[1:]
@@ -70,5 +69,4 @@ def _peel(loops: list[For], call: Gemm, ranges: Ranges) -> Stmt:
 
 
 def peel_boundaries(module: Module) -> Module:
-    loops, call = loop_nest(module.body)
-    return replace(module, body=_peel(loops, call, {}))
+    return replace(module, body=seq(*(_peel(*loop_nest(nest), {}) for nest in statements(module))))

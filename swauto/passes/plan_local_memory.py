@@ -13,7 +13,7 @@ from itertools import takewhile
 from math import ceil, prod
 
 from swauto.errors import Rejected
-from swauto.ir.nodes import Alloc, Gemm, LocalBuffer, Module, Seq, seq
+from swauto.ir.nodes import Alloc, Call, LocalBuffer, Module, Seq, seq
 from swauto.ir.visitor import walk
 from swauto.machine import DTYPE_BYTES, LocalMemoryMachine
 
@@ -35,7 +35,7 @@ def _twins(module: Module, machine: LocalMemoryMachine) -> list[LocalBuffer]:
     smaller than its buffer when the buffer holds a hoisted or double-buffered transfer)."""
     tiles: dict[str, tuple[int, ...]] = {}
     for node, _ in walk(module.body):
-        if isinstance(node, Gemm):
+        if isinstance(node, Call) and node.signature.kind == "gemm":
             for _, access in node.operands:
                 shape = tuple(e for e in access.padded_extents() if e > 1) or (1,)
                 if prod(shape) > prod(tiles.get(access.name, (0,))):

@@ -98,7 +98,8 @@ class Candidate:
         parts.append(f"loops {' > '.join(self.order) or '(none)'}")
         for tensor, permutation in self.layouts:
             parts.append(f"{tensor} layout {list(permutation)}")
-        parts.append(f"vectorize {self.vectorize}")
+        if self.vectorize:
+            parts.append(f"vectorize {self.vectorize}")
         parts.append("double buffered" if self.double_buffer else "single buffered")
         if self.micro_kernel is not None:
             parts.append("micro-kernel {} rows x {} vectors".format(*self.micro_kernel))

@@ -26,9 +26,9 @@ MAX_CANDIDATES = 100_000
 
 def _extent(op: BoundOperator, split: SplitChoice) -> int:
     """The size a split cuts: a primitive dimension or a loop's trip count, in the seed."""
-    loops, call = transforms.loop_nest(op.seed.body)
+    loops, call = transforms.loop_nest(transforms.statements(op.seed)[split.statement])
     if split.on_primitive:
-        return {"M": call.m, "N": call.n, "K": call.k}[split.target]  # type: ignore[return-value]
+        return call.size(split.dim or split.target)  # type: ignore[return-value]
     loop = next(loop for loop in loops if loop.var == split.target)
     return ex.evaluate(loop.stop - loop.start, {})
 
@@ -49,12 +49,12 @@ def apply(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
         if factor > extent:
             raise Rejected("tile larger than its dimension", f"{split.target} = {extent} < {factor}")
         if split.on_primitive:
-            module = transforms.split_primitive(module, split.target, factor, split.outer)
+            module = transforms.split_primitive(module, split.dim or split.target, factor, split.outer, split.statement)
         else:
             module = transforms.split_loop(module, split.target, factor, split.outer, split.inner or "")
     for fuse in space.fuses:
         if fuse.into_dim is not None:
-            module = transforms.fuse_into_primitive(module, fuse.loop, fuse.into_dim)
+            module = transforms.fuse_into_primitive(module, fuse.loop, fuse.into_dim, fuse.statement)
         else:
             module = transforms.fuse_loops(module, fuse.loop, fuse.with_loop or "", fuse.fused or "")
     if sorted(candidate.order) != sorted(transforms.loop_order(module)):
@@ -69,15 +69,20 @@ def apply(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
         module = transforms.set_layout(module, tensor, permutation)
     if candidate.vectorize not in space.vectorize:
         raise Rejected("not in this space", f"vectorizing {candidate.vectorize} is not allowed")
-    module = transforms.vectorize(module, candidate.vectorize)
-    # A tile size the schedule asks for must suit the primitive; sizes the seed fixes are padded later.
-    tiles = {"M": 0, "N": 0, "K": 0}
-    for target, factor in candidate.splits:
-        if splits[target].on_primitive:
-            tiles[target] = factor
-    violation = machine.gemm.violation(tiles["M"], tiles["N"], tiles["K"], candidate.vectorize)
-    if violation is not None:
-        raise Rejected("primitive constraint", violation)
+    for statement, nest in enumerate(transforms.statements(module)):
+        call = transforms.loop_nest(nest)[1]
+        if call.signature.kind != "gemm":
+            continue
+        module = transforms.vectorize(module, candidate.vectorize, statement)
+        # A tile size the schedule asks for must suit the primitive; sizes the seed fixes are padded later.
+        tiles = {"M": 0, "N": 0, "K": 0}
+        for target, factor in candidate.splits:
+            split = splits[target]
+            if split.on_primitive and split.statement == statement:
+                tiles[split.dim or target] = factor
+        violation = machine.gemm.violation(tiles["M"], tiles["N"], tiles["K"], candidate.vectorize)
+        if violation is not None:
+            raise Rejected("primitive constraint", violation)
     if candidate.micro_kernel is not None and candidate.micro_kernel not in machine.micro_kernels:
         raise Rejected("not in this space", "this target has no micro-kernel of {} rows x {} vectors".format(
             *candidate.micro_kernel))
@@ -89,9 +94,20 @@ def _orders(op: BoundOperator) -> Iterable[tuple[str, ...]]:
     space = op.space
     if space.order is not None:
         return [space.order]
-    if space.reorder_any:
-        return itertools.permutations(space.loops)
+    if space.reorder_any:  # each statement's loops in any order
+        return _concatenated_permutations(space.nests or (space.loops,))
     return [space.loops]
+
+
+def _concatenated_permutations(nests: tuple[tuple[str, ...], ...]) -> Iterator[tuple[str, ...]]:
+    """Every order of each nest's loops, nest after nest, generated lazily (itertools.product would
+    list every permutation of each nest first)."""
+    if not nests:
+        yield ()
+        return
+    for first in itertools.permutations(nests[0]):
+        for rest in _concatenated_permutations(nests[1:]):
+            yield first + rest
 
 
 def candidates(op: BoundOperator, double_buffering: tuple[bool, ...] = (False, True)) -> Iterator[Candidate]:
@@ -116,8 +132,9 @@ def count(op: BoundOperator, machine: LocalMemoryMachine) -> tuple[int, list[str
     for split in space.splits:
         factors.append((len(split.factors), f"{len(split.factors)} tile sizes of {split.target}"))
     if space.order is None and space.reorder_any:
-        n = len(space.loops)
-        factors.append((math.factorial(n), f"{n}! = {math.factorial(n):,} loop orders"))
+        for loops in space.nests or (space.loops,):
+            n = len(loops)
+            factors.append((math.factorial(n), f"{n}! = {math.factorial(n):,} loop orders"))
     for layout in space.layouts:
         factors.append((len(layout.permutations), f"{len(layout.permutations)} layouts of {layout.tensor}"))
     factors.append((len(space.vectorize), f"{len(space.vectorize)} vectorized dimensions"))

@@ -1,4 +1,5 @@
-"""Loop transforms on a perfect loop nest around one primitive call. Each is a pure `Module -> Module`.
+"""Loop transforms on the statements of a module, each a perfect loop nest around one primitive call.
+Each is a pure `Module -> Module`; those that change one nest take its index (`statement`).
 
 Sizes that a split does not divide stay exact: the last tile's extent is `min(factor, rest)`, an
 expression of the outer loop's iterator; the `peel_boundaries` pass turns those into constants.
@@ -6,11 +7,12 @@ expression of the outer loop's iterator; the `peel_boundaries` pass turns those 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from swauto.errors import Rejected
 from swauto.ir import expr as ex
-from swauto.ir.nodes import Access, For, Gemm, Module, Stmt, Tensor
+from swauto.ir.nodes import Access, Call, For, Module, Seq, Stmt, seq
 
 Size = int | ex.Expr
 
@@ -21,34 +23,43 @@ def size(value: ex.Expr | int) -> Size:
     return value.value if isinstance(value, ex.Const) else value
 
 
-def loop_nest(body: Stmt) -> tuple[list[For], Gemm]:
+def statements(module: Module) -> list[Stmt]:
+    """The module's top-level statements (the nests of its compute block, in order)."""
+    return list(module.body.stmts) if isinstance(module.body, Seq) else [module.body]
+
+
+def loop_nest(body: Stmt) -> tuple[list[For], Call]:
     """The loops of a perfect nest, outermost first, and the call at its bottom."""
     loops = []
     while isinstance(body, For):
         loops.append(body)
         body = body.body
-    if not isinstance(body, Gemm):
+    if not isinstance(body, Call):
         raise ValueError("not a perfect loop nest around one primitive call")
     return loops, body
 
 
-def _rebuild(loops: list[For], call: Gemm) -> Stmt:
+def _rebuild(loops: list[For], call: Call) -> Stmt:
     body: Stmt = call
     for loop in reversed(loops):
         body = For(loop.var, loop.start, loop.stop, loop.stride, body)
     return body
 
 
-def _map_operands(call: Gemm, change) -> Gemm:
-    return replace(call, a=change(call.a), b=change(call.b), c=change(call.c))
+Nest = tuple[list[For], Call]
 
 
-def _dim_size(call: Gemm, dim: str) -> Size:
-    return {"M": call.m, "N": call.n, "K": call.k}[dim]
+def _change(module: Module, statement: int, change: Callable[[list[For], Call], Nest]) -> Module:
+    """The module with nest number `statement` rebuilt from `change(loops, call)`."""
+    nests = statements(module)
+    nests[statement] = _rebuild(*change(*loop_nest(nests[statement])))
+    return replace(module, body=seq(*nests))
 
 
-def _with_size(call: Gemm, dim: str, value: Size) -> Gemm:
-    return replace(call, **{dim.lower(): size(value)})
+def nest_of_loop(module: Module, var: str) -> int:
+    """The index of the nest that has loop `var`."""
+    return next(index for index, nest in enumerate(statements(module))
+                if any(loop.var == var for loop in loop_nest(nest)[0]))
 
 
 def _tile(count: int, factor: int, outer: ex.Expr) -> Size:
@@ -56,11 +67,15 @@ def _tile(count: int, factor: int, outer: ex.Expr) -> Size:
     return factor if count % factor == 0 else size(ex.minimum(factor, ex.as_expr(count) - outer * factor))
 
 
-def split_primitive(module: Module, dim: str, factor: int, loop: str) -> Module:
-    """Tile primitive dimension `dim` by `factor`: a new innermost loop `loop` walks the tiles and the
-    call works on one tile (the last one shorter when `factor` does not divide the dimension)."""
-    loops, call = loop_nest(module.body)
-    total = _dim_size(call, dim)
+def split_primitive(module: Module, dim: str, factor: int, loop: str, statement: int = 0) -> Module:
+    """Tile primitive dimension `dim` of nest `statement` by `factor`: a new innermost loop `loop`
+    walks the tiles and the call works on one tile (the last one shorter when `factor` does not
+    divide the dimension)."""
+    return _change(module, statement, lambda loops, call: _split_primitive(loops, call, dim, factor, loop))
+
+
+def _split_primitive(loops: list[For], call: Call, dim: str, factor: int, loop: str) -> Nest:
+    total = call.size(dim)
     assert isinstance(total, int), "split a primitive dimension before fusing loops into it"
     outer = ex.Var(loop)
     extent = _tile(total, factor, outer)
@@ -73,9 +88,8 @@ def split_primitive(module: Module, dim: str, factor: int, loop: str) -> Module:
                 extents[axis] = extent
         return replace(access, starts=tuple(starts), extents=tuple(extents))
 
-    tiled = _with_size(_map_operands(call, tile), dim, extent)
-    new_loop = For(loop, ex.Const(0), ex.Const(-(-total // factor)), 1, tiled)
-    return replace(module, body=_rebuild([*loops, new_loop], tiled))
+    tiled = call.with_operands(lambda _, access: tile(access)).with_sizes({dim: extent})
+    return [*loops, For(loop, ex.Const(0), ex.Const(-(-total // factor)), 1, tiled)], tiled
 
 
 def _substitute(access: Access, mapping: dict[str, ex.Expr]) -> Access:
@@ -83,10 +97,10 @@ def _substitute(access: Access, mapping: dict[str, ex.Expr]) -> Access:
                    extents=tuple(size(ex.substitute(ex.as_expr(e), mapping)) for e in access.extents))
 
 
-def substitute_call(call: Gemm, mapping: dict[str, ex.Expr]) -> Gemm:
+def substitute_call(call: Call, mapping: dict[str, ex.Expr]) -> Call:
     """`call` with loop variables replaced in its operands' starts and extents and in its sizes."""
-    call = _map_operands(call, lambda access: _substitute(access, mapping))
-    return replace(call, **{d: size(ex.substitute(ex.as_expr(getattr(call, d)), mapping)) for d in "mnk"})
+    call = call.with_operands(lambda _, access: _substitute(access, mapping))
+    return call.with_sizes({dim: size(ex.substitute(ex.as_expr(value), mapping)) for dim, value in call.sizes})
 
 
 def substitute_loops(loops: list[For], mapping: dict[str, ex.Expr]) -> list[For]:
@@ -98,7 +112,11 @@ def substitute_loops(loops: list[For], mapping: dict[str, ex.Expr]) -> list[For]
 def split_loop(module: Module, var: str, factor: int, outer: str, inner: str) -> Module:
     """Split loop `var` into `outer` (over blocks of `factor`) and `inner` (within a block, shorter in
     the last block when `factor` does not divide the trip count); `var` becomes `outer*factor + inner`."""
-    loops, call = loop_nest(module.body)
+    return _change(module, nest_of_loop(module, var),
+                   lambda loops, call: _split_loop(loops, call, var, factor, outer, inner))
+
+
+def _split_loop(loops: list[For], call: Call, var: str, factor: int, outer: str, inner: str) -> Nest:
     index = next(i for i, loop in enumerate(loops) if loop.var == var)
     loop = loops[index]
     start, stop = ex.constant_value(loop.start), ex.constant_value(loop.stop)
@@ -109,15 +127,19 @@ def split_loop(module: Module, var: str, factor: int, outer: str, inner: str) ->
         For(outer, ex.Const(0), ex.Const(-(-count // factor)), 1, call),
         For(inner, ex.Const(0), ex.as_expr(_tile(count, factor, ex.Var(outer))), 1, call),
     ]
-    new_loops = substitute_loops([*loops[:index], *split, *loops[index + 1 :]], mapping)
-    return replace(module, body=_rebuild(new_loops, substitute_call(call, mapping)))
+    return substitute_loops([*loops[:index], *split, *loops[index + 1 :]], mapping), substitute_call(call, mapping)
 
 
-def fuse_into_primitive(module: Module, var: str, dim: str) -> Module:
+def fuse_into_primitive(module: Module, var: str, dim: str, statement: int | None = None) -> Module:
     """Fuse loop `var` into primitive dimension `dim`: each operand indexed by `var` gains, on that
-    axis, a range carrying `dim` (outside the axes already carrying it), and `dim` grows by the
-    loop's trip count. Raises `Rejected` when the operands' boxes would not be DMA boxes."""
-    loops, call = loop_nest(module.body)
+    axis, a range carrying `dim` (before or after the axes already carrying it, the same side in
+    every operand), and `dim` grows by the loop's trip count. Raises `Rejected` when the operands'
+    boxes would not be DMA boxes."""
+    nest = nest_of_loop(module, var) if statement is None else statement
+    return _change(module, nest, lambda loops, call: _fuse_into_primitive(loops, call, var, dim))
+
+
+def _fuse_into_primitive(loops: list[For], call: Call, var: str, dim: str) -> Nest:
     loop = next(loop for loop in loops if loop.var == var)
     assert ex.constant_value(loop.start) == 0 and loop.stride == 1, "fuse loops that start at 0"
     extent = size(loop.stop)
@@ -136,22 +158,35 @@ def fuse_into_primitive(module: Module, var: str, dim: str) -> Module:
         form = ex.linear_form(access.starts[axis])
         if extent != 1 and (form is None or form[0].get(var) != 1):
             raise Rejected("fusion not expressible", f"{var} strides through axis {axis} of {access.name}")
-        if access.dims[axis] is not None or axis > access.dims.index(dim):
+        carriers = [a for a, d in enumerate(access.dims) if d == dim]
+        side = "outer" if axis < carriers[0] else "inner" if axis > carriers[-1] else None
+        if access.dims[axis] is not None or side is None:
             raise Rejected("fusion not expressible", f"axis {axis} of {access.name} is not outside its {dim} axes")
+        sides.add(side)
         starts = list(access.starts)
         starts[axis] = ex.substitute(starts[axis], {var: ex.Const(0)})
         extents, dims = list(access.extents), list(access.dims)
         extents[axis], dims[axis] = extent, dim
         return replace(access, starts=tuple(starts), extents=tuple(extents), dims=tuple(dims))
 
-    fused = _map_operands(call, fuse)
-    fused = _with_size(fused, dim, ex.as_expr(_dim_size(call, dim)) * ex.as_expr(extent))
-    return replace(module, body=_rebuild([other for other in loops if other.var != var], fused))
+    # The loop's index becomes the outer digit of `dim` where its axis comes before the axes carrying
+    # `dim`, the inner digit where it comes after: every operand must agree.
+    sides: set[str] = set()
+    fused = call.with_operands(lambda _, access: fuse(access))
+    if len(sides) > 1:
+        raise Rejected("fusion not expressible", f"{var} would be the outer digit of {dim} in one operand and the "
+                                                 "inner one in another")
+    fused = fused.with_sizes({dim: ex.as_expr(call.size(dim)) * ex.as_expr(extent)})
+    return [other for other in loops if other.var != var], fused
 
 
 def fuse_loops(module: Module, outer: str, inner: str, fused: str) -> Module:
     """Fuse loop `outer` with the loop `inner` directly inside it into one loop `fused`."""
-    loops, call = loop_nest(module.body)
+    return _change(module, nest_of_loop(module, outer),
+                   lambda loops, call: _fuse_loops(loops, call, outer, inner, fused))
+
+
+def _fuse_loops(loops: list[For], call: Call, outer: str, inner: str, fused: str) -> Nest:
     index = next(i for i, loop in enumerate(loops) if loop.var == outer)
     if index + 1 >= len(loops) or loops[index + 1].var != inner:
         raise Rejected("fusion not expressible", f"loop {inner} is not directly inside {outer}")
@@ -163,7 +198,7 @@ def fuse_loops(module: Module, outer: str, inner: str, fused: str) -> Module:
     # A shorter last tile of either loop becomes a size that changes in the middle of the fused loop,
     # where no peeling of its last iteration makes it constant.
     sizes = [e for loop in loops[index + 2:] for e in (loop.start, loop.stop)]
-    sizes += [ex.as_expr(getattr(call, dim)) for dim in "mnk"]
+    sizes += [ex.as_expr(value) for _, value in call.sizes]
     sizes += [ex.as_expr(e) for _, access in call.operands for e in access.extents]
     if any({outer, inner} & ex.free_vars(e) for e in sizes):
         raise Rejected("fusion not expressible", f"{outer} or {inner} has a shorter last tile")
@@ -171,22 +206,28 @@ def fuse_loops(module: Module, outer: str, inner: str, fused: str) -> Module:
     mapping = {outer: f // count_inner + first.start, inner: f % count_inner + second.start}
     new_loops = [*loops[:index], For(fused, ex.Const(0), ex.Const(count_outer * count_inner), 1, call),
                  *loops[index + 2 :]]
-    return replace(module, body=_rebuild(substitute_loops(new_loops, mapping), substitute_call(call, mapping)))
+    return substitute_loops(new_loops, mapping), substitute_call(call, mapping)
 
 
 def reorder(module: Module, order: tuple[str, ...]) -> Module:
-    """Permute the loops of the nest into `order` (outermost first). Legal for any order whose loop
-    bounds only use loops outside them; the only dependence is the commutative accumulation into C."""
-    loops, call = loop_nest(module.body)
-    by_name = {loop.var: loop for loop in loops}
-    seen: set[str] = set()
-    for name in order:
-        loop = by_name[name]
-        used = ex.free_vars(loop.start) | ex.free_vars(loop.stop)
-        if not used <= seen:
-            raise Rejected("loop bounds depend on an inner loop", f"{name} needs {', '.join(sorted(used - seen))}")
-        seen.add(name)
-    return replace(module, body=_rebuild([by_name[name] for name in order], call))
+    """Permute the loops of each nest into the order they have in `order` (outermost first; `order`
+    lists every loop of every nest). Legal for any order whose loop bounds only use loops outside
+    them: a primitive that combines into its output (a sum, a maximum) gives the same result in any
+    order, and a nest around one that stores has every loop index its output (the front end checks),
+    so its iterations write disjoint tiles."""
+    nests = []
+    for nest in statements(module):
+        loops, call = loop_nest(nest)
+        by_name = {loop.var: loop for loop in loops}
+        seen: set[str] = set()
+        for name in (name for name in order if name in by_name):
+            loop = by_name[name]
+            used = ex.free_vars(loop.start) | ex.free_vars(loop.stop)
+            if not used <= seen:
+                raise Rejected("loop bounds depend on an inner loop", f"{name} needs {', '.join(sorted(used - seen))}")
+            seen.add(name)
+        nests.append(_rebuild([by_name[name] for name in order if name in by_name], call))
+    return replace(module, body=seq(*nests))
 
 
 def set_layout(module: Module, tensor_name: str, permutation: tuple[int, ...]) -> Module:
@@ -196,7 +237,7 @@ def set_layout(module: Module, tensor_name: str, permutation: tuple[int, ...]) -
         return module
     tensor = module.tensor(tensor_name)
 
-    def permute(access: Access) -> Access:
+    def permute(_: str, access: Access) -> Access:
         if access.name != tensor_name:
             return access
         return replace(
@@ -206,18 +247,17 @@ def set_layout(module: Module, tensor_name: str, permutation: tuple[int, ...]) -
             dims=tuple(access.dims[a] for a in permutation),
         )
 
-    loops, call = loop_nest(module.body)
-    stored = Tensor(tensor.name, tuple(tensor.shape[a] for a in permutation), tensor.dtype, tensor.is_output,
-                    permutation)
+    stored = replace(tensor, shape=tuple(tensor.shape[a] for a in permutation), layout=permutation)
     tensors = tuple(stored if t.name == tensor_name else t for t in module.tensors)
-    return replace(module, tensors=tensors, body=_rebuild(loops, _map_operands(call, permute)))
+    nests = [_rebuild(loops, call.with_operands(permute)) for loops, call in map(loop_nest, statements(module))]
+    return replace(module, tensors=tensors, body=seq(*nests))
 
 
-def vectorize(module: Module, dim: str) -> Module:
-    """Choose the free dimension the primitive vectorizes."""
-    loops, call = loop_nest(module.body)
-    return replace(module, body=_rebuild(loops, replace(call, vectorize=dim)))
+def vectorize(module: Module, dim: str, statement: int = 0) -> Module:
+    """Choose the free dimension the primitive of nest `statement` vectorizes."""
+    return _change(module, statement, lambda loops, call: (loops, replace(call, vectorize=dim)))
 
 
 def loop_order(module: Module) -> tuple[str, ...]:
-    return tuple(loop.var for loop in loop_nest(module.body)[0])
+    """Every loop of every nest, nest by nest, outermost first."""
+    return tuple(loop.var for nest in statements(module) for loop in loop_nest(nest)[0])

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from swauto.ir import expr as ex
-from swauto.ir.nodes import Dma, For, Gemm, Module
+from swauto.ir.nodes import Call, Dma, For, Module
 from swauto.ir.visitor import walk
 
 CALIBRATION_FILE = "host_machine.json"
@@ -118,7 +118,7 @@ def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
     serial = [0.0, 0.0]
     flops = copy_bytes = 0
     for node, loops in walk(module.body):
-        if not isinstance(node, (Dma, Gemm)):
+        if not isinstance(node, (Dma, Call)):
             continue
         trips = _trips(loops)
         bandwidth = machine.transpose_bandwidth if isinstance(node, Dma) and node.buffer.name in transposing else level
@@ -132,17 +132,22 @@ def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
     return HostEstimate(flops, copy_bytes, parallel[0] + serial[0], parallel[1] + serial[1], seconds)
 
 
-def _node_cost(node: Dma | Gemm, machine: Machine, source_bandwidth: float,
+def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float,
                tile: tuple[int, int]) -> tuple[int, int, float, float]:
-    """(flops, copied bytes, compute seconds, traffic seconds) of one execution of `node`, a GEMM on
-    register tiles of `tile` (rows, vectors)."""
+    """(flops, copied bytes, compute seconds, traffic seconds) of one execution of `node`: a copy, a
+    GEMM on register tiles of `tile` (rows, vectors), or a map or reduction on tiles in the caches
+    (its operands' bytes at the L2's measured bandwidth, its operations one per lane of a vector FMA
+    slot: a lower bound where it calls a libm function)."""
     if isinstance(node, Dma):
         size = 4 * prod(node.tensor.extents)
         return 0, size, 0.0, size / source_bandwidth
+    if node.signature.kind != "gemm":
+        touched = 4 * sum(prod(access.extents) for _, access in node.operands)
+        return node.flops, 0, node.flops / (machine.kernel_flops / 2), touched / machine.l2_bandwidth
     from swauto.backends.host.layout import gemm_roles, whole_vectors
 
     roles = gemm_roles(node)
-    sizes = {"M": node.m, "N": node.n, "K": node.k}
+    sizes = {dim: int(value) for dim, value in node.sizes}
     u, v = roles["broadcast"][0], roles["vector"][0]
     rows, vectors = tile
     # Columns left over from whole vectors run one lane per FMA, each costing a vector's time; all of
@@ -158,7 +163,7 @@ def _node_cost(node: Dma | Gemm, machine: Machine, source_bandwidth: float,
             accumulators = tile_rows * tile_vectors
             if accumulators and row_tiles and column_tiles:
                 step = max(accumulators, machine.latency_accumulators) * fma
-                compute += row_tiles * column_tiles * (node.k * step + accumulators * machine.accumulator_seconds)
+                compute += row_tiles * column_tiles * (sizes["K"] * step + accumulators * machine.accumulator_seconds)
     return node.flops, 0, compute, 0.0
 
 
@@ -178,7 +183,7 @@ def _transposing_buffers(module: Module) -> set[str]:
 
     vectorized = {}
     for node, _ in walk(module.body):
-        if isinstance(node, Gemm):
+        if isinstance(node, Call) and node.signature.kind == "gemm":
             dim, access = gemm_roles(node)["vector"]
             vectorized[access.name] = dim
     transposing = set()
@@ -349,7 +354,7 @@ def _kernel_rate() -> dict[str, float]:
         # Short runs (a few milliseconds), so that some of them run without another process interrupting.
         module = kernel_benchmark_module(repeat=100 * (KERNEL_BENCHMARK[0] // m), m=m, k=k)  # same work
         program = compile_module(module)
-        calls = sum(_trips(loops) for node, loops in walk(module.body) if isinstance(node, Gemm))
+        calls = sum(_trips(loops) for node, loops in walk(module.body) if isinstance(node, Call))
         return _best_seconds(lambda: program.run({}, threads=1), runs=15) / calls
 
     m, n = KERNEL_BENCHMARK
@@ -429,7 +434,7 @@ KERNEL_BENCHMARK = (96, 192)  # M, N of the micro-kernel benchmark: whole regist
 def kernel_benchmark_module(repeat: int = 400, k: int = 128, m: int = KERNEL_BENCHMARK[0]) -> Module:
     """`repeat` GEMMs of `m` x 192 x `k` on local buffers (zeroed once, no copies): the micro-kernel's rate."""
     from swauto.ir.expr import Const
-    from swauto.ir.nodes import Access, LocalBuffer, Seq, Zero
+    from swauto.ir.nodes import Access, LocalBuffer, Seq, Zero, gemm_call
 
     def box(name: str, extents: tuple[int, int], dims: str) -> Access:
         return Access(name, (Const(0), Const(0)), extents, tuple(dims))
@@ -437,7 +442,8 @@ def kernel_benchmark_module(repeat: int = 400, k: int = 128, m: int = KERNEL_BEN
     n = KERNEL_BENCHMARK[1]
     a, b, c = box("A", (m, k), "MK"), box("B", (k, n), "KN"), box("C", (m, n), "MN")
     return Module("kernel_rate", (), (LocalBuffer("A", (m, k)), LocalBuffer("B", (k, n)), LocalBuffer("C", (m, n))),
-                  Seq((Zero(a), Zero(b), Zero(c), For("r", Const(0), Const(repeat), 1, Gemm(m, n, k, a, b, c, "N")))))
+                  Seq((Zero(a), Zero(b), Zero(c),
+                       For("r", Const(0), Const(repeat), 1, gemm_call(m, n, k, a, b, c, "N")))))
 
 
 def _transpose_bandwidth(size: int) -> float:

@@ -37,8 +37,9 @@ import numpy as np
 
 from swauto.ir import expr as ex
 from swauto.ir.memory import row_major_strides
-from swauto.ir.nodes import Access, Alloc, Dma, DmaWait, For, Gemm, If, Module, Seq, Stmt
+from swauto.ir.nodes import Access, Alloc, Call, Dma, DmaWait, For, If, Module, Seq, Stmt
 from swauto.machine import DTYPE_BYTES, SW26010
+from swauto.primitives.elementwise import vector_instructions
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,18 @@ def gemm_seconds(m: int, n: int, k: int, vectorize: str | None, machine: SW26010
     """Equation 4-2 with the fitted coefficients of the machine description."""
     coefficients = (machine.gemm_fit_a, machine.gemm_fit_b, machine.gemm_fit_c, machine.gemm_fit_d)
     return sum(c * x for c, x in zip(coefficients, gemm_features(m, n, k, vectorize, machine), strict=True))
+
+
+def call_seconds(call: Call, machine: SW26010) -> float:
+    """A primitive call: equation 4-2 for the GEMM; for a map or reduction, its vector instructions
+    (one P0 and one P1 issue per cycle, data-parallel over the CPEs; thesis 5.1.3.1's counting) plus
+    the call's entry and exit."""
+    if call.signature.kind == "gemm":
+        return gemm_seconds(int(call.size("M")), int(call.size("N")), int(call.size("K")), call.vectorize, machine)
+    sizes = {dim: int(value) for dim, value in call.sizes}
+    carried = {role: tuple(d for d in access.dims if d is not None) for role, access in call.operands}
+    p0, p1 = vector_instructions(call.signature, sizes, carried, machine.vector_lanes)
+    return (machine.map_call_overhead_cycles + max(p0, p1) / machine.cpes) / machine.clock_hz
 
 
 def fit_gemm(samples: Sequence[tuple[tuple[float, ...], float]]) -> tuple[float, float, float, float]:
@@ -243,13 +256,13 @@ class _Model:
                         closed = True  # waited for at once, behind the backlog
                     elif stmt.buffer.name not in single:
                         puts += seconds  # waited for when the next iteration reuses the half
-            elif kind is Gemm:
-                key = (stmt.m, stmt.n, stmt.k, stmt.vectorize)
+            elif kind is Call:
+                key = (stmt.primitive, stmt.sizes, stmt.vectorize, tuple(a.dims for _, a in stmt.operands))
                 seconds = self.gemms.get(key)
                 if seconds is None:
-                    seconds = self.gemms[key] = gemm_seconds(stmt.m, stmt.n, stmt.k, stmt.vectorize, self.machine)
+                    seconds = self.gemms[key] = call_seconds(stmt, self.machine)
                 self.compute += trips * seconds
-                self.flops += trips * 2 * stmt.m * stmt.n * stmt.k
+                self.flops += trips * stmt.flops
                 work += seconds
                 if not closed:
                     slack += seconds

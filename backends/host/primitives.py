@@ -1,0 +1,103 @@
+"""The host's lowering of each primitive family: the GEMM's micro-kernel (`microkernel`), and maps and
+reductions as loops over their tile, N innermost, that LLVM vectorizes where the lanes are contiguous.
+
+A map's or reduction's scalar function (`swauto.primitives.elementwise`) is built from LLVM float
+operations and the `llvm.exp` intrinsic; `tanh` calls the C library's `tanhf`.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from swauto.errors import CodegenError
+from swauto.ir.nodes import Call
+from swauto.primitives.elementwise import Scalar
+
+from .codegen import F32, Env, Lowering, i64
+from .microkernel import check_operand, emit_gemm, operand_map, table_lookup
+
+_NSW = ("nsw",)
+
+
+def emit_call(lw: Lowering, call: Call, env: Env) -> None:
+    """Emit `call` at the builder's position, by its primitive's family."""
+    kind = call.signature.kind
+    if kind == "gemm":
+        emit_gemm(lw, call, env)
+    elif kind in ("map", "reduce"):
+        emit_map(lw, call, env)
+    else:
+        raise CodegenError(f"the host backend cannot lower primitives of the family {kind!r} ({call.primitive})")
+
+
+def emit_map(lw: Lowering, call: Call, env: Env) -> None:
+    """`Z = f(X, Y, c)` at every point of the tile, or for a reduction `Z = Z ⊕ X` (Z's offset does
+    not move along the dimensions it does not carry, so the points there fold into one element)."""
+    sizes = {dim: int(value) for dim, value in call.sizes}
+    if min(sizes.values(), default=1) < 1:
+        raise CodegenError(f"{call.primitive} sizes must be positive, got {dict(call.sizes)}")
+    for role, access in call.operands:
+        check_operand(call, role, access, sizes)
+    signature = call.signature
+    maps = {role: operand_map(lw, access, sizes, env) for role, access in call.operands}
+    function: Scalar = signature.cost["function"]  # type: ignore[index,assignment]
+    dims = signature.dims
+    builder = lw.builder
+
+    def point(index: dict[str, ir.Value]) -> None:
+        pointers = {}
+        for role, operand in maps.items():
+            offset = operand.base
+            for dim, table in operand.tables.items():
+                offset = builder.add(offset, table_lookup(lw, table, index[dim], f"{call.primitive}.{role}.{dim}"),
+                                     flags=_NSW)
+            pointers[role] = builder.gep(operand.storage.base, [offset], inbounds=True)
+        if signature.kind == "reduce":
+            values = {"x": builder.load(pointers["Z"], align=4), "y": builder.load(pointers["X"], align=4)}
+        else:
+            values = {name: builder.load(pointers[role], align=4) for name, role in (("x", "X"), ("y", "Y"))
+                      if role in pointers}
+        builder.store(_scalar(lw, function, values, call.constant), pointers["Z"], align=4)
+
+    def level(depth: int, index: dict[str, ir.Value]) -> None:
+        if depth == len(dims):
+            point(index)
+            return
+        dim = dims[depth]
+        lw.loop(i64(0), i64(sizes.get(dim, 1)), 1, f"{call.primitive}.{dim}",
+                lambda i: level(depth + 1, {**index, dim: i}), unroll=depth == len(dims) - 1)
+
+    level(0, {})
+
+
+def _scalar(lw: Lowering, scalar: Scalar, values: dict[str, ir.Value], constant: float | None) -> ir.Value:
+    """The float value of `scalar` (see `swauto.primitives.elementwise`)."""
+    builder = lw.builder
+    if isinstance(scalar, str):
+        if scalar == "c":
+            return ir.Constant(F32, float(constant or 0.0))
+        return values[scalar]
+    if isinstance(scalar, float | int):
+        return ir.Constant(F32, float(scalar))
+    op, *args = scalar
+    operands = [_scalar(lw, arg, values, constant) for arg in args]
+    if op == "add":
+        return builder.fadd(*operands)
+    if op == "sub":
+        return builder.fsub(*operands)
+    if op == "mul":
+        return builder.fmul(*operands)
+    if op == "div":
+        return builder.fdiv(*operands)
+    if op == "neg":
+        return builder.fneg(operands[0])
+    if op in ("max", "min"):
+        # NaN-free data: a compare and select, which LLVM turns into vector max/min.
+        left, right = operands
+        return builder.select(builder.fcmp_ordered(">" if op == "max" else "<", left, right), left, right)
+    if op in ("exp", "tanh"):
+        name = "llvm.exp.f32" if op == "exp" else "tanhf"
+        module = lw.ir_module
+        function = module.globals.get(name) or ir.Function(module, ir.FunctionType(F32, [F32]), name)
+        return builder.call(function, operands)
+    raise CodegenError(f"the host backend cannot lower the scalar operation {op!r}")

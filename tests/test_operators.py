@@ -1,0 +1,114 @@
+"""The example operators of several statements and primitives (issue 9): every candidate against the
+NumPy reference on both targets (loopy's `auto_test_vs_ref`), their errors, and golden IR.
+
+A spread sample of each space runs on the SW26010's functional simulator and, JIT-compiled, on the
+host (in forked children with a timeout); `SWAUTO_EXHAUSTIVE=1` runs every candidate on both.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+import pytest
+from isolation import run_isolated
+
+import swauto
+from conftest import EXAMPLES, assert_golden_stages, relative_error
+from swauto.api import load
+from swauto.reference import reference
+
+OPERATORS = {
+    "fc_bias_relu": {"B": 5, "In": 130, "Out": 300},
+    "softmax": {"B": 20, "N": 520},
+    "maxpool": {"B": 3, "C": 5, "Ri": 7, "Ci": 9, "K": 3, "stride": 2},
+    "avgpool": {"B": 3, "C": 5, "Ri": 7, "Ci": 9, "K": 2, "stride": 1},
+    "conv2d_bias_relu": {"B": 3, "Ni": 5, "No": 6, "Ri": 4, "Ci": 5, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1},
+    "conv2d_nchw": {"B": 2, "Ni": 5, "No": 7, "Ri": 6, "Ci": 9, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1},
+}
+SAMPLE = {"sw26010": 24, "host": 6}  # candidates run per operator and target unless SWAUTO_EXHAUSTIVE is set
+
+
+def _inputs(op, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in op.seed.tensors if not t.is_local}
+
+
+@functools.cache
+def _space(name: str, target: str) -> list:
+    """The legal candidates of example `name` at its test sizes (built once per test session)."""
+    return swauto.schedules(EXAMPLES / f"{name}.sw", params=OPERATORS[name], target=target)
+
+
+def _sample(candidates: list, target: str) -> list:
+    """Candidates spread over the space (all of them with SWAUTO_EXHAUSTIVE)."""
+    if os.environ.get("SWAUTO_EXHAUSTIVE"):
+        return candidates
+    step = max(1, len(candidates) // SAMPLE[target])
+    return candidates[::step][: SAMPLE[target]]
+
+
+def _run(name: str, params: dict[str, int], target: str, candidate) -> float:
+    """The relative error of `candidate`'s result against the reference."""
+    kernel = swauto.compile(EXAMPLES / f"{name}.sw", params=params, target=target, schedule=candidate)
+    arrays = _inputs(kernel.operator)
+    expected = reference(kernel.operator, arrays)
+    kernel(**arrays)
+    return max(relative_error(arrays[out], value) for out, value in expected.items())
+
+
+@pytest.mark.parametrize("name", sorted(OPERATORS))
+def test_sw26010_candidates_match_the_reference(name):
+    params = OPERATORS[name]
+    candidates = _sample(_space(name, "sw26010"), "sw26010")
+    assert candidates
+    errors = {candidate.id: _run(name, params, "sw26010", candidate) for candidate in candidates}
+    assert max(errors.values()) < 1e-4, sorted(errors.items(), key=lambda item: -item[1])[:3]
+
+
+@pytest.mark.parametrize("name", sorted(OPERATORS))
+def test_host_candidates_match_the_reference(name):
+    params = OPERATORS[name]
+    candidates = _sample(_space(name, "host"), "host")
+    outcomes = run_isolated(lambda candidate: _run(name, params, "host", candidate), candidates,
+                            labels=[c.id for c in candidates])
+    failed = [str(outcome) for outcome in outcomes if not outcome.ok or outcome.value >= 1e-4]
+    assert not failed, failed
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_nchw_convolution_at_both_strides_is_pytorchs(stride):
+    """The NCHW example computes PyTorch's conv2d (checked against a direct NumPy convolution)."""
+    params = {"B": 2, "Ni": 3, "No": 4, "Ri": 7, "Ci": 8, "Kr": 3, "Kc": 3, "stride": stride, "pad": 1}
+    kernel = swauto.compile(EXAMPLES / "conv2d_nchw.sw", params=params, target="host")
+    arrays = _inputs(kernel.operator)
+    x = np.pad(arrays["input"].astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    w = arrays["weight"].astype(np.float64)
+    ro, co = arrays["output"].shape[2:]
+    expected = np.zeros(arrays["output"].shape)
+    for kr in range(3):
+        for kc in range(3):
+            window = x[:, :, kr:kr + stride * ro:stride, kc:kc + stride * co:stride]
+            expected += np.einsum("bihw,oi->bohw", window, w[:, :, kr, kc])
+    kernel(**arrays)
+    assert relative_error(arrays["output"], expected) < 1e-5
+
+
+def test_outputs_are_overwritten_and_intermediates_are_not_arguments():
+    kernel = swauto.compile(EXAMPLES / "softmax.sw", params={"B": 16, "N": 600}, target="host")
+    assert kernel.tensors == ("x", "y")
+    arrays = _inputs(kernel.operator)
+    arrays["y"][...] = 1e6  # whatever y held is overwritten
+    kernel(**arrays)
+    x = arrays["x"].astype(np.float64)
+    expected = np.exp(x - x.max(axis=1, keepdims=True))
+    expected /= expected.sum(axis=1, keepdims=True)
+    assert relative_error(arrays["y"], expected) < 1e-5
+
+
+@pytest.mark.parametrize("name", sorted(OPERATORS))
+def test_golden_ir_after_every_pass(name):
+    op = load(EXAMPLES / f"{name}.sw", OPERATORS[name])
+    candidate = _space(name, "sw26010")[0]
+    assert_golden_stages(op, candidate, f"{name}.txt")
