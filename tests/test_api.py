@@ -135,3 +135,16 @@ def test_schedules_checks_its_arguments_too(gemm_source):
         swauto.schedules(gemm_source, {**PARAMS, "K": 64.5})
     with pytest.raises(ArgumentError, match="max_candidates must be an integer, got None"):
         swauto.schedules(gemm_source, PARAMS, max_candidates=None)
+
+
+def test_every_package_is_installed():
+    """pyproject.toml lists every package of the source tree (a missing one breaks a clean install only)."""
+    import tomllib
+
+    from conftest import ROOT
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(path.parent.relative_to(ROOT).parts) for path in (ROOT / "swauto").rglob("__init__.py")}
+    found |= {"swauto." + ".".join(path.parent.relative_to(ROOT).parts) for folder in ("grammar", "backends")
+              for path in (ROOT / folder).rglob("__init__.py")}
+    assert found <= listed, sorted(found - listed)

@@ -24,10 +24,10 @@ OPERATORS = {
     "softmax": {"B": 20, "N": 520},
     "maxpool": {"B": 3, "C": 5, "Ri": 7, "Ci": 9, "K": 3, "stride": 2},
     "avgpool": {"B": 3, "C": 5, "Ri": 7, "Ci": 9, "K": 2, "stride": 1},
-    "conv2d_bias_relu": {"B": 3, "Ni": 5, "No": 6, "Ri": 4, "Ci": 5, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1},
+    "conv2d_bias_relu": {"B": 3, "Ni": 5, "No": 6, "Ri": 3, "Ci": 4, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1},
     "conv2d_nchw": {"B": 2, "Ni": 5, "No": 7, "Ri": 6, "Ci": 9, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1},
 }
-SAMPLE = {"sw26010": 24, "host": 6}  # candidates run per operator and target unless SWAUTO_EXHAUSTIVE is set
+SAMPLE = {"sw26010": 16, "host": 6}  # candidates run per operator and target unless SWAUTO_EXHAUSTIVE is set
 
 
 def _inputs(op, seed: int = 0) -> dict[str, np.ndarray]:
@@ -42,11 +42,13 @@ def _space(name: str, target: str) -> list:
 
 
 def _sample(candidates: list, target: str) -> list:
-    """Candidates spread over the space (all of them with SWAUTO_EXHAUSTIVE)."""
+    """Candidates spread over the space, as many fused as apart (all of them with SWAUTO_EXHAUSTIVE)."""
     if os.environ.get("SWAUTO_EXHAUSTIVE"):
         return candidates
-    step = max(1, len(candidates) // SAMPLE[target])
-    return candidates[::step][: SAMPLE[target]]
+    groups = [group for group in ([c for c in candidates if not c.fused], [c for c in candidates if c.fused])
+              if group]
+    count = SAMPLE[target] // len(groups)
+    return [c for group in groups for c in group[:: max(1, len(group) // count)][:count]]
 
 
 def _run(name: str, params: dict[str, int], target: str, candidate) -> float:

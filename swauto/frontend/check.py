@@ -20,6 +20,7 @@ from swauto.ir import expr as ex
 from swauto.ir.nodes import Access, Call, For, Module, Stmt, Tensor, seq
 from swauto.primitives import REGISTRY as PRIMITIVES
 from swauto.primitives import Primitive
+from swauto.schedule.transforms import loop_nest
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,16 @@ class FuseChoice:
 
 
 @dataclass(frozen=True)
+class ConsumerFusion:
+    """Element-wise statement `consumer` may run on the output tiles of statement `producer`, in local
+    memory before they are written back (a schedule choice: fused or apart)."""
+
+    consumer: int
+    producer: int
+    name: str  # the consumer's name, as candidates list it
+
+
+@dataclass(frozen=True)
 class LayoutChoice:
     """The memory layouts a tensor may take: each lists the declared axes in memory order."""
 
@@ -68,6 +79,7 @@ class ScheduleSpace:
     layouts: tuple[LayoutChoice, ...] = ()
     loops: tuple[str, ...] = ()  # the loops after splits and fusions, in their default order
     nests: tuple[tuple[str, ...], ...] = ()  # the same loops, per statement
+    fusions: tuple[ConsumerFusion, ...] = ()  # in statement order
 
 
 @dataclass(frozen=True)
@@ -92,6 +104,7 @@ class _Checker:
         self.calls: list[ast.Call] = []
         self.loops: list[list[ast.ForLoop]] = []
         self.seeds: list[Call] = []
+        self.nests: list[Stmt] = []
 
     def fail(self, message: str, position: Position) -> CheckError:
         return self.source.error(CheckError, message, position)  # type: ignore[return-value]
@@ -491,9 +504,12 @@ class _Checker:
             for directive in extra:
                 word = "reorder" if isinstance(directive, ast.Reorder) else "vectorize"
                 raise self.fail(f"the schedule has two {word} directives", directive.position)
+        fusions: list[tuple[ConsumerFusion, ast.Fuse]] = []
         for directive in self.operator.schedule:
             if isinstance(directive, ast.Split):
                 splits.append(self.split(directive, nest_loops, splits))
+            elif isinstance(directive, ast.Fuse) and directive.into_primitive and len(directive.into.parts) == 1:
+                fusions.append((self.consumer_fusion(directive, seeds), directive))
             elif isinstance(directive, ast.Fuse):
                 fuses.append((self.fuse(directive, seeds), directive))
             elif isinstance(directive, ast.Layout):
@@ -554,8 +570,49 @@ class _Checker:
                 raise self.fail(f"reorder must list every loop exactly once: {', '.join(all_loops)}",
                                 reorders[0].position)
         reorder_any = bool(reorders) and reorders[0].order is None
+        for fusion, directive in fusions:
+            chain = sorted(f.consumer for f, _ in fusions if f.producer == fusion.producer)
+            if chain != list(range(fusion.producer + 1, fusion.producer + 1 + len(chain))):
+                producer = self.calls[fusion.producer].name
+                raise self.fail(f"{fusion.name} can be fused into {producer} only together with every statement "
+                                "between them (fuse those too)", directive.position)
+            if len([f for f, _ in fusions if f.consumer == fusion.consumer]) > 1:
+                raise self.fail(f"{fusion.name} is fused twice", directive.position)
         return ScheduleSpace(tuple(splits), order, reorder_any, vectorize, tuple(f for f, _ in fuses), tuple(layouts),
-                             tuple(all_loops), tuple(tuple(loops) for loops in nest_loops))
+                             tuple(all_loops), tuple(tuple(loops) for loops in nest_loops),
+                             tuple(sorted((f for f, _ in fusions), key=lambda f: f.consumer)))
+
+    def consumer_fusion(self, directive: ast.Fuse, seeds: list[Call]) -> ConsumerFusion:
+        """`fuse relu into gemm`: checked to be expressible as relu running on gemm's output tiles."""
+        if len(directive.source.parts) != 1:
+            raise self.fail(f"{directive.source} is not a statement", directive.source.position)
+        consumer = self.statement(directive.source.parts[0], directive.source.position)
+        producer = self.statement(directive.into.parts[0], directive.into.position)
+        name, into = self.calls[consumer].name, self.calls[producer].name
+        if consumer <= producer:
+            raise self.fail(f"{name} does not come after {into}; a statement is fused into the one that produces "
+                            "its input", directive.position)
+        call, producing = seeds[consumer], seeds[producer]
+        tensor = producing.output.name
+        if call.signature.kind != "map":
+            raise self.fail(f"only element-wise maps can be fused into their producer; {name} is a "
+                            f"{call.signature.kind}", directive.position)
+        if call.output.name != tensor:
+            raise self.fail(f"{name} does not write {tensor}, the output of {into}; a fused statement works on "
+                            "its producer's output tiles in place", directive.position)
+        for role, access in call.operands[:-1]:
+            if access.name == tensor and access != call.output:
+                raise self.fail(f"{name} reads {tensor} elsewhere than where it writes it", directive.position)
+            if access.name != tensor and (None in access.dims
+                                          or any(call.output.dims.count(d) != 1 for d in access.dims)):
+                raise self.fail(f"{name}'s input {role} = {access.name} must carry only its dimensions, each on one "
+                                f"axis of {tensor}, to follow {into}'s tiles", directive.position)
+        for index in (producer, consumer):
+            loops, seed = loop_nest(self.nests[index])
+            if not _covers(seed.output, loops, self.sizes_of(self.tensors[tensor])):
+                raise self.fail(f"{self.calls[index].name} does not write the whole of {tensor} once per element, "
+                                "which fusing needs", directive.position)
+        return ConsumerFusion(consumer, producer, name)
 
     def fuse(self, directive: ast.Fuse, seeds: list[Call]) -> FuseChoice:
         loop = self.loop_target(directive.source)
@@ -637,6 +694,24 @@ class _Checker:
         raise self.fail(f"{target} is not a loop", target.position)
 
 
+def _covers(access: Access, loops: list[For], shape: tuple[int, ...]) -> bool:
+    """Whether the boxes of `access` over `loops` are the whole tensor of `shape`, each element in one
+    iteration of the loops that index it: every axis is the primitive's in full, or a loop running
+    over it with step 1."""
+    bounds = {loop.var: (loop.start, loop.stop) for loop in loops}
+    used = []
+    for start, extent, dim, size in zip(access.starts, access.extents, access.dims, shape, strict=True):
+        if dim is not None or size == 1:
+            if start != ex.Const(0) or extent != size:
+                return False
+        elif not (isinstance(start, ex.Var) and start.name in bounds
+                  and bounds[start.name] == (ex.Const(0), ex.Const(size)) and extent == 1):
+            return False
+        else:
+            used.append(start.name)
+    return len(used) == len(set(used))  # loops that index nothing reduce (a map has none: `check_writes_once`)
+
+
 def _arguments(signature: Primitive) -> tuple[str, ...]:
     return signature.dims + signature.roles + ((signature.constant,) if signature.constant else ())
 
@@ -694,6 +769,7 @@ def check(operator: ast.Operator, source: Source, params: Mapping[str, object] |
     checker.calls = [call for _, call, _ in nests]
     checker.loops = [loops for _, _, loops in nests]
     checker.seeds = [body_call(body) for body, _, _ in nests]
+    checker.nests = [body for body, _, _ in nests]
     written = {call.output.name for call in checker.seeds}
     tensors = tuple(Tensor(t.name, checker.sizes_of(t), "float32", t.name in written and not t.local, is_local=t.local)
                     for t in operator.tensors)

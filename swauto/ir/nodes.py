@@ -174,6 +174,9 @@ class Call:
     chosen, or for primitives without the choice). With `overwrite`, the statement around this call
     overwrites its output instead of combining into it: `init_outputs` first sets each tile it writes
     to the combine's identity, and clears the flag. `constant` is the primitive's scalar argument.
+    `epilogue` holds element-wise calls fused into this one (a consumer fused into its producer):
+    they run on the output box once it is complete, before it is written back; `infer_dma` makes
+    them statements of their own (their output box is this call's, their other inputs get transfers).
     """
 
     primitive: str
@@ -182,6 +185,7 @@ class Call:
     vectorize: str | None = None
     overwrite: bool = False
     constant: float | None = None
+    epilogue: tuple[Call, ...] = ()
 
     @property
     def signature(self) -> Primitive:
@@ -209,6 +213,14 @@ class Call:
     def with_sizes(self, sizes: Mapping[str, Size]) -> Call:
         """The call with the dimensions in `sizes` given new extents."""
         return replace(self, sizes=tuple((dim, sizes.get(dim, value)) for dim, value in self.sizes))
+
+    @property
+    def transfers(self) -> tuple[tuple[str, Access], ...]:
+        """The boxes transfers move for this call: its operands, then the epilogue's inputs other than
+        this call's output box (named `<primitive><i>_<role>`)."""
+        extra = tuple((f"{call.primitive}{index}_{role}", access) for index, call in enumerate(self.epilogue)
+                      for role, access in call.operands if access.name != self.output.name)
+        return self.operands + extra
 
     @property
     def flops(self) -> int:

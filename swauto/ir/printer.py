@@ -103,4 +103,5 @@ def format_call(call: Call) -> str:
         parts.append(f"vectorize={call.vectorize or '?'}")
     if call.overwrite:
         parts.append("overwrite")
-    return f"{call.primitive}({', '.join(parts)})"
+    text = f"{call.primitive}({', '.join(parts)})"
+    return text + "".join(f" then {format_call(consumer)}" for consumer in call.epilogue)

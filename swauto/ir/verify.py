@@ -260,7 +260,7 @@ def _accesses(node: Stmt) -> list[tuple[Access, str]]:
     if isinstance(node, Zero):
         return [(node.buffer, "buffer")]
     if isinstance(node, Call):
-        return [(access, "") for _, access in node.operands]
+        return [(access, "") for _, access in node.transfers]
     return []
 
 

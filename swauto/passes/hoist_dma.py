@@ -31,7 +31,7 @@ def _option(scheduled: Module, role: str, level: int, machine: LocalMemoryMachin
     name = buffer_names(calls[0][0])[role]
     placements: dict[tuple, tuple[int, tuple[int, ...]]] = {}
     for call, loops in calls:
-        access = dict(call.operands)[role]
+        access = dict(call.transfers)[role]
         tensor = scheduled.tensor(access.name)
         box = transfer_box(access, loops, level)
         # Calls whose transfers coincide (same loop, same box and padding) share them.
@@ -76,11 +76,14 @@ def hoist_dma(scheduled: Module, machine: LocalMemoryMachine, double_buffered: b
     """`scheduled` is the IR before any transfer was placed (the input of `infer_dma`); `placed`, if
     given, is `infer_dma(scheduled)`, which this would otherwise compute again."""
     calls = _calls(scheduled)
-    roles = tuple(role for role, _ in calls[0][0].operands)
+    roles = tuple(role for role, _ in calls[0][0].transfers)
     caps = dict.fromkeys(roles, 0)  # how far each operand can move at most
+    fused = any(call.epilogue for call, _ in calls)
     for call, loops in calls:
-        for role, access in call.operands:
-            caps[role] = max(caps[role], hoistable(access, loops))
+        for role, access in call.transfers:
+            # A tile with fused consumers stays one call's output box: they run on exactly that box.
+            if not (fused and role == call.signature.output[0]):
+                caps[role] = max(caps[role], hoistable(access, loops))
     for role in roles:  # an output tile hoisted as far as no other call writes into its window
         caps[role] = next((level - 1 for level in range(caps[role] + 1)
                            if not _window_is_private(scheduled, role, level)), caps[role])

@@ -24,11 +24,11 @@ from swauto.ir.visitor import Rewriter, walk
 
 
 def buffer_names(call: Call) -> dict[str, str]:
-    """`{tensor}_tile` per operand; `{tensor}_{operand}_tile` when one tensor feeds two operands."""
-    tensors = [access.name for _, access in call.operands]
+    """`{tensor}_tile` per transfer (`Call.transfers`); `{tensor}_{role}_tile` when one tensor feeds two."""
+    tensors = [access.name for _, access in call.transfers]
     return {
         operand: f"{access.name}_tile" if tensors.count(access.name) == 1 else f"{access.name}_{operand}_tile"
-        for operand, access in call.operands
+        for operand, access in call.transfers
     }
 
 
@@ -149,10 +149,11 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
     after: dict[int | None, list[Stmt]] = {}
     new_calls: dict[int, Call] = {}
     for call, loops in calls:
-        operands = {}
-        for role, access in call.operands:
+        placed: dict[str, _Placement] = {}
+        out = call.signature.output[0]
+        for role, access in call.transfers:
             tensor = module.tensor(access.name)
-            writes = role == call.signature.output[0]
+            writes = role == out
             reads = not writes or call.signature.reads_output()
             draft = place(access, loops, (hoist or {}).get(role, 0), names[role], reads, writes, tensor.shape)
             key = None if draft.home is None else id(draft.home)
@@ -161,15 +162,27 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
                 taken = sum(1 for other in buffers if other[0] == role)
                 buffers[identity] = names[role] if taken == 0 else f"{names[role]}_{taken + 1}"
             name = buffers[identity]
-            placement = draft if name == names[role] else _rename(draft, names[role], name)
+            placed[role] = draft if name == names[role] else _rename(draft, names[role], name)
+        if call.epilogue:  # fused consumers run on the complete output tile, before its write-back
+            tile = replace(placed[out].operand, pad=())
+
+            def operand(role: str, access: Access, index: int, c: Call = call, t: Access = tile,
+                        p: dict[str, _Placement] = placed) -> Access:
+                return t if access.name == c.output.name else p[f"{c.epilogue[index].primitive}{index}_{role}"].operand
+
+            epilogue = tuple(consumer.with_operands(lambda role, access, i=index: operand(role, access, i))
+                             for index, consumer in enumerate(call.epilogue))
+            placed[out] = replace(placed[out], after=(*epilogue, *placed[out].after))
+        for placement in placed.values():
+            key = None if placement.home is None else id(placement.home)
             for target, statements in ((before, placement.before), (after, placement.after)):
                 listed = target.setdefault(key, [])
                 if not all(stmt in listed for stmt in statements):
                     listed.extend(statements)
+            name = placement.operand.name
             old = shapes.get(name, placement.shape)
             shapes[name] = tuple(max(a, b) for a, b in zip(old, placement.shape, strict=True))
-            operands[role] = placement.operand
-        new_calls[id(call)] = call.with_operands(lambda role, _, placed=operands: placed[role])
+        new_calls[id(call)] = replace(call.with_operands(lambda role, _, p=placed: p[role].operand), epilogue=())
 
     class Place(Rewriter):
         def rewrite_For(self, loop: For) -> Stmt:

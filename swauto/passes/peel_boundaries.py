@@ -24,7 +24,7 @@ def _exprs(loops: list[For], call: Call):
         yield loop.stop
     for _, value in call.sizes:
         yield ex.as_expr(value)
-    for _, access in call.operands:
+    for _, access in call.transfers:
         yield from (ex.as_expr(e) for e in access.extents)
 
 
@@ -45,7 +45,8 @@ def _settle(call: Call, ranges: Ranges) -> Call:
     def access(_: str, a: Access) -> Access:
         return replace(a, extents=tuple(_constant(e, ranges) for e in a.extents))
 
-    return call.with_operands(access).with_sizes({dim: _constant(value, ranges) for dim, value in call.sizes})
+    settled = call.with_operands(access).with_sizes({dim: _constant(value, ranges) for dim, value in call.sizes})
+    return replace(settled, epilogue=tuple(_settle(consumer, ranges) for consumer in call.epilogue))
 
 
 def _peel(loops: list[For], call: Call, ranges: Ranges) -> Stmt:

@@ -16,8 +16,9 @@ from swauto.frontend.integers import check_integer
 class Candidate:
     """Split factors (per split target), the loop order (outermost first), the vectorized dimension,
     the memory layout of each tensor that has a choice (declared axes in memory order), whether
-    transfers are double buffered, and on the host the micro-kernel's register tile (rows, vectors;
-    None: the backend's default). Its `id` is a stable hash of its JSON form, the same for every shape."""
+    transfers are double buffered, on the host the micro-kernel's register tile (rows, vectors;
+    None: the backend's default), and the statements fused into their producers (by name). Its `id`
+    is a stable hash of its JSON form, the same for every shape."""
 
     splits: tuple[tuple[str, int], ...]
     order: tuple[str, ...]
@@ -25,6 +26,7 @@ class Candidate:
     layouts: tuple[tuple[str, tuple[int, ...]], ...] = ()
     double_buffer: bool = False
     micro_kernel: tuple[int, int] | None = None
+    fused: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # Splits and layouts commute: keep them sorted so equal choices make equal candidates (and ids).
@@ -41,6 +43,8 @@ class Candidate:
         }
         if self.micro_kernel is not None:  # absent otherwise, so SW26010 candidates keep their ids
             data["micro_kernel"] = list(self.micro_kernel)
+        if self.fused:  # likewise: candidates of operators without fusion keep their ids
+            data["fuse"] = list(self.fused)
         return data
 
     def to_json(self) -> str:
@@ -49,7 +53,7 @@ class Candidate:
     @staticmethod
     def from_json(data: str | Mapping[str, Any]) -> Candidate:
         """The candidate of a JSON form (text or its parsed dict), validated strictly: `splits`, `order`
-        and `vectorize` are required; `layouts`, `double_buffer` and `micro_kernel` are optional; no
+        and `vectorize` are required; `layouts`, `double_buffer`, `micro_kernel` and `fuse` are optional; no
         other field; integers are JSON integers (not floats, not booleans, not strings), booleans are
         JSON booleans. Raises ScheduleError with a sentence naming the field."""
         if isinstance(data, str):
@@ -85,6 +89,7 @@ class Candidate:
                           for name, axes in layouts.items()),
             double_buffer=double_buffer,
             micro_kernel=micro_kernel,  # type: ignore[arg-type]
+            fused=tuple(_string(name, "fuse") for name in _list(data.get("fuse", []), "fuse")),
         )
 
     @property
@@ -100,6 +105,8 @@ class Candidate:
             parts.append(f"{tensor} layout {list(permutation)}")
         if self.vectorize:
             parts.append(f"vectorize {self.vectorize}")
+        if self.fused:
+            parts.append(f"fused {', '.join(self.fused)}")
         parts.append("double buffered" if self.double_buffer else "single buffered")
         if self.micro_kernel is not None:
             parts.append("micro-kernel {} rows x {} vectors".format(*self.micro_kernel))
@@ -110,7 +117,7 @@ class Candidate:
 
 
 _REQUIRED = ("splits", "order", "vectorize")
-_FIELDS = frozenset({*_REQUIRED, "layouts", "double_buffer", "micro_kernel"})
+_FIELDS = frozenset({*_REQUIRED, "layouts", "double_buffer", "micro_kernel", "fuse"})
 
 
 def _mapping(value: object, field: str) -> Mapping[str, Any]:

@@ -16,6 +16,7 @@ from swauto.ir.nodes import Module
 from swauto.machine import LocalMemoryMachine
 from swauto.schedule import transforms
 from swauto.schedule.candidate import Candidate
+from swauto.schedule.fusion import fuse_consumers
 
 # The most candidates `explore` builds unless told otherwise (`max_candidates=`, `--max-candidates`).
 # The project's largest spaces have a few thousand (conv2d.sw with a choice of the weight's layout:
@@ -83,6 +84,13 @@ def apply(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
         violation = machine.gemm.violation(tiles["M"], tiles["N"], tiles["K"], candidate.vectorize)
         if violation is not None:
             raise Rejected("primitive constraint", violation)
+    names = {fusion.name: fusion for fusion in space.fusions}
+    if not set(candidate.fused) <= set(names):
+        raise Rejected("not in this space", f"the schedule block fuses none of {', '.join(candidate.fused)}")
+    if candidate.fused:
+        pairs = [(names[name].consumer, names[name].producer) for name in sorted(candidate.fused,
+                                                                               key=lambda n: names[n].consumer)]
+        module = fuse_consumers(module, op.seed, pairs)
     if candidate.micro_kernel is not None and candidate.micro_kernel not in machine.micro_kernels:
         raise Rejected("not in this space", "this target has no micro-kernel of {} rows x {} vectors".format(
             *candidate.micro_kernel))
@@ -116,12 +124,38 @@ def candidates(op: BoundOperator, double_buffering: tuple[bool, ...] = (False, T
     space = op.space
     factor_sets = [[(s.target, f) for f in s.factors] for s in space.splits]
     layout_sets = [[(layout.tensor, p) for p in layout.permutations] for layout in space.layouts]
-    for choice in itertools.product(*factor_sets):
-        for order in _orders(op):
-            for layouts in itertools.product(*layout_sets):
-                for dim in space.vectorize:
-                    for double_buffer in double_buffering:
-                        yield Candidate(tuple(choice), order, dim, tuple(layouts), double_buffer)
+    for fused in _fusion_choices(op):
+        for choice in itertools.product(*factor_sets):
+            for order in _orders(op):
+                if fused and not _default_choices(op, fused, dict(choice), order):
+                    continue  # a fused statement's own tiles and loops are gone: one candidate stands for all
+                for layouts in itertools.product(*layout_sets):
+                    for dim in space.vectorize:
+                        for double_buffer in double_buffering:
+                            yield Candidate(tuple(choice), order, dim, tuple(layouts), double_buffer, fused=fused)
+
+
+def _fusion_choices(op: BoundOperator) -> list[tuple[str, ...]]:
+    """Which statements are fused into their producers: per producer, its first k consumers, for every k."""
+    chains: dict[int, list[str]] = {}
+    for fusion in op.space.fusions:
+        chains.setdefault(fusion.producer, []).append(fusion.name)
+    prefixes = [[tuple(chain[:k]) for k in range(len(chain) + 1)] for chain in chains.values()]
+    return [tuple(name for part in parts for name in part) for parts in itertools.product(*prefixes)]
+
+
+def _default_choices(op: BoundOperator, fused: tuple[str, ...], splits: dict[str, int], order: tuple[str, ...]) -> bool:
+    """Whether the fused statements' own splits and loop orders are the space's first ones."""
+    space = op.space
+    statements = {f.consumer for f in space.fusions if f.name in fused}
+    for split in space.splits:
+        if split.statement in statements and splits[split.target] != split.factors[0]:
+            return False
+    for statement in statements:
+        loops = space.nests[statement]
+        if tuple(name for name in order if name in loops) != loops:
+            return False
+    return True
 
 
 def count(op: BoundOperator, machine: LocalMemoryMachine) -> tuple[int, list[str]]:
@@ -138,6 +172,8 @@ def count(op: BoundOperator, machine: LocalMemoryMachine) -> tuple[int, list[str
     for layout in space.layouts:
         factors.append((len(layout.permutations), f"{len(layout.permutations)} layouts of {layout.tensor}"))
     factors.append((len(space.vectorize), f"{len(space.vectorize)} vectorized dimensions"))
+    fusions = len(_fusion_choices(op))
+    factors.append((fusions, f"{fusions} fusion choices"))
     if machine.asynchronous_dma:
         factors.append((2, "2 bufferings (single, double)"))
     if machine.micro_kernels:

@@ -39,7 +39,7 @@ def loop_nest(body: Stmt) -> tuple[list[For], Call]:
     return loops, body
 
 
-def _rebuild(loops: list[For], call: Call) -> Stmt:
+def rebuild_nest(loops: list[For], call: Call) -> Stmt:
     body: Stmt = call
     for loop in reversed(loops):
         body = For(loop.var, loop.start, loop.stop, loop.stride, body)
@@ -52,7 +52,7 @@ Nest = tuple[list[For], Call]
 def _change(module: Module, statement: int, change: Callable[[list[For], Call], Nest]) -> Module:
     """The module with nest number `statement` rebuilt from `change(loops, call)`."""
     nests = statements(module)
-    nests[statement] = _rebuild(*change(*loop_nest(nests[statement])))
+    nests[statement] = rebuild_nest(*change(*loop_nest(nests[statement])))
     return replace(module, body=seq(*nests))
 
 
@@ -100,7 +100,10 @@ def _substitute(access: Access, mapping: dict[str, ex.Expr]) -> Access:
 def substitute_call(call: Call, mapping: dict[str, ex.Expr]) -> Call:
     """`call` with loop variables replaced in its operands' starts and extents and in its sizes."""
     call = call.with_operands(lambda _, access: _substitute(access, mapping))
-    return call.with_sizes({dim: size(ex.substitute(ex.as_expr(value), mapping)) for dim, value in call.sizes})
+    call = call.with_sizes({dim: size(ex.substitute(ex.as_expr(value), mapping)) for dim, value in call.sizes})
+    if call.epilogue:
+        call = replace(call, epilogue=tuple(substitute_call(consumer, mapping) for consumer in call.epilogue))
+    return call
 
 
 def substitute_loops(loops: list[For], mapping: dict[str, ex.Expr]) -> list[For]:
@@ -226,7 +229,7 @@ def reorder(module: Module, order: tuple[str, ...]) -> Module:
             if not used <= seen:
                 raise Rejected("loop bounds depend on an inner loop", f"{name} needs {', '.join(sorted(used - seen))}")
             seen.add(name)
-        nests.append(_rebuild([by_name[name] for name in order if name in by_name], call))
+        nests.append(rebuild_nest([by_name[name] for name in order if name in by_name], call))
     return replace(module, body=seq(*nests))
 
 
@@ -249,7 +252,7 @@ def set_layout(module: Module, tensor_name: str, permutation: tuple[int, ...]) -
 
     stored = replace(tensor, shape=tuple(tensor.shape[a] for a in permutation), layout=permutation)
     tensors = tuple(stored if t.name == tensor_name else t for t in module.tensors)
-    nests = [_rebuild(loops, call.with_operands(permute)) for loops, call in map(loop_nest, statements(module))]
+    nests = [rebuild_nest(loops, call.with_operands(permute)) for loops, call in map(loop_nest, statements(module))]
     return replace(module, tensors=tensors, body=seq(*nests))
 
 
