@@ -322,8 +322,12 @@ class Lowering:
             self._fill_zero(follower, f_store, f_starts, f_axes, name)
             inside = ir.Constant(ir.IntType(1), 1)
             for a, (start, extent) in enumerate(zip(d_starts, driver.extents, strict=True)):
-                lo = self._clamp(self.builder.neg(start), extent)
-                hi = self._clamp(self.builder.sub(i64(d_store.shape[a]), start), extent)
+                # The box's indices i with 0 <= start + i * step < size: ceil(-start / step) up to
+                # ceil((size - start) / step), both clamped to 0..extent.
+                step = i64(driver.step(a))
+                lo = self._clamp(self.builder.neg(self._floor_divmod(start, step, "/")), extent)
+                beyond = self.builder.sub(start, i64(d_store.shape[a]))
+                hi = self._clamp(self.builder.neg(self._floor_divmod(beyond, step, "/")), extent)
                 inside = self.builder.and_(inside, self.builder.icmp_signed("<", lo, hi))
                 bounds[a] = (lo, hi)
             with self.builder.if_then(inside):
@@ -342,8 +346,9 @@ class Lowering:
         f_suffix = [prod(follower.extents[b] for b in f_axes[i + 1:]) for i in range(len(f_axes))]
 
         def body(local: dict[int, ir.Value], f_override: dict[int, ir.Value]) -> None:
-            d_index = [builder.add(start, local[a], flags=_NSW) if a in local else start
-                       for a, start in enumerate(d_starts)]
+            d_index = [builder.add(start, local[a] if driver.step(a) == 1 else
+                                   builder.mul(local[a], i64(driver.step(a)), flags=_NSW), flags=_NSW)
+                       if a in local else start for a, start in enumerate(d_starts)]
             d_offset = self.layout_offset(d_store, d_index)
             if paired:
                 f_local = {b: local[a] for a, b in zip(d_axes, f_axes, strict=True)}
@@ -435,7 +440,7 @@ class Lowering:
         if not len(access.starts) == len(access.extents) == len(access.dims) == rank:
             raise CodegenError(f"the access {_box(access)} does not have one start, extent and dim per axis "
                                f"of {access.name}, which has rank {rank}")
-        for start, extent, size in zip(access.starts, access.padded_extents(), storage.shape, strict=True):
+        for start, extent, size in zip(access.starts, access.spans(), storage.shape, strict=True):
             if extent < 1:
                 raise CodegenError(f"the access {_box(access)} has an empty axis")
             if not allow_outside and isinstance(start, Const) and not 0 <= start.value <= size - extent:

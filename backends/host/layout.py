@@ -149,7 +149,8 @@ def _view(module: Module, buffer: str, shape: tuple[int, ...]) -> tuple[str, Lay
     box = dmas[0].tensor
     whole = tuple(Const(0) for _ in shape)
     for dma in dmas:
-        if dma.zero_fill or dma.tensor != box or dma.buffer.starts != whole or dma.buffer.extents != shape:
+        if dma.zero_fill or dma.tensor != box or dma.buffer.starts != whole or dma.buffer.extents != shape \
+                or dma.tensor.steps:
             return None
     tensor = module.tensor(box.name)
     gets = sum(dma.direction == "get" for dma in dmas)

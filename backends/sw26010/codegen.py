@@ -41,7 +41,7 @@ def _lines(stmt: Stmt, module: Module, indent: int) -> list[str]:
     if isinstance(stmt, Dma):
         tensor = module.tensor(stmt.tensor.name)
         size = DTYPE_BYTES[tensor.dtype]
-        pattern = dma_pattern(tensor.shape, stmt.tensor.extents)
+        pattern = dma_pattern(tensor.shape, stmt.tensor.extents, stmt.tensor.steps)
         stride = 0 if pattern.stride is None else pattern.stride * size
         memory = f"{tensor.name} + {_address(stmt.tensor, tensor.shape)}"
         if stmt.zero_fill:  # the CPEs clip the box to the tensor and zero what lies outside

@@ -21,7 +21,7 @@ import numpy as np
 from swauto.backends.sw26010.timing import Statements, Timeline, check_local_memory
 from swauto.errors import SimulationError
 from swauto.ir import expr as ex
-from swauto.ir.memory import box_slices
+from swauto.ir.memory import box_slices, clip_box, strided_slices
 from swauto.ir.nodes import Access, Alloc, Call, Dma, DmaWait, For, If, Let, Module, Seq, Stmt, Zero
 from swauto.ir.printer import format_stmt
 from swauto.machine import SW26010
@@ -141,7 +141,7 @@ class _Machine:
 
     def box(self, access: Access, env: dict[str, int], shape: tuple[int, ...], what: str, stmt: Stmt) -> tuple:
         starts = tuple(ex.compiled(s)(env) for s in access.starts)
-        for axis, (start, extent, size) in enumerate(zip(starts, access.extents, shape, strict=True)):
+        for axis, (start, extent, size) in enumerate(zip(starts, access.spans(), shape, strict=True)):
             if start < 0 or start + extent > size:
                 where = f" (with {', '.join(f'{k}={v}' for k, v in env.items())})" if env else ""
                 raise SimulationError(
@@ -160,19 +160,20 @@ class _Machine:
             raise SimulationError(f"DMA into {stmt.buffer.name} while another DMA on that tile is in flight")
         self.statements.run(stmt, env, state.timeline)
         local = buffer[box_slices(buffer_starts, stmt.buffer.extents)].reshape(stmt.tensor.extents)
+        steps = stmt.tensor.steps
         if stmt.zero_fill and stmt.direction == "get":
             # Only the part inside the tensor moves; the CPEs zero the rest of their tile.
-            starts = [ex.compiled(s)(env) for s in stmt.tensor.starts]
-            low = [max(s, 0) for s in starts]
-            high = [min(s + e, n) for s, e, n in zip(starts, stmt.tensor.extents, tensor.shape, strict=True)]
+            starts = tuple(ex.compiled(s)(env) for s in stmt.tensor.starts)
+            first, extents = clip_box(starts, stmt.tensor.extents, tensor.shape, steps)
             local[...] = 0
-            tensor_starts = tuple(low)
-            extents = tuple(max(h - lo, 0) for lo, h in zip(low, high, strict=True))
-            local = local[tuple(slice(lo - s, lo - s + e) for lo, s, e in zip(low, starts, extents, strict=True))]
+            tensor_starts = tuple(start + skip * stmt.tensor.step(axis)
+                                  for axis, (start, skip) in enumerate(zip(starts, first, strict=True)))
+            local = local[box_slices(first, extents)]
         else:
             tensor_starts = self.box(stmt.tensor, env, tensor.shape, f"tensor {tensor.name}", stmt)
             extents = stmt.tensor.extents
-        memory_box = (tensor.name, tensor_starts, extents)
+        spans = tuple((e - 1) * stmt.tensor.step(axis) + 1 if e else 0 for axis, e in enumerate(extents))
+        memory_box = (tensor.name, tensor_starts, spans)
         flight = _Flight(stmt.direction, local_box, memory_box)
         state.in_flight.setdefault(stmt.reply, [])
         if 0 in extents:
@@ -182,7 +183,7 @@ class _Machine:
         if other is not None:
             raise SimulationError(f"a {stmt.direction} of {tensor.name} is issued while an overlapping "
                                   f"{other.direction} ({other.local[0]}) is in flight: {format_stmt(stmt)[0]}")
-        region = box_slices(tensor_starts, extents)
+        region = strided_slices(tensor_starts, extents, steps)
         memory = array[region]
         if stmt.direction == "get":
             local[...] = memory
@@ -213,7 +214,8 @@ class _Machine:
         for name, access in stmt.operands:
             buffer = state.buffers[access.name]
             extents = access.padded_extents()
-            starts = self.box(replace(access, extents=extents), env, buffer.shape, f"buffer {access.name}", stmt)
+            dense = replace(access, extents=extents, pad=())
+            starts = self.box(dense, env, buffer.shape, f"buffer {access.name}", stmt)
             if state.busy((access.name, starts, extents)):
                 raise SimulationError(f"{stmt.primitive} reads {name} from {access.name} before its DMA was "
                                       "waited for")

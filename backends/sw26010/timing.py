@@ -25,7 +25,7 @@ from math import prod
 from swauto.backends.sw26010.dma import TransferCost, transfer_cost
 from swauto.errors import SimulationError
 from swauto.ir import expr as ex
-from swauto.ir.memory import row_major_strides
+from swauto.ir.memory import clip_box, row_major_strides
 from swauto.ir.nodes import Call, Dma, DmaWait, For, If, Let, Module, Seq, Stmt, Zero
 from swauto.ir.verify import VerificationError, verify
 from swauto.ir.visitor import walk
@@ -184,19 +184,18 @@ class Statements:
         extents = stmt.tensor.extents
         local = 0.0
         if stmt.zero_fill and stmt.direction == "get":
-            low = [max(s, 0) for s in starts]
-            high = [min(s + e, n) for s, e, n in zip(starts, extents, tensor.shape, strict=True)]
-            clipped = tuple(max(h - lo, 0) for lo, h in zip(low, high, strict=True))
+            first, clipped = clip_box(tuple(starts), extents, tensor.shape, stmt.tensor.steps)
             if clipped != extents:  # the CPEs zero their part of the tile, then the inside moves
                 local = self.zero_cycles(extents)
-            starts, extents = low, clipped
+            starts = [s + f * stmt.tensor.step(axis) for axis, (s, f) in enumerate(zip(starts, first, strict=True))]
+            extents = clipped
             if 0 in extents:
                 timeline.transfer(stmt.direction, None, stmt.reply, local)
                 return
         element = DTYPE_BYTES[tensor.dtype]
         base = sum(s * t for s, t in zip(starts, self.strides[tensor.name], strict=True)) * element
         cost = transfer_cost(tensor.shape, tuple(extents), base % self.machine.dma_transaction_bytes, element,
-                             self.machine)
+                             self.machine, stmt.tensor.steps)
         timeline.transfer(stmt.direction, cost, stmt.reply, local)
 
 
@@ -284,13 +283,14 @@ def _loop_facts(loop: For, module: Module, machine: SW26010) -> _LoopFacts:
         tensor = module.tensor(node.tensor.name)
         element = DTYPE_BYTES[tensor.dtype]
         step = 0
-        for start, extent, stride in zip(node.tensor.starts, node.tensor.extents, row_major_strides(tensor.shape),
-                                         strict=True):
+        for axis, (start, extent, stride) in enumerate(zip(node.tensor.starts, node.tensor.extents,
+                                                           row_major_strides(tensor.shape), strict=True)):
             form = ex.linear_form(start)
             coefficient = form[0].get(loop.var, 0) * loop.stride if form is not None else 1
             step += coefficient * stride * element
             if node.zero_fill and coefficient:
-                edge = max(edge, -(-extent // abs(coefficient)) + 3)
+                span = (extent - 1) * node.tensor.step(axis) + 1
+                edge = max(edge, -(-span // abs(coefficient)) + 3)
         line = machine.dma_transaction_bytes
         period = math.lcm(period, line // math.gcd(line, abs(step)) if step else 1)
     return _LoopFacts(period, edge)

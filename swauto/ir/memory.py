@@ -29,17 +29,34 @@ class DmaPattern:
     stride: int | None
 
 
-def dma_pattern(shape: tuple[int, ...], extents: tuple[int, ...]) -> DmaPattern:
-    """The contiguous blocks of a box with `extents` inside a row-major array of `shape`."""
+def strided_box(shape: tuple[int, ...], extents: tuple[int, ...],
+                steps: tuple[int, ...] = ()) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(element strides, extents) of a box of a row-major array of `shape` stepping by `steps` along
+    its axes: each axis's stride times its step. A strided last axis is written as rows of one element
+    (a trailing axis of extent 1), so the last axis is always a contiguous run."""
+    strides = row_major_strides(shape)
+    if not steps or all(step == 1 for step in steps):
+        return strides, extents
+    strides = tuple(stride * step for stride, step in zip(strides, steps, strict=True))
+    return (strides + (1,), extents + (1,)) if steps[-1] != 1 else (strides, extents)
+
+
+def dma_pattern(shape: tuple[int, ...], extents: tuple[int, ...], steps: tuple[int, ...] = ()) -> DmaPattern:
+    """The contiguous blocks of a box with `extents` (stepping by `steps`) inside a row-major array of
+    `shape`."""
     block = 1
     axis = len(shape) - 1
+    strides = strided_box(shape, extents, steps)[0]
     # Merge trailing axes while the box spans them entirely: they form one contiguous run.
     while axis >= 0:
+        if steps and steps[axis] != 1:
+            break  # a strided axis starts a new block at every index
         block *= extents[axis]
         if extents[axis] != shape[axis]:
+            axis -= 1
             break
         axis -= 1
-    outer = [(extents[a], row_major_strides(shape)[a]) for a in range(axis) if extents[a] > 1]
+    outer = [(extents[a], strides[a]) for a in range(axis + 1) if extents[a] > 1]
     count = prod(e for e, _ in outer) if outer else 1
     if not outer:
         stride = None
@@ -79,3 +96,24 @@ def store_dims(box: np.ndarray, dims: tuple[str | None, ...], order: tuple[str, 
     # dims_view had to copy: find where each element lives in the box and scatter there.
     where = dims_view(np.arange(box.size).reshape(box.shape), dims, order).ravel()
     box[np.unravel_index(where, box.shape)] = np.broadcast_to(value, target.shape).ravel()
+
+
+def clip_box(starts: tuple[int, ...], extents: tuple[int, ...], shape: tuple[int, ...],
+             steps: tuple[int, ...] = ()) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The part of a box (stepping by `steps`) inside an array of `shape`: per axis, the first index
+    of the box inside it (0 when the box starts inside) and how many of its indices are inside."""
+    first, counts = [], []
+    for axis, (start, extent, size) in enumerate(zip(starts, extents, shape, strict=True)):
+        step = steps[axis] if steps else 1
+        low = min(max(-(start // step) if start < 0 else 0, 0), extent)  # ceil(-start / step), clamped
+        high = min(max(-((start - size) // step), 0), extent)  # ceil((size - start) / step), clamped
+        first.append(low)
+        counts.append(max(high - low, 0))
+    return tuple(first), tuple(counts)
+
+
+def strided_slices(starts: tuple[int, ...], extents: tuple[int, ...], steps: tuple[int, ...] = ()) -> tuple[slice, ...]:
+    """NumPy slices of a box stepping by `steps` given its evaluated starts."""
+    if not steps:
+        return box_slices(starts, extents)
+    return tuple(slice(s, s + (e - 1) * t + 1, t) for s, e, t in zip(starts, extents, steps, strict=True))

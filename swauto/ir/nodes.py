@@ -68,9 +68,24 @@ class Access:
     # Zeros after the box along each axis (empty: none): a primitive operand padded up to the sizes
     # the primitive accepts. The box's elements are the valid ones; the padding is read as 0.
     pad: tuple[int, ...] = ()
+    # Elements between consecutive indices along each axis (empty: 1 everywhere): a box of a tensor
+    # may step through an axis (a stride-2 convolution's columns fused into a primitive dimension);
+    # a strided DMA gathers it into a dense buffer box.
+    steps: tuple[int, ...] = ()
 
     def padded_extents(self) -> tuple[int, ...]:
         return tuple(e + p for e, p in zip(self.extents, self.pad, strict=True)) if self.pad else self.extents
+
+    def spans(self) -> tuple[int, ...]:
+        """Per axis, the indices from the box's first element to its last, padding included: the
+        extents of the dense box around it."""
+        extents = self.padded_extents()
+        if not self.steps:
+            return extents
+        return tuple((e - 1) * s + 1 for e, s in zip(extents, self.steps, strict=True))
+
+    def step(self, axis: int) -> int:
+        return self.steps[axis] if self.steps else 1
 
 
 # --- statements -----------------------------------------------------------------------------------
@@ -201,6 +216,10 @@ class Call:
     @property
     def output(self) -> Access:
         return self.operands[-1][1]
+
+    @property
+    def output_role(self) -> str:
+        return self.operands[-1][0]
 
     @property
     def inputs(self) -> tuple[Access, ...]:

@@ -24,8 +24,10 @@ _DTYPE_BYTES = {"float32": 4, "float64": 8}
 def format_access(access: Access, with_dims: bool = True) -> str:
     axes = []
     pads = access.pad or (0,) * len(access.extents)
-    for start, extent, dim, pad in zip(access.starts, access.extents, access.dims, pads, strict=True):
+    for axis, (start, extent, dim, pad) in enumerate(zip(access.starts, access.extents, access.dims, pads,
+                                                          strict=True)):
         text = str(start) if dim is None and extent == 1 else f"{start}:+{extent}"
+        text += f":{access.step(axis)}" if access.step(axis) != 1 else ""
         axes.append(text + (f"(+{pad} zeros)" if pad else ""))
     dims = ", ".join(d for d in access.dims if d is not None)
     return f"{access.name}[{', '.join(axes)}]" + (f" ({dims})" if dims and with_dims else "")
@@ -38,7 +40,7 @@ def _format_dma(stmt: Dma, module: Module | None) -> str:
     if module is not None:
         tensor = module.tensor(stmt.tensor.name)
         size = _DTYPE_BYTES[tensor.dtype]
-        pattern = dma_pattern(tensor.shape, stmt.tensor.extents)
+        pattern = dma_pattern(tensor.shape, stmt.tensor.extents, stmt.tensor.steps)
         shape = f"{pattern.count} x {pattern.block * size} B"
         if pattern.stride is not None:
             shape += f", stride {pattern.stride * size} B"

@@ -119,7 +119,7 @@ class _Checker:
                     raise self.error(node, f"names {access.name}, which is not a {kind or 'tensor or buffer'}")
                 rank = len(shapes[access.name])
                 if not len(access.starts) == len(access.extents) == len(access.dims) == rank or \
-                        access.pad and len(access.pad) != rank:
+                        access.pad and len(access.pad) != rank or access.steps and len(access.steps) != rank:
                     raise self.error(node, f"does not give one start, extent and dimension per axis of {access.name}")
                 if any(isinstance(extent, int) and extent < 1 for extent in access.extents):
                     raise self.error(node, f"has an empty axis of {access.name}")
@@ -135,7 +135,7 @@ class _Checker:
             self.inside(stmt, stmt.tensor, self.shapes[stmt.tensor.name], ranges, outside_ok=stmt.zero_fill)
         for access, kind in _accesses(stmt):
             if access.name in self.buffers and kind != "tensor":
-                self.inside(stmt, replace(access, extents=access.padded_extents()), self.buffers[access.name], ranges)
+                self.inside(stmt, access, self.buffers[access.name], ranges)
 
     def span(self, loop: For, ranges: Ranges) -> tuple[int, int] | None:
         """The first and last value of `loop.var` (bounds when they vary with outer loops; None when
@@ -240,7 +240,7 @@ class _Checker:
                outside_ok: bool = False) -> None:
         if outside_ok or not all(isinstance(extent, int) for extent in access.extents):
             return
-        for axis, (start, extent, size) in enumerate(zip(access.starts, access.extents, shape, strict=True)):
+        for axis, (start, extent, size) in enumerate(zip(access.starts, access.spans(), shape, strict=True)):
             low, high = self.bounds(start, ranges, stmt)
             if low < 0 or high + extent > size:
                 raise self.error(stmt, f"may leave {access.name} along axis {axis} (indices {low}..{high + extent - 1}"
@@ -269,8 +269,7 @@ def _apart(flight: _InFlight, in_flight: Access, access: Access, ranges: Ranges)
     `access` (both of one array), given the ranges where each was issued."""
     issued = dict(flight.ranges)
     if flight.earlier:
-        return disjoint_anywhere(in_flight.starts, in_flight.padded_extents(), issued, access.starts,
-                                 access.padded_extents(), ranges)
+        return disjoint_anywhere(in_flight.starts, in_flight.spans(), issued, access.starts, access.spans(), ranges)
     both = dict(ranges)
     for name, (low, high) in issued.items():
         if name in both:
@@ -278,7 +277,7 @@ def _apart(flight: _InFlight, in_flight: Access, access: Access, ranges: Ranges)
             if low > high:
                 return True  # the two are never issued with the same value of this variable
         both[name] = (low, high)
-    return disjoint(in_flight.starts, in_flight.padded_extents(), access.starts, access.padded_extents(), both)
+    return disjoint(in_flight.starts, in_flight.spans(), access.starts, access.spans(), both)
 
 
 def _negated(cond: Compare) -> Compare:

@@ -99,7 +99,7 @@ def _next_tile_disjoint(chain: list[For], box: Access) -> bool:
         branch = {**ranges, loop.var: (first, last - loop.stride)}
         branch.update({inner.var: (ranges[inner.var][1],) * 2 for inner in chain[depth + 1:]})
         following = [ex.substitute(start, mapping) for start in box.starts]
-        if not disjoint(box.starts, box.extents, following, box.extents, branch):
+        if not disjoint(box.starts, box.spans(), following, box.spans(), branch):
             return False
     return True
 
@@ -113,7 +113,7 @@ def _others_disjoint(get: Dma, chain: list[For]) -> bool:
     for node, loops in walk(chain[0]):
         if isinstance(node, Dma) and node.tensor.name == box.name and node.buffer.name != get.buffer.name:
             other = node.tensor
-            if not disjoint_anywhere(box.starts, box.extents, ranges, other.starts, other.extents,
+            if not disjoint_anywhere(box.starts, box.spans(), ranges, other.starts, other.spans(),
                                      loop_ranges(loops)):
                 return False
     return True

@@ -55,8 +55,10 @@ def _hoistable(access: Access, loop_vars: tuple[str, ...]) -> int:
     count = 0
     for var in reversed(deps):
         moves = [axis for axis, s in enumerate(access.starts) if var in ex.free_vars(s)]
-        # A padded axis must stay padded with zeros, not with the neighbouring tiles a hoisted box holds.
-        if any(ex.linear_form(access.starts[axis]) is None or pads[axis] for axis in moves):
+        # A padded axis must stay padded with zeros, not with the neighbouring tiles a hoisted box holds;
+        # a strided axis would interleave the tiles of successive iterations.
+        if any(ex.linear_form(access.starts[axis]) is None or pads[axis] or access.step(axis) != 1
+               for axis in moves):
             break
         count += 1
     return count
@@ -104,11 +106,12 @@ def place(access: Access, loops: tuple[For, ...], hoist: int, buffer: str, reads
     crossed = {loop.var for loop in box.crossed}
     outer = {loop.var: (ex.evaluate(loop.start, {}), ex.evaluate(loop.stop, {}) - 1)
              for loop in loops if loop.var not in crossed}
+    spans = replace(access, starts=starts, extents=extents, pad=()).spans()
     inside = all(
-        low >= 0 and high + extent <= size
-        for (low, high), extent, size in zip((ex.bounds(s, outer) for s in starts), extents, tensor_shape, strict=True)
+        low >= 0 and high + span <= size
+        for (low, high), span, size in zip((ex.bounds(s, outer) for s in starts), spans, tensor_shape, strict=True)
     )
-    tensor_box = Access(access.name, starts, extents, access.dims)
+    tensor_box = Access(access.name, starts, extents, access.dims, steps=access.steps)
     local_box = Access(buffer, tuple(ex.Const(0) for _ in extents), extents, access.dims)
     ready, written = f"{buffer}_ready", f"{buffer}_written"
     zero = (Zero(Access(buffer, tuple(ex.Const(0) for _ in shape), shape, access.dims)),) if any(pad) else ()

@@ -147,7 +147,7 @@ def _fuse_into_primitive(loops: list[For], call: Call, var: str, dim: str) -> Ne
     assert ex.constant_value(loop.start) == 0 and loop.stride == 1, "fuse loops that start at 0"
     extent = size(loop.stop)
 
-    def fuse(access: Access) -> Access:
+    def fuse(role: str, access: Access) -> Access:
         axes = [axis for axis, start in enumerate(access.starts) if var in ex.free_vars(start)]
         if not axes:
             if dim in access.dims:
@@ -159,7 +159,9 @@ def _fuse_into_primitive(loops: list[For], call: Call, var: str, dim: str) -> Ne
             raise Rejected("fusion not expressible", f"{var} indexes several axes of {access.name}")
         (axis,) = axes
         form = ex.linear_form(access.starts[axis])
-        if extent != 1 and (form is None or form[0].get(var) != 1):
+        step = 1 if form is None else form[0].get(var, 0)
+        if extent != 1 and (form is None or step < 1 or step > 1 and role == call.output_role):
+            # A transfer gathers an input's axis at any positive step; an output stays dense.
             raise Rejected("fusion not expressible", f"{var} strides through axis {axis} of {access.name}")
         carriers = [a for a, d in enumerate(access.dims) if d == dim]
         side = "outer" if axis < carriers[0] else "inner" if axis > carriers[-1] else None
@@ -170,12 +172,15 @@ def _fuse_into_primitive(loops: list[For], call: Call, var: str, dim: str) -> Ne
         starts[axis] = ex.substitute(starts[axis], {var: ex.Const(0)})
         extents, dims = list(access.extents), list(access.dims)
         extents[axis], dims[axis] = extent, dim
-        return replace(access, starts=tuple(starts), extents=tuple(extents), dims=tuple(dims))
+        steps = list(access.steps or (1,) * len(extents))
+        steps[axis] = step if extent != 1 else 1  # a strided input: its transfer gathers every step-th index
+        return replace(access, starts=tuple(starts), extents=tuple(extents), dims=tuple(dims),
+                       steps=tuple(steps) if any(s != 1 for s in steps) else ())
 
     # The loop's index becomes the outer digit of `dim` where its axis comes before the axes carrying
     # `dim`, the inner digit where it comes after: every operand must agree.
     sides: set[str] = set()
-    fused = call.with_operands(lambda _, access: fuse(access))
+    fused = call.with_operands(fuse)
     if len(sides) > 1:
         raise Rejected("fusion not expressible", f"{var} would be the outer digit of {dim} in one operand and the "
                                                  "inner one in another")

@@ -36,7 +36,7 @@ from math import gcd, prod
 import numpy as np
 
 from swauto.ir import expr as ex
-from swauto.ir.memory import row_major_strides
+from swauto.ir.memory import row_major_strides, strided_box
 from swauto.ir.nodes import Access, Alloc, Call, Dma, DmaWait, For, If, Module, Seq, Stmt
 from swauto.machine import DTYPE_BYTES, SW26010
 from swauto.primitives.elementwise import vector_instructions
@@ -69,7 +69,7 @@ def measured_bandwidth(block_bytes: int, machine: SW26010) -> float:
 
 @lru_cache(maxsize=1 << 14)
 def transfer_bytes(shape: tuple[int, ...], extents: tuple[int, ...], base_residue: int, element_bytes: int,
-                   mesh_columns: int, line: int) -> tuple[int, int, int]:
+                   mesh_columns: int, line: int, steps: tuple[int, ...] = ()) -> tuple[int, int, int]:
     """Sum over the blocks of a box of (block size + waste), the bytes the memory system fetches; the
     block size in bytes; the number of blocks.
 
@@ -77,8 +77,8 @@ def transfer_bytes(shape: tuple[int, ...], extents: tuple[int, ...], base_residu
     along the last axis), split in `mesh_columns` pieces when a row divides evenly. In closed form: a
     block's transactions depend only on its first byte modulo the transaction size, and along each axis
     the rows' first bytes modulo it repeat with a period of line / gcd(step, line) rows, so the rows are
-    counted per residue instead of listed."""
-    strides = row_major_strides(shape)
+    counted per residue instead of listed. A strided last axis (`steps`) makes rows of one element."""
+    strides, extents = strided_box(shape, extents, steps)
     counts = {0: 1}  # first byte of a row (relative to the box's) modulo `line` -> rows
     for extent, stride in zip(extents[:-1], strides[:-1], strict=True):
         step = stride * element_bytes % line
@@ -210,14 +210,16 @@ class _Model:
         """Equations 3-1/3-2 for one mesh-wide transfer of `access` (`dma_seconds`) at the addresses
         `env` gives (`body` inlines the rest of this)."""
         shape, strides, element = self.tensors[access.name]
-        key = (shape, access.extents, _offset(access.starts, strides, env) * element % self.line, element)
+        key = (shape, access.extents, _offset(access.starts, strides, env) * element % self.line, element,
+               access.steps)
         seconds = self.moving.get(key)
         return self.latency + (self.moving_seconds(key) if seconds is None else seconds)
 
     def moving_seconds(self, key: tuple) -> float:
-        shape, extents, residue, element = key
+        shape, extents, residue, element, steps = key
         machine = self.machine
-        fetched, block, blocks = transfer_bytes(shape, extents, residue, element, machine.mesh_columns, self.line)
+        fetched, block, blocks = transfer_bytes(shape, extents, residue, element, machine.mesh_columns, self.line,
+                                                steps)
         seconds = self.moving[key] = moving_seconds(fetched, block, blocks, machine)
         return seconds
 
@@ -241,7 +243,7 @@ class _Model:
                 access = stmt.tensor
                 shape, strides, element = tensors[access.name]
                 extents = access.extents
-                key = (shape, extents, _offset(access.starts, strides, env) * element % line, element)
+                key = (shape, extents, _offset(access.starts, strides, env) * element % line, element, access.steps)
                 seconds = moving.get(key)
                 if seconds is None:
                     seconds = self.moving_seconds(key)
