@@ -25,9 +25,9 @@ from tqdm import tqdm
 
 from swauto.api import load
 from swauto.machine import local_memory_machine
-from swauto.schedule.space import explore
 from swauto.tuner.host_model import machine
 from swauto.tuner.measure import HYBRID_TOP, rank_by_model, time_module
+from swauto.tuner.space import explore
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"

@@ -17,7 +17,11 @@ from swauto.api import load
 from swauto.ir.nodes import Module
 from swauto.ir.printer import format_module
 from swauto.machine import local_memory_machine
-from swauto.schedule.space import explore
+
+try:
+    from swauto.tuner.space import explore
+except ImportError:  # commits before the space driver moved to the tuner package
+    from swauto.schedule.space import explore
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SPACES = [

@@ -57,9 +57,9 @@ def tune_layer(task: tuple[dict, int]) -> dict:
     from swauto.api import load
     from swauto.errors import ScheduleError
     from swauto.machine import SUNWAY
-    from swauto.schedule.space import explore
     from swauto.tuner.model_tuner import rank
     from swauto.tuner.simulate import simulate_all
+    from swauto.tuner.space import explore
 
     layer, batch = task
     params = {"B": batch, "Ni": int(layer["ci"]), "No": int(layer["co"]), "Ri": int(layer["in_hw"]),

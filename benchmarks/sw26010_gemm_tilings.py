@@ -20,8 +20,8 @@ from tqdm import tqdm
 
 from swauto.api import load
 from swauto.machine import SUNWAY
-from swauto.schedule.space import explore
 from swauto.tuner.simulate import tune
+from swauto.tuner.space import explore
 
 TILES = {"M": (128, 256, 512), "N": (32, 64, 128, 256, 512), "K": (32, 64, 128, 256, 512)}
 

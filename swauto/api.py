@@ -23,10 +23,10 @@ from swauto.ir.printer import format_module
 from swauto.machine import LocalMemoryMachine
 from swauto.pipeline import lower
 from swauto.schedule.candidate import Candidate
-from swauto.schedule.space import MAX_CANDIDATES, explore
 from swauto.targets import Program, Target
 from swauto.tuner import database
 from swauto.tuner.model_tuner import rank
+from swauto.tuner.space import MAX_CANDIDATES, explore
 
 DEFAULT_TARGET = "host"  # what `compile` builds for unless told
 DEFAULT_SCHEDULES_TARGET = "sw26010"  # whose rules `schedules` applies unless told

@@ -17,7 +17,7 @@ import numpy as np
 from swauto import targets
 from swauto.errors import ArgumentError, SwautoError
 from swauto.frontend.integers import check_integer, parse_integer
-from swauto.schedule.space import MAX_CANDIDATES
+from swauto.tuner.space import MAX_CANDIDATES
 
 TOLERANCE = 1e-4  # max |error| / max |reference| that `swauto run` accepts
 DEFAULT_TARGET = "host"  # compile and run
@@ -208,7 +208,7 @@ def _compile(args: argparse.Namespace) -> int:
 
 def _schedules(args: argparse.Namespace) -> int:
     from swauto.api import load
-    from swauto.schedule.space import explore
+    from swauto.tuner.space import explore
 
     op = load(args.file, _params(args))
     target = targets.get(args.target)
@@ -263,8 +263,8 @@ def _run(args: argparse.Namespace) -> int:
 def _tune(args: argparse.Namespace) -> int:
     from swauto.api import load
     from swauto.ir.analysis import traffic
-    from swauto.schedule.space import explore
     from swauto.tuner.simulate import HYBRID_TOP, simulate_all, tune
+    from swauto.tuner.space import explore
 
     if args.plot is not None:
         _check_plot_path(args.plot)

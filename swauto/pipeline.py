@@ -7,6 +7,7 @@ from dataclasses import replace
 from swauto.errors import Rejected
 from swauto.frontend.check import BoundOperator
 from swauto.ir import verify
+from swauto.ir.nests import statements
 from swauto.ir.nodes import Module, seq
 from swauto.ir.rename import prefix_buffers
 from swauto.machine import LocalMemoryMachine
@@ -19,7 +20,6 @@ from swauto.passes.peel_boundaries import peel_boundaries
 from swauto.passes.plan_local_memory import plan_local_memory
 from swauto.schedule.candidate import Candidate
 from swauto.schedule.space import apply
-from swauto.schedule.transforms import statements
 
 Stages = list[tuple[str, Module]]
 

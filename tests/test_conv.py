@@ -24,7 +24,7 @@ from swauto.ir.visitor import walk
 from swauto.machine import SUNWAY
 from swauto.pipeline import lower
 from swauto.schedule.candidate import Candidate
-from swauto.schedule.space import explore
+from swauto.tuner.space import explore
 
 CONV_SW = EXAMPLES / "conv2d.sw"
 GOLDEN = Path(__file__).parent / "golden"

@@ -26,7 +26,8 @@ from swauto.frontend.parser import parse
 from swauto.frontend.source import Source, displayable
 from swauto.machine import SUNWAY
 from swauto.pipeline import lower
-from swauto.schedule.space import candidates, explore
+from swauto.schedule.space import candidates
+from swauto.tuner.space import explore
 
 SEED = 20261121
 DEFAULT_INPUTS = 600

@@ -41,7 +41,7 @@ from swauto.ir.nodes import (
 from swauto.ir.visitor import Rewriter, walk
 from swauto.machine import HOST_MICRO_KERNELS, SUNWAY, local_memory_machine
 from swauto.schedule.candidate import Candidate
-from swauto.schedule.space import explore
+from swauto.tuner.space import explore
 
 SHAPES = [(256, 384, 128), (128, 128, 64), (384, 256, 96)]  # (M, N, K)
 TOLERANCE = 1e-5
@@ -276,7 +276,7 @@ def gather_module(index: BinOp) -> Module:
     return Module(
         "gather",
         (Tensor("X", (1, 64)), Tensor("Y", (2, 64), is_output=True)),
-        (LocalBuffer("T", (1,)), LocalBuffer("T_double", (1,), "float64")),
+        (LocalBuffer("T", (1,)), LocalBuffer("T_double", (1,), "float64", copy_of="T")),
         Seq((Alloc("T_double"), Alloc("T"), body)),
     )
 

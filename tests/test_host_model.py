@@ -21,9 +21,9 @@ from swauto.machine import SUNWAY, HostScratchpad
 from swauto.passes.plan_local_memory import plan_local_memory
 from swauto.pipeline import lower
 from swauto.schedule.candidate import Candidate
-from swauto.schedule.space import explore
 from swauto.tuner import host_model
 from swauto.tuner.measure import rank_by_model, tune
+from swauto.tuner.space import explore
 
 PARAMS = {"M": 256, "N": 256, "K": 128}
 

@@ -19,7 +19,7 @@ from swauto.ir.visitor import walk
 from swauto.machine import SUNWAY, HostScratchpad, local_memory_machine
 from swauto.pipeline import lower
 from swauto.schedule.candidate import Candidate
-from swauto.schedule.space import explore
+from swauto.tuner.space import explore
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -184,7 +184,7 @@ def test_the_bound_can_be_lowered_and_raised(gemm_source):
 
 def test_the_examples_spaces_are_far_below_the_default_bound():
     from swauto.machine import local_memory_machine
-    from swauto.schedule.space import MAX_CANDIDATES, count
+    from swauto.tuner.space import MAX_CANDIDATES, count
 
     for name, params in [("gemm.sw", {"M": 512, "N": 512, "K": 512}), ("conv2d.sw", {})]:
         op = load(Path(__file__).parent.parent / "examples" / name, params)

@@ -17,8 +17,8 @@ from swauto.ir.visitor import Rewriter, walk
 from swauto.machine import SUNWAY
 from swauto.pipeline import before_double_buffering, lower
 from swauto.schedule.candidate import Candidate
-from swauto.schedule.space import explore
 from swauto.tuner.cost_model import traffic
+from swauto.tuner.space import explore
 
 SHAPES = [(128, 128, 64), (256, 384, 128), (384, 128, 96), (200, 160, 72)]  # the last one no tile divides
 

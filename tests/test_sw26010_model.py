@@ -12,8 +12,8 @@ from swauto.backends.sw26010 import time_module
 from swauto.machine import SUNWAY
 from swauto.pipeline import before_double_buffering, lower
 from swauto.schedule.candidate import Candidate
-from swauto.schedule.space import explore
 from swauto.tuner.cost_model import estimate
+from swauto.tuner.space import explore
 from swauto.tuner.sw26010_model import (
     dma_seconds,
     fit_gemm,

@@ -18,7 +18,8 @@ from swauto.ir import expr as ex
 from swauto.ir.nodes import Access, Compare, Dma, DmaWait, For, If, LocalBuffer, Module, Seq, Tensor, gemm_call
 from swauto.machine import SUNWAY
 from swauto.pipeline import lower
-from swauto.schedule.space import candidates, explore
+from swauto.schedule.space import candidates
+from swauto.tuner.space import explore
 
 ROOT = Path(__file__).resolve().parent.parent
 

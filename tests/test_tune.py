@@ -14,8 +14,8 @@ from conftest import GEMM_SW
 from swauto.api import load
 from swauto.errors import ArgumentError
 from swauto.machine import SUNWAY
-from swauto.schedule.space import explore
 from swauto.tuner.simulate import tune
+from swauto.tuner.space import explore
 
 SCRIPT = Path(sys.executable).with_name("swauto")
 COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "swauto.cli"]

@@ -7,9 +7,9 @@ from swauto.api import load
 from swauto.machine import SUNWAY
 from swauto.pipeline import lower
 from swauto.schedule.candidate import Candidate
-from swauto.schedule.space import explore
 from swauto.tuner.cost_model import estimate, traffic
 from swauto.tuner.model_tuner import rank
+from swauto.tuner.space import explore
 
 PARAMS = {"M": 512, "N": 512, "K": 512}
 

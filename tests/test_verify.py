@@ -37,7 +37,7 @@ from swauto.ir.verify import VerificationError, _refine, verify, verify_function
 from swauto.machine import SUNWAY
 from swauto.pipeline import lower
 from swauto.reference import reference
-from swauto.schedule.space import explore
+from swauto.tuner.space import explore
 
 i = ex.Var("i")
 

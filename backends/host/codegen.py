@@ -46,21 +46,20 @@ from . import layout as layouts
 from . import parallel
 from .isa import Isa, cache_sizes
 from .knobs import Knobs
+from .primitives import emit_call
+from .values import F32, I64, Env, Storage, i64
 
-F32 = ir.FloatType()
-I64 = ir.IntType(64)
 # Index arithmetic never overflows i64 for tensors that fit in memory; saying so helps SCEV and the
 # vectorizer reason about addresses.
 _NSW = ("nsw",)
 _COMPARISONS = ("<", "<=", "==", "!=", ">", ">=")
 
-Env = Mapping[str, ir.Value]
 
 
 def is_ignored_buffer(buffer: LocalBuffer) -> bool:
     """True for the float64 `*_double` buffers, which only model the SW26010's double-precision
     copies: no statement reads or writes them, so the host allocates nothing for them."""
-    return buffer.dtype == "float64" and buffer.name.endswith("_double")
+    return buffer.copy_of is not None
 
 
 @dataclass(frozen=True)
@@ -131,21 +130,6 @@ def _check_dtypes(module: Module) -> None:
             raise CodegenError(
                 f"local buffer {buffer.name} has dtype {buffer.dtype}; the host backend supports float32 buffers only"
             )
-
-
-@dataclass(frozen=True)
-class Storage:
-    """An array the kernel can address: a tensor argument, a buffer in the workspace, or a buffer that
-    is a view of a tensor, whose element 0 is wherever its last get pointed it. The pointer is kept in
-    a stack slot (which LLVM promotes to a register) and mirrored in the workspace (`home`), which
-    outlives the function: every function starts from the pointer an earlier phase left there."""
-
-    name: str
-    shape: tuple[int, ...]
-    layout: layouts.Layout
-    base: ir.Value  # float* to element 0 (float** to the slot holding it, for a view)
-    view_of: str | None = None  # the tensor a view shows
-    home: ir.Value | None = None  # a view's float** slot in the workspace
 
 
 class Lowering:
@@ -253,8 +237,6 @@ class Lowering:
             self._fill_zero(box, self.access_storage(box), starts, [b for b, e in enumerate(box.extents) if e > 1],
                             f"zero.{box.name}")
         elif isinstance(stmt, Call):
-            from .primitives import emit_call
-
             emit_call(self, stmt, env)
         else:
             raise CodegenError(f"the host backend cannot lower the statement {stmt!r}")
@@ -569,12 +551,3 @@ class LoopID(ir.MDValue):
 
 def _box(access: Access) -> str:
     return format_access(access)
-
-
-def i64(value: int) -> ir.Constant:
-    """An i64 constant; `CodegenError` when `value` does not fit."""
-    if not -(2**63) <= value < 2**63:
-        raise CodegenError(f"the integer {value} does not fit in 64 bits")
-    return ir.Constant(I64, value)
-
-

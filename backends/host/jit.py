@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
@@ -22,7 +21,7 @@ from . import cache
 from . import isa as isas
 from .codegen import generate, plan_kernel
 from .knobs import Knobs, default_knobs
-from .program import HostProgram
+from .program import Build, HostProgram
 
 # Each program holds about 1 MB (its machine code and per-thread workspaces).
 CACHE_SIZE = 128
@@ -31,16 +30,6 @@ CACHE_SIZE = 128
 # LLVM (and of the cache) happens under this lock.
 _LLVM_LOCK = threading.Lock()
 _CACHE: OrderedDict[tuple[Module, str, Knobs], HostProgram] = OrderedDict()
-
-
-@dataclass(frozen=True)
-class Build:
-    """How a program was obtained: `from_disk` when the object code came from the disk cache, and the
-    seconds spent (code generation, optimisation and emission, or loading)."""
-
-    key: str
-    from_disk: bool
-    seconds: float
 
 
 def compile_module(module: Module, isa: str | None = None, knobs: Knobs | None = None) -> HostProgram:

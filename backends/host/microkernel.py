@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
@@ -24,8 +25,11 @@ from swauto.ir.expr import Const
 from swauto.ir.nodes import Access, Call
 from swauto.ir.printer import format_access
 
-from .codegen import F32, I64, Env, Lowering, Storage, i64
 from .layout import gemm_roles
+from .values import F32, I64, Env, Storage, i64
+
+if TYPE_CHECKING:
+    from .codegen import Lowering
 
 _NSW = ("nsw",)
 

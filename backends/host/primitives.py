@@ -7,14 +7,19 @@ operations and the `llvm.exp` intrinsic; `tanh` calls the C library's `tanhf`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from llvmlite import ir
 
 from swauto.errors import CodegenError
 from swauto.ir.nodes import Call
 from swauto.primitives.elementwise import Scalar
 
-from .codegen import F32, Env, Lowering, i64
 from .microkernel import check_operand, emit_gemm, operand_map, table_lookup
+from .values import F32, Env, i64
+
+if TYPE_CHECKING:
+    from .codegen import Lowering
 
 _NSW = ("nsw",)
 

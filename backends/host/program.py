@@ -10,7 +10,7 @@ import ctypes
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -22,8 +22,16 @@ from . import cache
 from .codegen import Plan
 from .knobs import Knobs
 
-if TYPE_CHECKING:
-    from .jit import Build
+
+@dataclass(frozen=True)
+class Build:
+    """How a program was obtained: `from_disk` when the object code came from the disk cache, and the
+    seconds spent (code generation, optimisation and emission, or loading)."""
+
+    key: str
+    from_disk: bool
+    seconds: float
+
 
 _POOL_LOCK = threading.Lock()
 _POOL: ThreadPoolExecutor | None = None

@@ -13,9 +13,9 @@ from swauto.ir.nodes import Module
 from swauto.machine import HOST_MICRO_KERNELS, HostScratchpad, LocalMemoryMachine
 from swauto.pipeline import Stages, before_double_buffering
 from swauto.schedule.candidate import Candidate
-from swauto.schedule.space import explore
 from swauto.tuner import host_model, measure
 from swauto.tuner.cost_model import Estimate
+from swauto.tuner.space import explore
 
 from . import isa
 from .jit import compile_module

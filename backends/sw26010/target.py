@@ -16,9 +16,9 @@ from swauto.ir.nodes import Module
 from swauto.machine import SUNWAY, SW26010, LocalMemoryMachine
 from swauto.pipeline import Stages, before_double_buffering
 from swauto.schedule.candidate import Candidate
-from swauto.schedule.space import explore
 from swauto.tuner import sw26010_model
 from swauto.tuner.cost_model import Estimate
+from swauto.tuner.space import explore
 
 from .codegen import emit_program
 from .simulator import simulate

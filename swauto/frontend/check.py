@@ -17,10 +17,10 @@ from swauto.frontend import ast
 from swauto.frontend.integers import MAX_ELEMENTS, MAX_SIZE, check_integer
 from swauto.frontend.source import Position, Source
 from swauto.ir import expr as ex
+from swauto.ir.nests import loop_nest
 from swauto.ir.nodes import Access, Call, For, Module, Stmt, Tensor, seq
 from swauto.primitives import REGISTRY as PRIMITIVES
 from swauto.primitives import Primitive
-from swauto.schedule.transforms import loop_nest
 
 
 @dataclass(frozen=True)

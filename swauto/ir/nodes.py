@@ -40,7 +40,9 @@ class LocalBuffer:
     `shape` is the whole mesh's tile, row-major; the primitive spreads it over the 64 CPEs.
     `offset` is its place in each CPE's local memory (per-CPE bytes), set by `plan_local_memory`.
     `statement` is the compute block's statement (nest) that uses it: buffers of different
-    statements are never live at once, so they may share local memory.
+    statements are never live at once, so they may share local memory. `copy_of` names the buffer
+    whose tiles this one holds in the primitive's compute precision (the SW26010 GEMM's float64
+    copies, which only take local memory; no statement names them).
     """
 
     name: str
@@ -48,6 +50,7 @@ class LocalBuffer:
     dtype: str = "float32"
     offset: int | None = None
     statement: int = 0
+    copy_of: str | None = None
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ class Access:
 
     name: str
     starts: tuple[Expr, ...]
-    extents: tuple[int, ...]
+    extents: tuple[int, ...]  # expressions (a last tile's min(...)) until `peel_boundaries` settles them
     dims: tuple[str | None, ...]
     # Zeros after the box along each axis (empty: none): a primitive operand padded up to the sizes
     # the primitive accepts. The box's elements are the valid ones; the padding is read as 0.

@@ -35,5 +35,6 @@ def prefix_buffers(module: Module, prefix: str, statement: int) -> Module:
     """`module` with every local buffer and reply name prefixed by `prefix` and its buffers marked
     as used by compute statement `statement`."""
     names = {buffer.name for buffer in module.buffers}
-    buffers = tuple(replace(b, name=prefix + b.name, statement=statement) for b in module.buffers)
+    buffers = tuple(replace(b, name=prefix + b.name, statement=statement,
+                            copy_of=None if b.copy_of is None else prefix + b.copy_of) for b in module.buffers)
     return replace(module, buffers=buffers, body=_Rename(prefix, names).rewrite(module.body))

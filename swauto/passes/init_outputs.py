@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from swauto.ir import expr as ex
+from swauto.ir.nests import loop_nest, statements
 from swauto.ir.nodes import Call, For, Module, Stmt, seq
 from swauto.primitives.registry import IDENTITY
-from swauto.schedule.transforms import loop_nest, statements
 
 
 def _fill(loops: list[For], call: Call) -> Stmt:

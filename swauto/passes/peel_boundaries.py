@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from swauto.ir import expr as ex
+from swauto.ir.nests import loop_nest, statements
 from swauto.ir.nodes import Access, Call, For, Module, Seq, Stmt, seq
-from swauto.schedule.transforms import loop_nest, statements, substitute_call, substitute_loops
+from swauto.schedule.transforms import substitute_call, substitute_loops
 
 Ranges = dict[str, tuple[int, int]]
 

@@ -1,9 +1,10 @@
 """Local-memory planning (thesis 4.1.3 strategy 2, 5.1.2.3).
 
-Guarantees: every local buffer has a per-CPE offset, 32-byte aligned (one 256-bit register), with no
-overlap, and the sum fits one CPE's usable local memory. Each buffer a primitive computes on gets a
-float64 twin (`<name>_double`, one tile even when the buffer is double buffered): the primitive
-converts single precision to double inside LDM. Raises `Rejected` when the buffers do not fit.
+Guarantees (for the buffers of one statement): every local buffer has a per-CPE offset, 32-byte
+aligned (one 256-bit register), with no overlap, and the sum fits one CPE's usable local memory.
+Each buffer a GEMM computes on gets a float64 copy (`<name>_double`, `LocalBuffer.copy_of`; one tile
+even when the buffer is double buffered): the primitive converts single precision to double in LDM.
+Raises `Rejected` when the buffers do not fit.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def _twins(module: Module, machine: LocalMemoryMachine) -> list[LocalBuffer]:
                 if prod(shape) > prod(tiles.get(access.name, (0,))):
                     tiles[access.name] = shape
     return [
-        LocalBuffer(f"{buffer.name}_double", tiles[buffer.name], machine.gemm_compute_dtype)
+        LocalBuffer(f"{buffer.name}_double", tiles[buffer.name], machine.gemm_compute_dtype, copy_of=buffer.name)
         for buffer in module.buffers
         if buffer.name in tiles and buffer.dtype != machine.gemm_compute_dtype
     ]
@@ -56,7 +57,7 @@ def footprint(module: Module, machine: LocalMemoryMachine, doubling: bool = Fals
 
 
 def plan_local_memory(module: Module, machine: LocalMemoryMachine) -> Module:
-    buffers = [b for b in module.buffers if not b.name.endswith("_double")]
+    buffers = [b for b in module.buffers if b.copy_of is None]
     twins = _twins(replace(module, buffers=tuple(buffers)), machine)
     placed = []
     offset = 0

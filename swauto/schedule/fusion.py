@@ -13,8 +13,8 @@ from dataclasses import replace
 
 from swauto.errors import Rejected
 from swauto.ir import expr as ex
+from swauto.ir.nests import loop_nest, rebuild_nest, statements
 from swauto.ir.nodes import Access, Call, Module, seq
-from swauto.schedule.transforms import loop_nest, rebuild_nest, statements
 
 
 def _input_box(access: Access, consumer: Call, producer: Call) -> Access:

@@ -1,33 +1,24 @@
-"""Enumerate the schedule space of a bound operator and build the scheduled IR of each candidate."""
+"""The schedule space of a bound operator: its points (`candidates`) and the scheduled IR of each (`apply`)."""
 
 from __future__ import annotations
 
 import itertools
-import math
-from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
 
-from swauto.errors import Rejected, ScheduleError
+from swauto.errors import Rejected
 from swauto.frontend.check import BoundOperator, SplitChoice
-from swauto.frontend.integers import check_integer
 from swauto.ir import expr as ex
+from swauto.ir.nests import loop_nest, statements
 from swauto.ir.nodes import Module
 from swauto.machine import LocalMemoryMachine
 from swauto.schedule import transforms
 from swauto.schedule.candidate import Candidate
 from swauto.schedule.fusion import fuse_consumers
 
-# The most candidates `explore` builds unless told otherwise (`max_candidates=`, `--max-candidates`).
-# The project's largest spaces have a few thousand (conv2d.sw with a choice of the weight's layout:
-# 2304 on either target); a seed with 9 loops under `reorder any` has 9! orders alone, which takes
-# minutes and gigabytes to build.
-MAX_CANDIDATES = 100_000
 
-
-def _extent(op: BoundOperator, split: SplitChoice) -> int:
+def split_extent(op: BoundOperator, split: SplitChoice) -> int:
     """The size a split cuts: a primitive dimension or a loop's trip count, in the seed."""
-    loops, call = transforms.loop_nest(transforms.statements(op.seed)[split.statement])
+    loops, call = loop_nest(statements(op.seed)[split.statement])
     if split.on_primitive:
         return call.size(split.dim or split.target)  # type: ignore[return-value]
     loop = next(loop for loop in loops if loop.var == split.target)
@@ -46,7 +37,7 @@ def apply(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
         factor = dict(candidate.splits)[split.target]
         if factor not in split.factors:
             raise Rejected("not in this space", f"{split.target} is not split by {factor} in the schedule block")
-        extent = _extent(op, split)
+        extent = split_extent(op, split)
         if factor > extent:
             raise Rejected("tile larger than its dimension", f"{split.target} = {extent} < {factor}")
         if split.on_primitive:
@@ -70,8 +61,8 @@ def apply(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
         module = transforms.set_layout(module, tensor, permutation)
     if candidate.vectorize not in space.vectorize:
         raise Rejected("not in this space", f"vectorizing {candidate.vectorize} is not allowed")
-    for statement, nest in enumerate(transforms.statements(module)):
-        call = transforms.loop_nest(nest)[1]
+    for statement, nest in enumerate(statements(module)):
+        call = loop_nest(nest)[1]
         if call.signature.kind != "gemm":
             continue
         module = transforms.vectorize(module, candidate.vectorize, statement)
@@ -124,7 +115,7 @@ def candidates(op: BoundOperator, double_buffering: tuple[bool, ...] = (False, T
     space = op.space
     factor_sets = [[(s.target, f) for f in s.factors] for s in space.splits]
     layout_sets = [[(layout.tensor, p) for p in layout.permutations] for layout in space.layouts]
-    for fused in _fusion_choices(op):
+    for fused in fusion_choices(op):
         for choice in itertools.product(*factor_sets):
             for order in _orders(op):
                 if fused and not _default_choices(op, fused, dict(choice), order):
@@ -135,7 +126,7 @@ def candidates(op: BoundOperator, double_buffering: tuple[bool, ...] = (False, T
                             yield Candidate(tuple(choice), order, dim, tuple(layouts), double_buffer, fused=fused)
 
 
-def _fusion_choices(op: BoundOperator) -> list[tuple[str, ...]]:
+def fusion_choices(op: BoundOperator) -> list[tuple[str, ...]]:
     """Which statements are fused into their producers: per producer, its first k consumers, for every k."""
     chains: dict[int, list[str]] = {}
     for fusion in op.space.fusions:
@@ -156,98 +147,3 @@ def _default_choices(op: BoundOperator, fused: tuple[str, ...], splits: dict[str
         if tuple(name for name in order if name in loops) != loops:
             return False
     return True
-
-
-def count(op: BoundOperator, machine: LocalMemoryMachine) -> tuple[int, list[str]]:
-    """How many candidates `explore` builds for `machine` (micro-kernels included, as `Space.total`
-    counts them), without building any; and the factors of that product, in words."""
-    space = op.space
-    factors: list[tuple[int, str]] = []
-    for split in space.splits:
-        factors.append((len(split.factors), f"{len(split.factors)} tile sizes of {split.target}"))
-    if space.order is None and space.reorder_any:
-        for loops in space.nests or (space.loops,):
-            n = len(loops)
-            factors.append((math.factorial(n), f"{n}! = {math.factorial(n):,} loop orders"))
-    for layout in space.layouts:
-        factors.append((len(layout.permutations), f"{len(layout.permutations)} layouts of {layout.tensor}"))
-    factors.append((len(space.vectorize), f"{len(space.vectorize)} vectorized dimensions"))
-    fusions = len(_fusion_choices(op))
-    factors.append((fusions, f"{fusions} fusion choices"))
-    if machine.asynchronous_dma:
-        factors.append((2, "2 bufferings (single, double)"))
-    if machine.micro_kernels:
-        factors.append((len(machine.micro_kernels), f"{len(machine.micro_kernels)} micro-kernels"))
-    return math.prod(n for n, _ in factors), [words for n, words in factors if n != 1]
-
-
-@dataclass
-class Space:
-    """The legal candidates of an operator and how many candidates each reason rejected."""
-
-    operator: BoundOperator
-    legal: list[tuple[Candidate, list[tuple[str, Module]]]] = field(default_factory=list)
-    rejected: Counter[str] = field(default_factory=Counter)
-
-    @property
-    def total(self) -> int:
-        return len(self.legal) + sum(self.rejected.values())
-
-    @property
-    def candidates(self) -> list[Candidate]:
-        return [candidate for candidate, _ in self.legal]
-
-    def lowerings(self) -> Iterator[tuple[list[tuple[str, Module]], list[Candidate]]]:
-        """Each lowering (its stages) with the legal candidates that share it, in the space's order."""
-        group: list[Candidate] = []
-        for index, (candidate, stages) in enumerate(self.legal):
-            group.append(candidate)
-            if index + 1 == len(self.legal) or self.legal[index + 1][1] is not stages:
-                yield stages, group
-                group = []
-
-
-def explore(op: BoundOperator, machine: LocalMemoryMachine, progress=None,
-            max_candidates: int = MAX_CANDIDATES) -> Space:
-    """Build every candidate through the pass pipeline; keep the legal ones with their IR stages.
-    `progress`, if given, wraps the candidate iterator (e.g. a progress bar). A space of more than
-    `max_candidates` candidates is refused with a ScheduleError before anything is built.
-
-    Double buffering is explored only where DMAs are asynchronous. The machine's micro-kernel choices
-    multiply the space, but they shape only the backend's code: the candidates differing in them
-    alone share one lowering (and one list of stages)."""
-    from swauto.pipeline import lower
-
-    max_candidates = check_integer(max_candidates, "max_candidates", 1)
-    total, factors = count(op, machine)
-    if total > max_candidates:
-        raise ScheduleError(
-            f"the schedule space of operator {op.name} has {total:,} candidates ({' x '.join(factors)}), more "
-            f"than the bound of {max_candidates:,}; narrow the schedule block (fewer tile sizes, a fixed "
-            f"`reorder {{...}}`) or raise the bound (--max-candidates N, max_candidates=N)"
-        )
-    space = Space(op)
-    points = candidates(op, (False, True) if machine.asynchronous_dma else (False,))
-    micro_kernels = machine.micro_kernels or (None,)
-    for candidate in progress(points) if progress else points:
-        try:
-            stages = lower(op, candidate, machine)
-        except Rejected as rejection:
-            space.rejected[rejection.reason] += len(micro_kernels)
-            continue
-        space.legal.extend((replace(candidate, micro_kernel=micro_kernel), stages) for micro_kernel in micro_kernels)
-    if not space.legal:
-        raise ScheduleError(_explain_empty(op, space))
-    return space
-
-
-def _explain_empty(op: BoundOperator, space: Space) -> str:
-    """Why nothing is legal, naming the dimension when a split cannot be used at all."""
-    for split in op.space.splits:
-        extent = _extent(op, split)
-        factors = ", ".join(map(str, split.factors))
-        if all(f > extent for f in split.factors):
-            return (f"{split.target} = {extent} is smaller than every tile size in {{{factors}}}; "
-                    f"add a tile size of at most {extent}")
-    reasons = "; ".join(f"{reason}: {count}" for reason, count in space.rejected.most_common())
-    return f"no legal candidate among {space.total} for operator {op.name} with {op.params} ({reasons})"

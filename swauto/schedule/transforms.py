@@ -12,7 +12,8 @@ from dataclasses import replace
 
 from swauto.errors import Rejected
 from swauto.ir import expr as ex
-from swauto.ir.nodes import Access, Call, For, Module, Seq, Stmt, seq
+from swauto.ir.nests import Nest, loop_nest, rebuild_nest, statements
+from swauto.ir.nodes import Access, Call, For, Module, seq
 
 Size = int | ex.Expr
 
@@ -21,32 +22,6 @@ def size(value: ex.Expr | int) -> Size:
     """An int when the value is constant, else the expression."""
     value = ex.as_expr(value)
     return value.value if isinstance(value, ex.Const) else value
-
-
-def statements(module: Module) -> list[Stmt]:
-    """The module's top-level statements (the nests of its compute block, in order)."""
-    return list(module.body.stmts) if isinstance(module.body, Seq) else [module.body]
-
-
-def loop_nest(body: Stmt) -> tuple[list[For], Call]:
-    """The loops of a perfect nest, outermost first, and the call at its bottom."""
-    loops = []
-    while isinstance(body, For):
-        loops.append(body)
-        body = body.body
-    if not isinstance(body, Call):
-        raise ValueError("not a perfect loop nest around one primitive call")
-    return loops, body
-
-
-def rebuild_nest(loops: list[For], call: Call) -> Stmt:
-    body: Stmt = call
-    for loop in reversed(loops):
-        body = For(loop.var, loop.start, loop.stop, loop.stride, body)
-    return body
-
-
-Nest = tuple[list[For], Call]
 
 
 def _change(module: Module, statement: int, change: Callable[[list[For], Call], Nest]) -> Module:

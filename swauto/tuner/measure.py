@@ -15,8 +15,8 @@ import numpy as np
 
 from swauto.ir.nodes import Module
 from swauto.schedule.candidate import Candidate
-from swauto.schedule.space import Space
 from swauto.tuner.host_model import HostEstimate, Machine, estimate
+from swauto.tuner.space import Space
 
 HYBRID_TOP = 8
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from swauto.ir.nodes import Module
 from swauto.schedule.candidate import Candidate
-from swauto.schedule.space import Space
 from swauto.tuner.cost_model import Estimate, estimate
+from swauto.tuner.space import Space
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from swauto.backends.sw26010 import time_module
 from swauto.backends.sw26010.target import NAME
 from swauto.machine import SUNWAY
-from swauto.schedule.space import Space
 from swauto.tuner.model_tuner import Ranked, rank
+from swauto.tuner.space import Space
 
 HYBRID_TOP = 8
 

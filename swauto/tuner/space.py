@@ -1,0 +1,117 @@
+"""The space driver: every candidate of an operator built through the pipeline, the legal ones kept
+with their IR stages and the others counted by reason (what the tuners rank)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+
+from swauto.errors import Rejected, ScheduleError
+from swauto.frontend.check import BoundOperator
+from swauto.frontend.integers import check_integer
+from swauto.ir.nodes import Module
+from swauto.machine import LocalMemoryMachine
+from swauto.pipeline import lower
+from swauto.schedule.candidate import Candidate
+from swauto.schedule.space import candidates, fusion_choices, split_extent
+
+# The most candidates `explore` builds unless told otherwise (`max_candidates=`, `--max-candidates`).
+# The project's largest spaces have a few thousand (conv2d.sw with a choice of the weight's layout:
+# 2304 on either target); a seed with 9 loops under `reorder any` has 9! orders alone, which takes
+# minutes and gigabytes to build.
+MAX_CANDIDATES = 100_000
+
+
+def count(op: BoundOperator, machine: LocalMemoryMachine) -> tuple[int, list[str]]:
+    """How many candidates `explore` builds for `machine` (micro-kernels included, as `Space.total`
+    counts them), without building any; and the factors of that product, in words."""
+    space = op.space
+    factors: list[tuple[int, str]] = []
+    for split in space.splits:
+        factors.append((len(split.factors), f"{len(split.factors)} tile sizes of {split.target}"))
+    if space.order is None and space.reorder_any:
+        for loops in space.nests or (space.loops,):
+            n = len(loops)
+            factors.append((math.factorial(n), f"{n}! = {math.factorial(n):,} loop orders"))
+    for layout in space.layouts:
+        factors.append((len(layout.permutations), f"{len(layout.permutations)} layouts of {layout.tensor}"))
+    factors.append((len(space.vectorize), f"{len(space.vectorize)} vectorized dimensions"))
+    fusions = len(fusion_choices(op))
+    factors.append((fusions, f"{fusions} fusion choices"))
+    if machine.asynchronous_dma:
+        factors.append((2, "2 bufferings (single, double)"))
+    if machine.micro_kernels:
+        factors.append((len(machine.micro_kernels), f"{len(machine.micro_kernels)} micro-kernels"))
+    return math.prod(n for n, _ in factors), [words for n, words in factors if n != 1]
+
+
+@dataclass
+class Space:
+    """The legal candidates of an operator and how many candidates each reason rejected."""
+
+    operator: BoundOperator
+    legal: list[tuple[Candidate, list[tuple[str, Module]]]] = field(default_factory=list)
+    rejected: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def total(self) -> int:
+        return len(self.legal) + sum(self.rejected.values())
+
+    @property
+    def candidates(self) -> list[Candidate]:
+        return [candidate for candidate, _ in self.legal]
+
+    def lowerings(self) -> Iterator[tuple[list[tuple[str, Module]], list[Candidate]]]:
+        """Each lowering (its stages) with the legal candidates that share it, in the space's order."""
+        group: list[Candidate] = []
+        for index, (candidate, stages) in enumerate(self.legal):
+            group.append(candidate)
+            if index + 1 == len(self.legal) or self.legal[index + 1][1] is not stages:
+                yield stages, group
+                group = []
+
+
+def explore(op: BoundOperator, machine: LocalMemoryMachine, progress=None,
+            max_candidates: int = MAX_CANDIDATES) -> Space:
+    """Build every candidate through the pass pipeline; keep the legal ones with their IR stages.
+    `progress`, if given, wraps the candidate iterator (e.g. a progress bar). A space of more than
+    `max_candidates` candidates is refused with a ScheduleError before anything is built.
+
+    Double buffering is explored only where DMAs are asynchronous. The machine's micro-kernel choices
+    multiply the space, but they shape only the backend's code: the candidates differing in them
+    alone share one lowering (and one list of stages)."""
+    max_candidates = check_integer(max_candidates, "max_candidates", 1)
+    total, factors = count(op, machine)
+    if total > max_candidates:
+        raise ScheduleError(
+            f"the schedule space of operator {op.name} has {total:,} candidates ({' x '.join(factors)}), more "
+            f"than the bound of {max_candidates:,}; narrow the schedule block (fewer tile sizes, a fixed "
+            f"`reorder {{...}}`) or raise the bound (--max-candidates N, max_candidates=N)"
+        )
+    space = Space(op)
+    points = candidates(op, (False, True) if machine.asynchronous_dma else (False,))
+    micro_kernels = machine.micro_kernels or (None,)
+    for candidate in progress(points) if progress else points:
+        try:
+            stages = lower(op, candidate, machine)
+        except Rejected as rejection:
+            space.rejected[rejection.reason] += len(micro_kernels)
+            continue
+        space.legal.extend((replace(candidate, micro_kernel=micro_kernel), stages) for micro_kernel in micro_kernels)
+    if not space.legal:
+        raise ScheduleError(_explain_empty(op, space))
+    return space
+
+
+def _explain_empty(op: BoundOperator, space: Space) -> str:
+    """Why nothing is legal, naming the dimension when a split cannot be used at all."""
+    for split in op.space.splits:
+        extent = split_extent(op, split)
+        factors = ", ".join(map(str, split.factors))
+        if all(f > extent for f in split.factors):
+            return (f"{split.target} = {extent} is smaller than every tile size in {{{factors}}}; "
+                    f"add a tile size of at most {extent}")
+    reasons = "; ".join(f"{reason}: {count}" for reason, count in space.rejected.most_common())
+    return f"no legal candidate among {space.total} for operator {op.name} with {op.params} ({reasons})"
