@@ -80,10 +80,11 @@ def run_arranged_on_simulator(module, arrays):
 
 
 def test_every_candidate_on_the_simulator():
+    """Every third legal candidate (every one under SWAUTO_EXHAUSTIVE) against the reference."""
     op, arrays, expected = problem(SHAPES[0])
     space = explore(op, SUNWAY)
     assert len(space.legal) > 500
-    for candidate, stages in space.legal:
+    for candidate, stages in space.legal[:: 1 if os.environ.get("SWAUTO_EXHAUSTIVE") else 3]:
         output, _ = run_arranged_on_simulator(stages[-1][1], arrays)
         assert relative_error(output, expected) <= 1e-5, candidate
 
@@ -96,7 +97,7 @@ def _sample(candidates: list[Candidate], count: int, seed: int) -> list[Candidat
 def test_sampled_candidates_on_both_backends(shape):
     op, arrays, expected = problem(shape, seed=1)
     candidates = swauto.schedules(CONV_SW, params_of(shape))
-    for index, candidate in enumerate(_sample(candidates, 16, seed=sum(shape))):
+    for index, candidate in enumerate(_sample(candidates, 10, seed=sum(shape))):
         for target in ("host", "sw26010"):
             threads = 1 + index % 2  # the host runs half of them on two threads
             kernel = swauto.compile(CONV_SW, params_of(shape), target=target, schedule=candidate, threads=threads)

@@ -527,3 +527,43 @@ def test_random_shape_candidate_and_target_match_the_reference(name: str, data: 
     assume(candidate is not None)
     case = Case(name, source, params, target, (THREADS,) if target == "host" else (1,), seed=index)
     check(case, [candidate]).assert_right()
+
+
+# The operators of several statements and primitives (examples/*.sw of issue 9), at random sizes.
+OPERATOR_SEEDS = ("fc_bias_relu", "maxpool", "conv2d_nchw")
+
+
+@st.composite
+def operator_problems(draw: st.DrawFn, name: str) -> tuple[str, dict[str, int], str]:
+    """(source, sizes, target) for example `name`: sizes at least its smallest tile sizes."""
+    target = draw(st.sampled_from(("sw26010", "host")))
+    if name == "fc_bias_relu":  # tiles of 128 along N, 64 along K, 128 for the element-wise statements
+        params = {"B": draw(st.integers(1, 9)), "In": draw(st.integers(64, 200)), "Out": draw(st.integers(128, 300))}
+    elif name == "maxpool":
+        k, stride = draw(st.integers(1, 3)), draw(st.integers(1, 2))
+        params = {"B": draw(st.integers(1, 4)), "C": draw(st.integers(1, 6)), "K": k, "stride": stride,
+                  "Ri": k + draw(st.integers(0, 5)), "Ci": k + draw(st.integers(0, 5))}
+    else:
+        kr, kc = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+        pad, stride = draw(st.sampled_from((0, 1))), draw(st.sampled_from((1, 2)))
+        params = {"B": draw(st.integers(1, 3)), "Ni": draw(st.integers(1, 6)), "No": draw(st.integers(1, 6)),
+                  "Ri": max(1, kr - 2 * pad) + draw(st.integers(0, 5)),
+                  "Ci": max(1, kc - 2 * pad) + draw(st.integers(0, 5)),
+                  "Kr": kr, "Kc": kc, "stride": stride, "pad": pad}
+    return (EXAMPLES / f"{name}.sw").read_text(), params, target
+
+
+@pytest.mark.parametrize("name", OPERATOR_SEEDS)
+@settings(max_examples=FUZZ or 3, deadline=None, derandomize=not FUZZ, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(data=st.data(), index=st.integers(0, 10**6), micro=st.integers(0, 7))
+def test_random_operator_shape_candidate_and_target_match_the_reference(name: str, data: st.DataObject, index: int,
+                                                                         micro: int) -> None:
+    """The same property for operators of several statements (fusion and strided boxes included): 3
+    deterministic examples a seed, SWAUTO_FUZZ=N random ones."""
+    source, params, target = data.draw(operator_problems(name), label="problem")
+    op = load(source, params)
+    candidate = legal_candidate(op, target, index, micro)
+    assume(candidate is not None)
+    case = Case(name, source, params, target, (THREADS,) if target == "host" else (1,), seed=index)
+    check(case, [candidate]).assert_right()
