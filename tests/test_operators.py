@@ -114,3 +114,43 @@ def test_golden_ir_after_every_pass(name):
     op = load(EXAMPLES / f"{name}.sw", OPERATORS[name])
     candidate = _space(name, "sw26010")[0]
     assert_golden_stages(op, candidate, f"{name}.txt")
+
+
+WINOGRAD_INPUT_SW = """
+operator winograd_input_tiles(T = 5, C = 8) {
+  tensor d[T, 4, 4, C]
+  tensor t[T, 4, 4, C] local
+  tensor v[T, 4, 4, C]
+  compute {
+    for i in 0..T { for c in 0..4 {
+      rows: winograd_input(I = 4, J = 4, N = C, X = d[i, :J, c, :N], Z = t[i, :I, c, :N])
+    } }
+    for i2 in 0..T { for r in 0..4 {
+      columns: winograd_input(I = 4, J = 4, N = C, X = t[i2, r, :J, :N], Z = v[i2, r, :I, :N])
+    } }
+  }
+  schedule {
+    split c by {1, 2, 4}
+    fuse c.inner into rows.N
+    split r by {1, 4}
+    fuse r.inner into columns.N
+    reorder any
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["sw26010", "host"])
+def test_a_constant_matrix_transform_on_both_axes_of_a_tile_is_winograds(target):
+    """Bᵀ d B of every 4 x 4 tile (Winograd's input transform) by two transform statements, every
+    candidate against NumPy."""
+    params = {"T": 3, "C": 5}
+    bt = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float64)
+    candidates = swauto.schedules(WINOGRAD_INPUT_SW, params=params, target=target)
+    assert len(candidates) >= 12
+    for candidate in candidates[:: 1 if target == "sw26010" else 4]:
+        kernel = swauto.compile(WINOGRAD_INPUT_SW, params=params, target=target, schedule=candidate)
+        arrays = _inputs(kernel.operator)
+        expected = np.einsum("ij,tjkc,lk->tilc", bt, arrays["d"].astype(np.float64), bt)
+        kernel(**arrays)
+        assert relative_error(arrays["v"], expected) < 1e-6, candidate

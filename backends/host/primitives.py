@@ -31,6 +31,8 @@ def emit_call(lw: Lowering, call: Call, env: Env) -> None:
         emit_gemm(lw, call, env)
     elif kind in ("map", "reduce"):
         emit_map(lw, call, env)
+    elif kind == "transform":
+        emit_transform(lw, call, env)
     else:
         raise CodegenError(f"the host backend cannot lower primitives of the family {kind!r} ({call.primitive})")
 
@@ -73,6 +75,42 @@ def emit_map(lw: Lowering, call: Call, env: Env) -> None:
                 lambda i: level(depth + 1, {**index, dim: i}), unroll=depth == len(dims) - 1)
 
     level(0, {})
+
+
+def emit_transform(lw: Lowering, call: Call, env: Env) -> None:
+    """`Z = T X` with T the primitive's constant matrix: a loop over N, each point's J inputs loaded
+    once, and each of the I outputs a sum of their nonzero multiples (no multiply for 1 or -1)."""
+    sizes = {dim: int(value) for dim, value in call.sizes}
+    for role, access in call.operands:
+        check_operand(call, role, access, sizes)
+    matrix = call.signature.cost["matrix"]  # type: ignore[index]
+    maps = {role: operand_map(lw, access, sizes, env) for role, access in call.operands}
+    builder = lw.builder
+
+    def pointer(role: str, index: dict[str, ir.Value]) -> ir.Value:
+        operand = maps[role]
+        offset = operand.base
+        for dim, table in operand.tables.items():
+            offset = builder.add(offset, table_lookup(lw, table, index[dim], f"{call.primitive}.{role}.{dim}"),
+                                 flags=_NSW)
+        return builder.gep(operand.storage.base, [offset], inbounds=True)
+
+    def point(n: ir.Value) -> None:
+        x = [builder.load(pointer("X", {"J": i64(j), "N": n}), align=4) for j in range(sizes["J"])]
+        for i, row in enumerate(matrix):
+            total: ir.Value | None = None
+            for j, coefficient in enumerate(row):
+                if coefficient == 0:
+                    continue
+                term = x[j] if abs(coefficient) == 1 else builder.fmul(x[j], ir.Constant(F32, float(abs(coefficient))))
+                if total is None:
+                    total = term if coefficient > 0 else builder.fneg(term)
+                else:
+                    total = builder.fadd(total, term) if coefficient > 0 else builder.fsub(total, term)
+            builder.store(total if total is not None else ir.Constant(F32, 0.0), pointer("Z", {"I": i64(i), "N": n}),
+                          align=4)
+
+    lw.loop(i64(0), i64(sizes.get("N", 1)), 1, f"{call.primitive}.N", point)
 
 
 def _scalar(lw: Lowering, scalar: Scalar, values: dict[str, ir.Value], constant: float | None) -> ir.Value:

@@ -303,6 +303,13 @@ class _Checker:
                     raise self.fail(f"{call.primitive}'s {name} must not depend on loop {var}", ast_position(value))
             sizes[name] = self.size(value, f"{call.primitive}'s {name}")
             symbolic[name] = self.expression(value, symbolic=True)
+        # A transform's matrix fixes two of its sizes.
+        for dim, value in dict((signature.cost or {}).get("sizes", {})).items():  # type: ignore[call-overload]
+            if dim not in arguments:
+                raise self.fail(f"{call.primitive} needs argument {dim} (= {value})", call.position)
+            if sizes[dim] != value:
+                raise self.fail(f"{call.primitive}'s {dim} is {value}, the size of its matrix, not {sizes[dim]}",
+                                arguments[dim].position)
         given = {name for name in signature.dims if name in arguments}
         operands = {}
         for role, dims in (*signature.inputs, signature.output):

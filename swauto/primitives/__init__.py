@@ -10,6 +10,6 @@ target's own package. Adding an element-wise operation is one entry in `elementw
 from swauto.primitives.registry import REGISTRY, Primitive, get, register
 
 # Importing the families registers their primitives.
-from swauto.primitives import contraction, elementwise  # noqa: E402,F401  isort: skip
+from swauto.primitives import contraction, elementwise, transform  # noqa: E402,F401  isort: skip
 
 __all__ = ["REGISTRY", "Primitive", "get", "register"]

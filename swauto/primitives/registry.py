@@ -27,7 +27,7 @@ class Primitive:
       primitive that combines can run in pieces over a split of any dimension and in loops that
       do not index its output; a statement that overwrites its output starts those from
       `IDENTITY[combine]` (the `init_outputs` pass).
-    - `kind`: the family targets lower it by ('gemm', 'map', 'reduce').
+    - `kind`: the family targets lower it by ('gemm', 'map', 'reduce', 'transform').
     - `compute`: NumPy semantics on views of the operands with one axis per dimension (size 1
       where an operand does not carry it), returning the new output (the combine included).
     - `flops_per_point`: flops per point of the iteration space (the product of all dimensions).
