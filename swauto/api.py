@@ -134,9 +134,36 @@ def compile(  # noqa: A001 - the public name users expect
             database.record(key, candidate, {"operator": op.name, "params": op.params, "target": target,
                                              "tuner": tuner, "tuning_s": time.perf_counter() - started})
     tuning_seconds = time.perf_counter() - started
-    kernel = Kernel(op, candidate, stages, target, tuning_seconds, host_threads)
-    kernel.report["from_tuning_log"] = remembered
-    return kernel
+    threads = host_threads if plugin.threaded else 1
+    module = stages[-1][1]
+    program = plugin.build(module, candidate)
+    report = _report(op, candidate, stages, plugin, threads, tuning_seconds)
+    report["from_tuning_log"] = remembered
+    return Kernel(op, candidate, stages, target, program, report, host_threads)
+
+
+def _report(op: BoundOperator, candidate: Candidate, stages: list[tuple[str, Module]], plugin: Target,
+            threads: int, tuning_seconds: float) -> dict[str, Any]:
+    """What `Kernel.report` says before the first call: the candidate, the work and the predictions."""
+    module = stages[-1][1]
+    predicted = plugin.estimate(stages, threads)
+    flops = traffic(op.seed)[1]  # the operator's own work, not the zeros of padding
+    report = {
+        "operator": op.name,
+        "params": dict(op.params),
+        "target": plugin.name,
+        "candidate": candidate.id,
+        "schedule": candidate.describe(),
+        "flops": flops,
+        "dma_bytes": predicted.dma_bytes,
+        "predicted_s": predicted.seconds,
+        "predicted_gflops": flops / predicted.seconds / 1e9,
+        "predicted_peak_fraction": flops / predicted.seconds / plugin.peak_flops(threads),
+        "layouts": {t.name: list(t.layout) for t in module.tensors if t.layout},
+        "tuning_s": tuning_seconds,
+    }
+    report.update(plugin.report(module, flops))  # the target's own figures (sw26010: simulated time)
+    return report
 
 
 def _tuner_refusal(tuner: str, plugin: Target) -> str:
@@ -173,42 +200,23 @@ def _available_threads() -> int:
 @dataclass
 class Kernel:
     """A compiled operator: call it with NumPy arrays named after its tensors (outputs are updated in
-    place); `.schedule`, `.ir`, `.code` and `.report` tell what was built. Its target (`swauto.targets`)
-    builds, prices and runs it."""
+    place); `.schedule`, `.ir`, `.code` and `.report` tell what was built. `compile` makes it; it only
+    holds the result and runs the target's program."""
 
     operator: BoundOperator
     schedule: Candidate
     stages: list[tuple[str, Module]]
     target: str
-    tuning_seconds: float
+    program: Program = field(repr=False)
+    report: dict[str, Any]
     threads: int = 1  # cores a call runs on (a threaded target's)
-    report: dict[str, Any] = field(init=False)
-    code: str = field(init=False, repr=False)
-    _program: Program = field(init=False, repr=False)
+    # The operator's local tensors (intermediates), allocated at the first call and kept.
+    _locals: dict[str, np.ndarray] | None = field(default=None, init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        module = self.module
-        target = targets.get(self.target)
-        threads = self.threads if target.threaded else 1
-        predicted = target.estimate(self.stages, threads)
-        self._program = target.build(module, self.schedule)
-        self.code = self._program.code
-        flops = traffic(self.operator.seed)[1]  # the operator's own work, not the zeros of padding
-        self.report = {
-            "operator": self.operator.name,
-            "params": dict(self.operator.params),
-            "target": self.target,
-            "candidate": self.schedule.id,
-            "schedule": self.schedule.describe(),
-            "flops": flops,
-            "dma_bytes": predicted.dma_bytes,
-            "predicted_s": predicted.seconds,
-            "predicted_gflops": flops / predicted.seconds / 1e9,
-            "predicted_peak_fraction": flops / predicted.seconds / target.peak_flops(threads),
-            "layouts": {name: list(axes) for name, axes in self.layouts.items()},
-            "tuning_s": self.tuning_seconds,
-        }
-        self.report.update(target.report(module, flops))  # the target's own figures (sw26010: simulated time)
+    @property
+    def code(self) -> str:
+        """The generated code (LLVM IR on the host, the CPE program on the SW26010)."""
+        return self.program.code
 
     @property
     def module(self) -> Module:
@@ -290,9 +298,9 @@ class Kernel:
 
     def _run(self, checked: dict[str, np.ndarray]) -> None:
         started = time.perf_counter()
-        if not hasattr(self, "_locals"):  # the operator's intermediates: allocated once, kept between calls
+        if self._locals is None:
             self._locals = {t.name: np.zeros(t.shape, t.dtype) for t in self.module.tensors if t.is_local}
-        self.report.update(self._program.run({**checked, **self._locals}, threads=self.threads) or {})
+        self.report.update(self.program.run({**checked, **self._locals}, threads=self.threads) or {})
         self.report["last_call_s"] = time.perf_counter() - started
 
     def __repr__(self) -> str:

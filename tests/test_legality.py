@@ -175,7 +175,7 @@ def run_candidate(case: Case, arrays: Mapping[str, np.ndarray], schedule: Candid
         copies = {name: array.copy() for name, array in arrays.items()}
         kernel(**copies)
         outputs = {t.name: copies[t.name] for t in kernel.operator.seed.tensors if t.is_output}
-        iterations = kernel._program.parallel_iterations if case.target == "host" else 0
+        iterations = kernel.program.parallel_iterations if case.target == "host" else 0
         results[threads] = (outputs, iterations, kernel.schedule.to_json())
     return results
 
