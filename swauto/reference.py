@@ -8,6 +8,7 @@ from swauto.frontend.check import BoundOperator
 from swauto.ir import expr as ex
 from swauto.ir.memory import box_slices
 from swauto.ir.nodes import Access, Call, For, Seq, Stmt
+from swauto.ir.visitor import Visitor
 from swauto.passes.init_outputs import init_outputs
 from swauto.primitives.semantics import run_call
 
@@ -33,17 +34,21 @@ def reference(op: BoundOperator, arrays: dict[str, np.ndarray]) -> dict[str, np.
             padded[target] = array[inside]
         return padded
 
-    def run(stmt: Stmt, env: dict[str, int]) -> None:
-        if isinstance(stmt, Seq):
+    class Run(Visitor):
+        def visit_Seq(self, stmt: Seq, env: dict[str, int]) -> None:
             for child in stmt.stmts:
-                run(child, env)
-        elif isinstance(stmt, For):
+                self.visit(child, env)
+
+        def visit_For(self, stmt: For, env: dict[str, int]) -> None:
             start, stop = ex.evaluate(stmt.start, env), ex.evaluate(stmt.stop, env)
             for i in range(start, stop, stmt.stride):
-                run(stmt.body, {**env, stmt.var: i})
-        else:
-            assert isinstance(stmt, Call), "the seed is a sequence of loop nests around primitive calls"
+                self.visit(stmt.body, {**env, stmt.var: i})
+
+        def visit_Call(self, stmt: Call, env: dict[str, int]) -> None:
             run_call(stmt, {role: box(access, env) for role, access in stmt.operands})
 
-    run(init_outputs(op.seed).body, {})
+        def generic_visit(self, stmt: Stmt, env: dict[str, int]) -> None:
+            raise AssertionError(f"the seed is a sequence of loop nests around primitive calls, not {stmt!r}")
+
+    Run().visit(init_outputs(op.seed).body, {})
     return {t.name: values[t.name] for t in op.seed.tensors if t.is_output}

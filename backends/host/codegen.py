@@ -41,6 +41,7 @@ from swauto.ir.nodes import (
 )
 from swauto.ir.printer import format_access
 from swauto.ir.verify import VerificationError, verify
+from swauto.ir.visitor import Visitor
 
 from . import layout as layouts
 from . import parallel
@@ -132,7 +133,7 @@ def _check_dtypes(module: Module) -> None:
             )
 
 
-class Lowering:
+class Lowering(Visitor):
     """One use: builds one function of the kernel (`emit`, or `emit_parallel` with `parallel`)."""
 
     def __init__(self, module: Module, plan: Plan, isa: Isa, knobs: Knobs, ir_module: ir.Module, symbol: str,
@@ -176,7 +177,7 @@ class Lowering:
 
     def emit(self, stmts: tuple[Stmt, ...]) -> None:
         """The function runs `stmts` in order."""
-        self.stmt(Seq(stmts), {})
+        self.visit(Seq(stmts), {})
         self.builder.ret_void()
 
     def emit_parallel(self, lets: tuple[Let, ...]) -> None:
@@ -187,8 +188,8 @@ class Lowering:
         scope: dict[str, ir.Value] = {}
         for let in lets:
             scope[let.var] = self.expr(let.value, scope)
-        self.stmt(Seq(phases.prologue), scope)  # every thread fills its own copy of the nest's inputs
-        self.stmt(phases.nest, scope)
+        self.visit(Seq(phases.prologue), scope)  # every thread fills its own copy of the nest's inputs
+        self.visit(phases.nest, scope)
         self.builder.ret_void()
 
     def _parallel_group(self, env: Env) -> None:
@@ -203,65 +204,69 @@ class Lowering:
                 rest = self.builder.udiv(rest, i64(count))
                 value = self.builder.mul(digit, i64(loop.stride), flags=_NSW)
                 scope[loop.var] = self.builder.add(self.expr(loop.start, {}), value, flags=_NSW)
-            self.stmt(phases.loops[-1].body, scope)
+            self.visit(phases.loops[-1].body, scope)
 
         self.loop(self.lo, self.hi, 1, "parallel", iteration, unroll=False)
 
     # --- statements -------------------------------------------------------------------------------
 
-    def stmt(self, stmt: Stmt, env: Env) -> None:
-        """Emit `stmt` at the builder's position; afterwards the builder is where control continues."""
-        if isinstance(stmt, Seq):
-            scope = dict(env)
-            for child in stmt.stmts:
-                if isinstance(child, Let):
-                    scope[child.var] = self.expr(child.value, scope)
-                else:
-                    self.stmt(child, scope)
-        elif isinstance(stmt, For) and self.parallel and self.plan.phases.loops[0] is stmt:
-            self._parallel_group(env)
-        elif isinstance(stmt, For):
-            self._for(stmt, env)
-        elif isinstance(stmt, If):
-            self._if(stmt, env)
-        elif isinstance(stmt, (Let, DmaWait)):
-            pass  # a Let outside a Seq is dead; host copies are synchronous
-        elif isinstance(stmt, Alloc):
-            if stmt.buffer not in {b.name for b in self.module.buffers}:
-                raise CodegenError(f"alloc of {stmt.buffer}, which is not a local buffer of module {self.module.name}")
-        elif isinstance(stmt, Dma):
-            self._dma(stmt, env)
-        elif isinstance(stmt, Zero):
-            box = stmt.buffer
-            starts = [self.expr(start, env) for start in box.starts]
-            self._fill_zero(box, self.access_storage(box), starts, [b for b, e in enumerate(box.extents) if e > 1],
-                            f"zero.{box.name}")
-        elif isinstance(stmt, Call):
-            emit_call(self, stmt, env)
-        else:
-            raise CodegenError(f"the host backend cannot lower the statement {stmt!r}")
+    # Each visit emits its statement at the builder's position; afterwards the builder is where
+    # control continues.
 
-    def _for(self, stmt: For, env: Env) -> None:
+    def visit_Seq(self, stmt: Seq, env: Env) -> None:
+        scope = dict(env)
+        for child in stmt.stmts:
+            if isinstance(child, Let):
+                scope[child.var] = self.expr(child.value, scope)
+            else:
+                self.visit(child, scope)
+
+    def visit_For(self, stmt: For, env: Env) -> None:
+        if self.parallel and self.plan.phases.loops[0] is stmt:
+            self._parallel_group(env)
+            return
         if stmt.stride == 0:
             raise CodegenError(f"loop {stmt.var} has stride 0 and would never end")
         start, stop = self.expr(stmt.start, env), self.expr(stmt.stop, env)
         # Tile loops stay rolled: their bodies are whole copy and GEMM nests.
         self.loop(start, stop, stmt.stride, stmt.var,
-                  lambda index: self.stmt(stmt.body, {**env, stmt.var: index}), unroll=False)
+                  lambda index: self.visit(stmt.body, {**env, stmt.var: index}), unroll=False)
 
-    def _if(self, stmt: If, env: Env) -> None:
+    def visit_If(self, stmt: If, env: Env) -> None:
         condition = self.compare(stmt.cond, env)
         if stmt.otherwise is None:
             with self.builder.if_then(condition):
-                self.stmt(stmt.then, env)
+                self.visit(stmt.then, env)
         else:
             with self.builder.if_else(condition) as (then, otherwise):
                 with then:
-                    self.stmt(stmt.then, env)
+                    self.visit(stmt.then, env)
                 with otherwise:
-                    self.stmt(stmt.otherwise, env)
+                    self.visit(stmt.otherwise, env)
 
-    def _dma(self, stmt: Dma, env: Env) -> None:
+    def visit_Let(self, stmt: Let, env: Env) -> None:
+        pass  # a Let outside a Seq is dead
+
+    def visit_DmaWait(self, stmt: DmaWait, env: Env) -> None:
+        pass  # host copies are synchronous
+
+    def visit_Alloc(self, stmt: Alloc, env: Env) -> None:
+        if stmt.buffer not in {b.name for b in self.module.buffers}:
+            raise CodegenError(f"alloc of {stmt.buffer}, which is not a local buffer of module {self.module.name}")
+
+    def visit_Zero(self, stmt: Zero, env: Env) -> None:
+        box = stmt.buffer
+        starts = [self.expr(start, env) for start in box.starts]
+        self._fill_zero(box, self.access_storage(box), starts, [b for b, e in enumerate(box.extents) if e > 1],
+                        f"zero.{box.name}")
+
+    def visit_Call(self, stmt: Call, env: Env) -> None:
+        emit_call(self, stmt, env)
+
+    def generic_visit(self, stmt: Stmt, env: Env) -> None:
+        raise CodegenError(f"the host backend cannot lower the statement {stmt!r}")
+
+    def visit_Dma(self, stmt: Dma, env: Env) -> None:
         if stmt.direction not in ("get", "put"):
             raise CodegenError(f"DMA direction {stmt.direction!r} is neither 'get' nor 'put'")
         if stmt.zero_fill and stmt.direction != "get":

@@ -6,6 +6,7 @@ from swauto.ir import expr as ex
 from swauto.ir.memory import dma_pattern, row_major_strides
 from swauto.ir.nodes import Access, Alloc, Call, Dma, DmaWait, For, If, Let, Module, Seq, Stmt, Zero
 from swauto.ir.printer import format_access
+from swauto.ir.visitor import Visitor
 from swauto.machine import DTYPE_BYTES, SW26010
 from swauto.passes.plan_local_memory import per_cpe_bytes
 
@@ -20,26 +21,36 @@ def _address(access: Access, shape: tuple[int, ...]) -> str:
     return str(offset)
 
 
-def _lines(stmt: Stmt, module: Module, indent: int) -> list[str]:
-    pad = "  " * indent
-    if isinstance(stmt, Seq):
-        return [line for child in stmt.stmts for line in _lines(child, module, indent)]
-    if isinstance(stmt, For):
-        v = stmt.var
+class _Lines(Visitor):
+    """The C lines of a statement at an indentation level."""
+
+    def __init__(self, module: Module) -> None:
+        self.module = module
+
+    def visit_Seq(self, stmt: Seq, indent: int) -> list[str]:
+        return [line for child in stmt.stmts for line in self.visit(child, indent)]
+
+    def visit_For(self, stmt: For, indent: int) -> list[str]:
+        pad, v = "  " * indent, stmt.var
         head = f"{pad}for (long {v} = {stmt.start}; {v} < {stmt.stop}; {v} += {stmt.stride}) {{"
-        return [head, *_lines(stmt.body, module, indent + 1), pad + "}"]
-    if isinstance(stmt, If):
-        lines = [f"{pad}if ({stmt.cond.left} {stmt.cond.op} {stmt.cond.right}) {{",
-                 *_lines(stmt.then, module, indent + 1)]
+        return [head, *self.visit(stmt.body, indent + 1), pad + "}"]
+
+    def visit_If(self, stmt: If, indent: int) -> list[str]:
+        pad = "  " * indent
+        lines = [f"{pad}if ({stmt.cond.left} {stmt.cond.op} {stmt.cond.right}) {{", *self.visit(stmt.then, indent + 1)]
         if stmt.otherwise is not None:
-            lines += [pad + "} else {", *_lines(stmt.otherwise, module, indent + 1)]
+            lines += [pad + "} else {", *self.visit(stmt.otherwise, indent + 1)]
         return [*lines, pad + "}"]
-    if isinstance(stmt, Let):
-        return [f"{pad}long {stmt.var} = {stmt.value};"]
-    if isinstance(stmt, Alloc):
+
+    def visit_Let(self, stmt: Let, indent: int) -> list[str]:
+        return [f"{'  ' * indent}long {stmt.var} = {stmt.value};"]
+
+    def visit_Alloc(self, stmt: Alloc, indent: int) -> list[str]:
         return []  # buffers are declared once, at the top of the program
-    if isinstance(stmt, Dma):
-        tensor = module.tensor(stmt.tensor.name)
+
+    def visit_Dma(self, stmt: Dma, indent: int) -> list[str]:
+        pad = "  " * indent
+        tensor = self.module.tensor(stmt.tensor.name)
         size = DTYPE_BYTES[tensor.dtype]
         pattern = dma_pattern(tensor.shape, stmt.tensor.extents, stmt.tensor.steps)
         stride = 0 if pattern.stride is None else pattern.stride * size
@@ -51,20 +62,24 @@ def _lines(stmt: Stmt, module: Module, indent: int) -> list[str]:
             f"{pad}dma_{stmt.direction}({stmt.buffer.name}, {memory}, /* block */ {pattern.block * size}, "
             f"/* stride */ {stride}, /* count */ {pattern.count}, &{stmt.reply});"
         ]
-    if isinstance(stmt, DmaWait):
-        return [f"{pad}dma_wait(&{stmt.reply}, 1);"]
-    if isinstance(stmt, Zero):
-        buffer = stmt.buffer
-        return [f"{pad}ldm_zero({buffer.name}, /* box */ {format_access(buffer, False)});"]
-    if isinstance(stmt, Call):
+
+    def visit_DmaWait(self, stmt: DmaWait, indent: int) -> list[str]:
+        return [f"{'  ' * indent}dma_wait(&{stmt.reply}, 1);"]
+
+    def visit_Zero(self, stmt: Zero, indent: int) -> list[str]:
+        return [f"{'  ' * indent}ldm_zero({stmt.buffer.name}, /* box */ {format_access(stmt.buffer, False)});"]
+
+    def visit_Call(self, stmt: Call, indent: int) -> list[str]:
         sizes = ", ".join(f"{dim}={size}" for dim, size in stmt.sizes)
         layouts = ", ".join(f"{name}={access.name}/{''.join(d or '_' for d in access.dims)}"
                             for name, access in stmt.operands)
         extra = f", vec={stmt.vectorize}" if stmt.signature.vectorizable else ""
         if stmt.signature.constant:
             extra += f", {stmt.signature.constant}={stmt.constant!r}"
-        return [f"{pad}{stmt.primitive}_op({sizes}, {layouts}{extra});"]
-    raise TypeError(f"not a statement: {stmt!r}")
+        return [f"{'  ' * indent}{stmt.primitive}_op({sizes}, {layouts}{extra});"]
+
+    def generic_visit(self, stmt: Stmt, indent: int) -> list[str]:
+        raise TypeError(f"not a statement: {stmt!r}")
 
 
 def emit_program(module: Module, machine: SW26010, title: str = "") -> str:
@@ -80,6 +95,6 @@ def emit_program(module: Module, machine: SW26010, title: str = "") -> str:
         )
     arguments = ", ".join(f"{C_TYPES[t.dtype]} *{t.name}" for t in module.tensors)
     lines.append(f"void {module.name}_cpe({arguments}) {{")
-    lines.extend(_lines(module.body, module, 1))
+    lines.extend(_Lines(module).visit(module.body, 1))
     lines.append("}")
     return "\n".join(lines) + "\n"

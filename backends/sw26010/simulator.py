@@ -24,6 +24,7 @@ from swauto.ir import expr as ex
 from swauto.ir.memory import box_slices, clip_box, strided_slices
 from swauto.ir.nodes import Access, Alloc, Call, Dma, DmaWait, For, If, Let, Module, Seq, Stmt, Zero
 from swauto.ir.printer import format_stmt
+from swauto.ir.visitor import Visitor
 from swauto.machine import SW26010
 from swauto.primitives.semantics import run_call
 
@@ -88,7 +89,7 @@ class _State:
         return None
 
 
-class _Machine:
+class _Machine(Visitor):
     def __init__(self, module: Module, machine: SW26010) -> None:
         self.module = module
         self.machine = machine
@@ -104,40 +105,43 @@ class _Machine:
 
     # --- execution --------------------------------------------------------------------------------
 
-    def run(self, stmt: Stmt, env: dict[str, int], state: _State) -> None:
-        if isinstance(stmt, Seq):
-            for child in stmt.stmts:
-                if isinstance(child, Let):
-                    env = {**env, child.var: ex.compiled(child.value)(env)}
-                else:
-                    self.run(child, env, state)
-        elif isinstance(stmt, For):
-            start, stop = ex.compiled(stmt.start)(env), ex.compiled(stmt.stop)(env)
-            for i in range(start, stop, stmt.stride):
-                self.run(stmt.body, {**env, stmt.var: i}, state)
-        elif isinstance(stmt, If):
-            if stmt.cond.holds(env):
-                self.run(stmt.then, env, state)
-            elif stmt.otherwise is not None:
-                self.run(stmt.otherwise, env, state)
-        elif isinstance(stmt, Dma):
-            self.dma(stmt, env, state)
-        elif isinstance(stmt, DmaWait):
-            state.in_flight.pop(stmt.reply, None)
-            self.statements.run(stmt, env, state.timeline)
-        elif isinstance(stmt, Call):
-            self.call(stmt, env, state)
-        elif isinstance(stmt, Zero):
-            buffer = state.buffers[stmt.buffer.name]
-            starts = self.box(stmt.buffer, env, buffer.shape, f"buffer {stmt.buffer.name}", stmt)
-            if state.busy((stmt.buffer.name, starts, stmt.buffer.extents)):
-                raise SimulationError(f"zeroing {stmt.buffer.name} while a DMA on that tile is in flight")
-            buffer[box_slices(starts, stmt.buffer.extents)] = 0
-            self.statements.run(stmt, env, state.timeline)
-        elif isinstance(stmt, (Alloc, Let)):
-            pass
-        else:
-            raise TypeError(f"not a statement: {stmt!r}")
+    def visit_Seq(self, stmt: Seq, env: dict[str, int], state: _State) -> None:
+        for child in stmt.stmts:
+            if isinstance(child, Let):
+                env = {**env, child.var: ex.compiled(child.value)(env)}
+            else:
+                self.visit(child, env, state)
+
+    def visit_For(self, stmt: For, env: dict[str, int], state: _State) -> None:
+        start, stop = ex.compiled(stmt.start)(env), ex.compiled(stmt.stop)(env)
+        for i in range(start, stop, stmt.stride):
+            self.visit(stmt.body, {**env, stmt.var: i}, state)
+
+    def visit_If(self, stmt: If, env: dict[str, int], state: _State) -> None:
+        if stmt.cond.holds(env):
+            self.visit(stmt.then, env, state)
+        elif stmt.otherwise is not None:
+            self.visit(stmt.otherwise, env, state)
+
+    def visit_DmaWait(self, stmt: DmaWait, env: dict[str, int], state: _State) -> None:
+        state.in_flight.pop(stmt.reply, None)
+        self.statements.visit(stmt, env, state.timeline)
+
+    def visit_Zero(self, stmt: Zero, env: dict[str, int], state: _State) -> None:
+        buffer = state.buffers[stmt.buffer.name]
+        starts = self.box(stmt.buffer, env, buffer.shape, f"buffer {stmt.buffer.name}", stmt)
+        if state.busy((stmt.buffer.name, starts, stmt.buffer.extents)):
+            raise SimulationError(f"zeroing {stmt.buffer.name} while a DMA on that tile is in flight")
+        buffer[box_slices(starts, stmt.buffer.extents)] = 0
+        self.statements.visit(stmt, env, state.timeline)
+
+    def visit_Alloc(self, stmt: Alloc, env: dict[str, int], state: _State) -> None:
+        pass
+
+    visit_Let = visit_Alloc  # a Let outside a Seq binds nothing that follows it
+
+    def generic_visit(self, stmt: Stmt, env: dict[str, int], state: _State) -> None:
+        raise TypeError(f"not a statement: {stmt!r}")
 
     def box(self, access: Access, env: dict[str, int], shape: tuple[int, ...], what: str, stmt: Stmt) -> tuple:
         starts = tuple(ex.compiled(s)(env) for s in access.starts)
@@ -150,7 +154,7 @@ class _Machine:
                 )
         return starts
 
-    def dma(self, stmt: Dma, env: dict[str, int], state: _State) -> None:
+    def visit_Dma(self, stmt: Dma, env: dict[str, int], state: _State) -> None:
         tensor = self.tensors[stmt.tensor.name]
         array = state.arrays[tensor.name]
         buffer = state.buffers[stmt.buffer.name]
@@ -158,7 +162,7 @@ class _Machine:
         local_box = (stmt.buffer.name, buffer_starts, stmt.buffer.extents)
         if state.busy(local_box):
             raise SimulationError(f"DMA into {stmt.buffer.name} while another DMA on that tile is in flight")
-        self.statements.run(stmt, env, state.timeline)
+        self.statements.visit(stmt, env, state.timeline)
         local = buffer[box_slices(buffer_starts, stmt.buffer.extents)].reshape(stmt.tensor.extents)
         steps = stmt.tensor.steps
         if stmt.zero_fill and stmt.direction == "get":
@@ -208,7 +212,7 @@ class _Machine:
             state.versions[tensor] = np.zeros(state.arrays[tensor].shape, np.int64)
         return state.versions[tensor]
 
-    def call(self, stmt: Call, env: dict[str, int], state: _State) -> None:
+    def visit_Call(self, stmt: Call, env: dict[str, int], state: _State) -> None:
         """Run a primitive on its tiles: the GEMM in float64, as the real one after its conversion."""
         views = {}
         for name, access in stmt.operands:
@@ -224,7 +228,7 @@ class _Machine:
         state.counters.flops += stmt.flops
         state.counters.gemm_calls += stmt.signature.kind == "gemm"
         state.counters.calls += 1
-        self.statements.run(stmt, env, state.timeline)
+        self.statements.visit(stmt, env, state.timeline)
 
 
 def simulate(module: Module, arrays: dict[str, np.ndarray], machine: SW26010) -> Counters:
@@ -234,7 +238,7 @@ def simulate(module: Module, arrays: dict[str, np.ndarray], machine: SW26010) ->
     buffers, used = sim.allocate()
     state = _State(arrays, buffers, timeline=Timeline(machine))
     state.counters.ldm_bytes_per_cpe = used
-    sim.run(module.body, {}, state)
+    sim.visit(module.body, {}, state)
     if state.in_flight:
         raise SimulationError(f"the program ends with DMAs never waited for: {', '.join(sorted(state.in_flight))}")
     counters = state.counters

@@ -28,7 +28,7 @@ from swauto.ir import expr as ex
 from swauto.ir.memory import clip_box, row_major_strides
 from swauto.ir.nodes import Call, Dma, DmaWait, For, If, Let, Module, Seq, Stmt, Zero
 from swauto.ir.verify import VerificationError, verify
-from swauto.ir.visitor import walk
+from swauto.ir.visitor import Visitor, walk
 from swauto.machine import DTYPE_BYTES, SW26010
 from swauto.passes.plan_local_memory import per_cpe_bytes
 from swauto.primitives.elementwise import vector_instructions
@@ -155,30 +155,31 @@ class Timeline:
         return self.now / self.machine.clock_hz
 
 
-class Statements:
-    """The cost of each leaf statement given the loop variables: shared by the functional simulator
-    (which also moves the data) and the timing-only mode."""
+class Statements(Visitor):
+    """The cost of each leaf statement (Dma, DmaWait, Call, Zero) given the loop variables, applied to a
+    timeline: shared by the functional simulator (which also moves the data) and the timing-only mode."""
 
     def __init__(self, module: Module, machine: SW26010) -> None:
         self.machine = machine
         self.tensors = {t.name: t for t in module.tensors}
         self.strides = {t.name: row_major_strides(t.shape) for t in module.tensors}
 
-    def run(self, stmt: Stmt, env: dict[str, int], timeline: Timeline) -> None:
-        """Apply a leaf statement (Dma, DmaWait, Gemm, Zero) to the timeline."""
-        if isinstance(stmt, Dma):
-            self.dma(stmt, env, timeline)
-        elif isinstance(stmt, DmaWait):
-            timeline.wait(stmt.reply)
-        elif isinstance(stmt, Call):
-            timeline.compute(call_cycles(stmt, self.machine), stmt.flops, stmt.signature.kind == "gemm")
-        elif isinstance(stmt, Zero):
-            timeline.compute(self.zero_cycles(stmt.buffer.extents))
+    def visit_DmaWait(self, stmt: DmaWait, env: dict[str, int], timeline: Timeline) -> None:
+        timeline.wait(stmt.reply)
+
+    def visit_Call(self, stmt: Call, env: dict[str, int], timeline: Timeline) -> None:
+        timeline.compute(call_cycles(stmt, self.machine), stmt.flops, stmt.signature.kind == "gemm")
+
+    def visit_Zero(self, stmt: Zero, env: dict[str, int], timeline: Timeline) -> None:
+        timeline.compute(self.zero_cycles(stmt.buffer.extents))
+
+    def generic_visit(self, stmt: Stmt, env: dict[str, int], timeline: Timeline) -> None:
+        pass  # an Alloc costs nothing
 
     def zero_cycles(self, extents: tuple[int, ...]) -> float:
         return prod(extents) / self.machine.cpes / self.machine.zero_elements_per_cycle
 
-    def dma(self, stmt: Dma, env: dict[str, int], timeline: Timeline) -> None:
+    def visit_Dma(self, stmt: Dma, env: dict[str, int], timeline: Timeline) -> None:
         tensor = self.tensors[stmt.tensor.name]
         starts = [ex.compiled(s)(env) for s in stmt.tensor.starts]
         extents = stmt.tensor.extents
@@ -205,7 +206,7 @@ class _LoopFacts:
     edge: int  # iterations at either end where a zero-filled transfer may be clipped (run exactly)
 
 
-class _Timer:
+class _Timer(Visitor):
     def __init__(self, module: Module, machine: SW26010, extrapolate: bool) -> None:
         self.module = module
         self.statements = Statements(module, machine)
@@ -213,22 +214,27 @@ class _Timer:
         self.extrapolate = extrapolate
         self.facts: dict[int, _LoopFacts] = {}
 
-    def run(self, stmt: Stmt, env: dict[str, int]) -> None:
-        if isinstance(stmt, Seq):
-            for child in stmt.stmts:
-                if isinstance(child, Let):
-                    env = {**env, child.var: ex.compiled(child.value)(env)}
-                else:
-                    self.run(child, env)
-        elif isinstance(stmt, For):
-            self.loop(stmt, env)
-        elif isinstance(stmt, If):
-            if stmt.cond.holds(env):
-                self.run(stmt.then, env)
-            elif stmt.otherwise is not None:
-                self.run(stmt.otherwise, env)
-        elif not isinstance(stmt, Let):
-            self.statements.run(stmt, env, self.timeline)
+    def visit_Seq(self, stmt: Seq, env: dict[str, int]) -> None:
+        for child in stmt.stmts:
+            if isinstance(child, Let):
+                env = {**env, child.var: ex.compiled(child.value)(env)}
+            else:
+                self.visit(child, env)
+
+    def visit_For(self, stmt: For, env: dict[str, int]) -> None:
+        self.loop(stmt, env)
+
+    def visit_If(self, stmt: If, env: dict[str, int]) -> None:
+        if stmt.cond.holds(env):
+            self.visit(stmt.then, env)
+        elif stmt.otherwise is not None:
+            self.visit(stmt.otherwise, env)
+
+    def visit_Let(self, stmt: Let, env: dict[str, int]) -> None:
+        pass  # a Let outside a Seq binds nothing that follows it
+
+    def generic_visit(self, stmt: Stmt, env: dict[str, int]) -> None:
+        self.statements.visit(stmt, env, self.timeline)
 
     def loop_facts(self, loop: For) -> _LoopFacts:
         facts = self.facts.get(id(loop))
@@ -255,7 +261,7 @@ class _Timer:
                         i += times * period
                         history.clear()
                         continue
-            self.run(stmt.body, {**env, stmt.var: start + i * stmt.stride})
+            self.visit(stmt.body, {**env, stmt.var: start + i * stmt.stride})
             i += 1
 
 
@@ -351,7 +357,7 @@ def time_module(module: Module, machine: SW26010, extrapolate: bool = True) -> T
     the machine would not run right (`check_program`)."""
     check_program(module, machine)
     timer = _Timer(module, machine, extrapolate)
-    timer.run(module.body, {})
+    timer.visit(module.body, {})
     timeline = timer.timeline
     if timeline.pending:
         raise SimulationError(f"the program ends with DMAs never waited for: {', '.join(sorted(timeline.pending))}")

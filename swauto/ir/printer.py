@@ -17,6 +17,7 @@ from swauto.ir.nodes import (
     Stmt,
     Zero,
 )
+from swauto.ir.visitor import Visitor
 
 _DTYPE_BYTES = {"float32": 4, "float64": 8}
 
@@ -49,32 +50,49 @@ def _format_dma(stmt: Dma, module: Module | None) -> str:
 
 
 def format_stmt(stmt: Stmt, module: Module | None = None, indent: int = 0) -> list[str]:
-    pad = "  " * indent
-    if isinstance(stmt, For):
+    """The lines of `stmt`, indented by `indent` levels (DMA shapes shown when `module` is given)."""
+    return _Printer(module).visit(stmt, indent)
+
+
+class _Printer(Visitor):
+    def __init__(self, module: Module | None) -> None:
+        self.module = module
+
+    def visit_For(self, stmt: For, indent: int) -> list[str]:
         step = "" if stmt.stride == 1 else f" step {stmt.stride}"
-        head = f"{pad}for {stmt.var} in {stmt.start}..{stmt.stop}{step}:"
-        return [head, *format_stmt(stmt.body, module, indent + 1)]
-    if isinstance(stmt, Seq):
-        return [line for child in stmt.stmts for line in format_stmt(child, module, indent)]
-    if isinstance(stmt, If):
-        cond = f"{stmt.cond.left} {stmt.cond.op} {stmt.cond.right}"
-        lines = [f"{pad}if {cond}:", *format_stmt(stmt.then, module, indent + 1)]
+        head = f"{'  ' * indent}for {stmt.var} in {stmt.start}..{stmt.stop}{step}:"
+        return [head, *self.visit(stmt.body, indent + 1)]
+
+    def visit_Seq(self, stmt: Seq, indent: int) -> list[str]:
+        return [line for child in stmt.stmts for line in self.visit(child, indent)]
+
+    def visit_If(self, stmt: If, indent: int) -> list[str]:
+        pad = "  " * indent
+        lines = [f"{pad}if {stmt.cond.left} {stmt.cond.op} {stmt.cond.right}:", *self.visit(stmt.then, indent + 1)]
         if stmt.otherwise is not None:
-            lines += [f"{pad}else:", *format_stmt(stmt.otherwise, module, indent + 1)]
+            lines += [f"{pad}else:", *self.visit(stmt.otherwise, indent + 1)]
         return lines
-    if isinstance(stmt, Let):
-        return [f"{pad}{stmt.var} = {stmt.value}"]
-    if isinstance(stmt, Alloc):
-        return [f"{pad}alloc {stmt.buffer}"]
-    if isinstance(stmt, Dma):
-        return [pad + _format_dma(stmt, module)]
-    if isinstance(stmt, DmaWait):
-        return [f"{pad}dma wait {stmt.reply}"]
-    if isinstance(stmt, Zero):
-        return [f"{pad}zero {format_access(stmt.buffer, False)}"]
-    if isinstance(stmt, Call):
-        return [pad + format_call(stmt)]
-    raise TypeError(f"not a statement: {stmt!r}")
+
+    def visit_Let(self, stmt: Let, indent: int) -> list[str]:
+        return [f"{'  ' * indent}{stmt.var} = {stmt.value}"]
+
+    def visit_Alloc(self, stmt: Alloc, indent: int) -> list[str]:
+        return [f"{'  ' * indent}alloc {stmt.buffer}"]
+
+    def visit_Dma(self, stmt: Dma, indent: int) -> list[str]:
+        return ["  " * indent + _format_dma(stmt, self.module)]
+
+    def visit_DmaWait(self, stmt: DmaWait, indent: int) -> list[str]:
+        return [f"{'  ' * indent}dma wait {stmt.reply}"]
+
+    def visit_Zero(self, stmt: Zero, indent: int) -> list[str]:
+        return [f"{'  ' * indent}zero {format_access(stmt.buffer, False)}"]
+
+    def visit_Call(self, stmt: Call, indent: int) -> list[str]:
+        return ["  " * indent + format_call(stmt)]
+
+    def generic_visit(self, stmt: Stmt, indent: int) -> list[str]:
+        raise TypeError(f"not a statement: {stmt!r}")
 
 
 def format_module(module: Module) -> str:

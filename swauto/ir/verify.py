@@ -28,7 +28,7 @@ from swauto.ir import expr as ex
 from swauto.ir.dependence import disjoint, disjoint_anywhere, loop_range
 from swauto.ir.nodes import Access, Alloc, Call, Compare, Dma, DmaWait, For, If, Let, Module, Seq, Stmt, Zero
 from swauto.ir.printer import format_stmt
-from swauto.ir.visitor import walk
+from swauto.ir.visitor import Visitor, walk
 
 Ranges = dict[str, tuple[int, int]]
 _NEGATE = {"<": ">=", "<=": ">", "==": "!=", "!=": "==", ">": "<=", ">=": "<"}
@@ -76,7 +76,7 @@ def verify(module: Module, stage: str = "", asynchronous: bool = True) -> None:
     target whose transfers complete as they are issued) the rules on transfers in flight do not apply."""
     checker = _Checker(module, stage, asynchronous)
     checker.names(module.body)
-    state = checker.run(module.body, _State(frozenset(), frozenset()), {})
+    state = checker.visit(module.body, _State(frozenset(), frozenset()), {})
     if state.in_flight:
         raise checker.error(next(iter(state.in_flight)).dma, "is never waited for")
 
@@ -90,10 +90,10 @@ def verify_functions(module: Module, workspaces: Iterable[Iterable[Stmt]], stage
     for functions in workspaces:
         defined: frozenset[str] = frozenset()
         for function in functions:
-            defined = checker.run(function, _State(defined, frozenset()), {}).defined
+            defined = checker.visit(function, _State(defined, frozenset()), {}).defined
 
 
-class _Checker:
+class _Checker(Visitor):
     def __init__(self, module: Module, stage: str, asynchronous: bool, check_boxes: bool = True) -> None:
         self.module = module
         self.stage = stage
@@ -147,50 +147,55 @@ class _Checker:
 
     # --- the walk -------------------------------------------------------------------------------
 
-    def run(self, stmt: Stmt, state: _State, ranges: Ranges) -> _State:
-        if isinstance(stmt, Seq):
-            for child in stmt.stmts:
-                if isinstance(child, Let):
-                    ranges = {**ranges, child.var: self.bounds(child.value, ranges, child)}
-                else:
-                    state = self.run(child, state, ranges)
-            return state
-        if isinstance(stmt, For):
-            return self.loop(stmt, state, ranges)
-        if isinstance(stmt, If):
-            branches = [(stmt.then, stmt.cond), (stmt.otherwise, _negated(stmt.cond))]
-            states = []
-            for branch, cond in branches:
-                narrowed = _refine(cond, ranges)
-                if narrowed is not None:  # else the branch never runs
-                    states.append(state if branch is None else self.run(branch, state, narrowed))
-            if not states:
-                return state
-            return _State(frozenset.intersection(*(s.defined for s in states)),
-                          frozenset.union(*(s.in_flight for s in states)))
-        if isinstance(stmt, Alloc):
-            if stmt.buffer not in self.buffers:
-                raise self.error(stmt, f"allocates {stmt.buffer}, which is not a local buffer of the module")
-            return state
-        if isinstance(stmt, DmaWait):
-            return replace(state, in_flight=frozenset(f for f in state.in_flight if f.dma.reply != stmt.reply))
-        if isinstance(stmt, (Dma, Zero, Call)):
-            self.boxes(stmt, ranges)
-        if isinstance(stmt, Dma):
-            return self.dma(stmt, state, ranges)
-        if isinstance(stmt, Zero):
-            self.local(stmt, stmt.buffer, state, ranges, reads=False)
-            return replace(state, defined=state.defined | {stmt.buffer.name})
-        if isinstance(stmt, Call):
-            signature = stmt.signature
-            for role, access in stmt.operands:
-                if access.name in self.buffers:
-                    reads = role != signature.output[0] or signature.reads_output()
-                    self.local(stmt, access, state, ranges, reads=reads)
-            if stmt.output.name in self.buffers:  # a stored result defines its tile
-                return replace(state, defined=state.defined | {stmt.output.name})
-            return state
+    def visit_Seq(self, stmt: Seq, state: _State, ranges: Ranges) -> _State:
+        for child in stmt.stmts:
+            if isinstance(child, Let):
+                ranges = {**ranges, child.var: self.bounds(child.value, ranges, child)}
+            else:
+                state = self.visit(child, state, ranges)
         return state
+
+    def visit_For(self, stmt: For, state: _State, ranges: Ranges) -> _State:
+        return self.loop(stmt, state, ranges)
+
+    def visit_If(self, stmt: If, state: _State, ranges: Ranges) -> _State:
+        branches = [(stmt.then, stmt.cond), (stmt.otherwise, _negated(stmt.cond))]
+        states = []
+        for branch, cond in branches:
+            narrowed = _refine(cond, ranges)
+            if narrowed is not None:  # else the branch never runs
+                states.append(state if branch is None else self.visit(branch, state, narrowed))
+        if not states:
+            return state
+        return _State(frozenset.intersection(*(s.defined for s in states)),
+                      frozenset.union(*(s.in_flight for s in states)))
+
+    def visit_Alloc(self, stmt: Alloc, state: _State, ranges: Ranges) -> _State:
+        if stmt.buffer not in self.buffers:
+            raise self.error(stmt, f"allocates {stmt.buffer}, which is not a local buffer of the module")
+        return state
+
+    def visit_DmaWait(self, stmt: DmaWait, state: _State, ranges: Ranges) -> _State:
+        return replace(state, in_flight=frozenset(f for f in state.in_flight if f.dma.reply != stmt.reply))
+
+    def visit_Zero(self, stmt: Zero, state: _State, ranges: Ranges) -> _State:
+        self.boxes(stmt, ranges)
+        self.local(stmt, stmt.buffer, state, ranges, reads=False)
+        return replace(state, defined=state.defined | {stmt.buffer.name})
+
+    def visit_Call(self, stmt: Call, state: _State, ranges: Ranges) -> _State:
+        self.boxes(stmt, ranges)
+        signature = stmt.signature
+        for role, access in stmt.operands:
+            if access.name in self.buffers:
+                reads = role != signature.output[0] or signature.reads_output()
+                self.local(stmt, access, state, ranges, reads=reads)
+        if stmt.output.name in self.buffers:  # a stored result defines its tile
+            return replace(state, defined=state.defined | {stmt.output.name})
+        return state
+
+    def generic_visit(self, stmt: Stmt, state: _State, ranges: Ranges) -> _State:
+        return state  # a Let outside a Seq
 
     def loop(self, loop: For, state: _State, ranges: Ranges) -> _State:
         span = self.span(loop, ranges)
@@ -198,7 +203,7 @@ class _Checker:
             return state  # the loop never runs
         entry = state
         for _ in range(4):  # transfers left in flight by one iteration reach the next one
-            out = self.run(loop.body, entry, {**ranges, loop.var: span})
+            out = self.visit(loop.body, entry, {**ranges, loop.var: span})
             carried = frozenset(f if f in state.in_flight else replace(f, earlier=True) for f in out.in_flight)
             following = _State(state.defined, state.in_flight | carried)
             if following == entry:
@@ -212,7 +217,8 @@ class _Checker:
 
     # --- leaves ---------------------------------------------------------------------------------
 
-    def dma(self, dma: Dma, state: _State, ranges: Ranges) -> _State:
+    def visit_Dma(self, dma: Dma, state: _State, ranges: Ranges) -> _State:
+        self.boxes(dma, ranges)
         if dma.direction not in ("get", "put"):
             raise self.error(dma, f"has direction {dma.direction!r}")
         self.local(dma, dma.buffer, state, ranges, reads=dma.direction == "put")
