@@ -66,7 +66,7 @@ class Access:
 
     name: str
     starts: tuple[Expr, ...]
-    extents: tuple[int, ...]  # expressions (a last tile's min(...)) until `peel_boundaries` settles them
+    extents: tuple[int | Expr, ...]  # expressions (a last tile's min(...)) until `peel_boundaries` settles them
     dims: tuple[str | None, ...]
     # Zeros after the box along each axis (empty: none): a primitive operand padded up to the sizes
     # the primitive accepts. The box's elements are the valid ones; the padding is read as 0.
