@@ -520,7 +520,11 @@ def test_random_shape_candidate_and_target_match_the_reference(name: str, data: 
     gets its share of the examples), random small sizes, a random target and a random legal candidate:
     the kernel returns within the timeout and matches the reference. Deterministic by default (7 examples
     a seed); SWAUTO_FUZZ=N runs N random examples a seed."""
-    source, params, target = data.draw(problems(name), label="problem")
+    _check_random(name, *data.draw(problems(name), label="problem"), index, micro)
+
+
+def _check_random(name: str, source: str, params: dict[str, int], target: str, index: int, micro: int) -> None:
+    """The legal candidate from `index` on (with the `micro`-th micro-kernel) returns and is right."""
     event(f"{name} on {target}")
     op = load(source, params)
     candidate = legal_candidate(op, target, index, micro)
@@ -561,9 +565,4 @@ def test_random_operator_shape_candidate_and_target_match_the_reference(name: st
                                                                          micro: int) -> None:
     """The same property for operators of several statements (fusion and strided boxes included): 3
     deterministic examples a seed, SWAUTO_FUZZ=N random ones."""
-    source, params, target = data.draw(operator_problems(name), label="problem")
-    op = load(source, params)
-    candidate = legal_candidate(op, target, index, micro)
-    assume(candidate is not None)
-    case = Case(name, source, params, target, (THREADS,) if target == "host" else (1,), seed=index)
-    check(case, [candidate]).assert_right()
+    _check_random(name, *data.draw(operator_problems(name), label="problem"), index, micro)
