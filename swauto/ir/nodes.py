@@ -224,10 +224,6 @@ class Call:
     def output_role(self) -> str:
         return self.operands[-1][0]
 
-    @property
-    def inputs(self) -> tuple[Access, ...]:
-        return tuple(access for _, access in self.operands[:-1])
-
     def with_operands(self, change: Callable[[str, Access], Access]) -> Call:
         """The call with each operand box replaced by `change(role, box)`."""
         return replace(self, operands=tuple((role, change(role, access)) for role, access in self.operands))
