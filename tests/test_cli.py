@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import GEMM_SW
 
 # The installed console script when there is one (as a user runs it), else the module.
@@ -162,3 +164,15 @@ def test_calibrate_prints_what_was_measured(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert calls == [None]
     assert "flops_per_s" in out and "1.25e+11" in out and "accumulators" in out and " 8" in out
+
+
+@pytest.mark.parametrize("name", ["fc_bias_relu", "softmax", "maxpool", "conv2d_nchw"])
+def test_run_new_examples(name):
+    """`swauto run` on examples of several statements and primitives (random inputs for the arguments,
+    not the local tensors), compared with the reference (the larger spaces are tested in-process)."""
+    from test_operators import OPERATORS
+
+    sizes = [arg for key, value in OPERATORS[name].items() for arg in ("-D", f"{key}={value}")]
+    result = swauto("run", str(GEMM_SW.parent / f"{name}.sw"), *sizes, "--target", "sw26010")
+    assert result.returncode == 0, result.stderr
+    assert "relative to the NumPy float64 reference: ok" in result.stdout
