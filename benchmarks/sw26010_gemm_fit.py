@@ -12,6 +12,8 @@ prints them for swauto/machine.py, the fit's error, and the primitive's best eff
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 from common import RESULTS, header, write_tables
 
@@ -36,6 +38,7 @@ def primitive_sizes(machine=SUNWAY) -> list[tuple[int, int, int, str]]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # no options; --help says what it does
     print(header())
     rows = []
     samples = []
