@@ -27,7 +27,7 @@ OPERATORS = {
     "conv2d_bias_relu": {"B": 3, "Ni": 5, "No": 6, "Ri": 3, "Ci": 4, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1},
     "conv2d_nchw": {"B": 2, "Ni": 5, "No": 7, "Ri": 6, "Ci": 9, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1},
 }
-SAMPLE = {"sw26010": 12, "host": 6}  # candidates run per operator and target unless SWAUTO_EXHAUSTIVE is set
+SAMPLE = {"sw26010": 8, "host": 4}  # candidates run per operator and target unless SWAUTO_EXHAUSTIVE is set
 
 
 def _inputs(op, seed: int = 0) -> dict[str, np.ndarray]:
