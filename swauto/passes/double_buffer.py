@@ -11,7 +11,8 @@ moves its get before the put of the current tile and the statements between, so 
 double buffered only where `swauto.ir.dependence` proves its next tile disjoint from the current
 one and from every other buffer's transfer of that tensor inside the loops (a scatter such as a
 transposed convolution's, whose consecutive tiles overlap, stays single buffered, as does a tile
-whose innermost loop runs once). Transfers at the root run once and are left as they are. The
+whose innermost loop runs once). A tile the body only writes (a stored result) keeps its put in place.
+Transfers at the root run once and are left as they are. The
 bytes moved are unchanged.
 """
 

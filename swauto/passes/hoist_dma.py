@@ -6,8 +6,9 @@ its tile at an offset) so that the bytes moved are as few as possible while ever
 local memory (counting double buffering when it will be applied); among placements that move as
 few bytes, the one using the least local memory. An output tile stays in local memory from its get
 to its put: it is hoisted only over loops where `swauto.ir.dependence` proves that no other call
-inside that window writes an element of it (its put would overwrite that call's result). The result
-is what `place_transfers` gives with those placements.
+inside that window writes an element of it (its put would overwrite that call's result), and not
+at all when calls are fused into it (they run on exactly one call's box). Strided axes are not
+hoisted over. The result is what `place_transfers` gives with those placements.
 """
 
 from __future__ import annotations

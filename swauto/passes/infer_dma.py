@@ -3,10 +3,13 @@
 Guarantees: after this pass every primitive operand is a box of a local buffer. For each operand
 box of a tensor, a local buffer is allocated at the root, and a `dma get` (then a wait) is placed
 as the leftmost child of the innermost loop whose iterator the box's address depends on (at the
-root when it depends on none). For an output, the same get (the primitive accumulates into it)
-and a `dma put` (then a wait) as the rightmost child of that loop, once every iteration inside it
-has updated the tile. A box that may reach outside its tensor (a convolution's padding) is
-zero-filled there; an operand with padding zeros its buffer before the get.
+root when it depends on none). For an output, the same get when the primitive combines into it
+(a GEMM, a reduction; none when it only stores its result) and a `dma put` (then a wait) as the
+rightmost child of that loop, once every iteration inside it has updated the tile. Calls fused into
+a producer (`Call.epilogue`) become statements just before that put, on the tile, their other
+inputs transferred like operands (`Call.transfers`). A box that may reach outside its tensor (a
+convolution's padding) is zero-filled there; an operand with padding zeros its buffer before the
+get. A strided tensor box (`Access.steps`) is gathered into a dense buffer box.
 
 `place_transfers` is the same placement with some operands hoisted over their innermost dependent
 loops (the `hoist_dma` pass chooses how far).
