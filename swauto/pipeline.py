@@ -22,6 +22,8 @@ from swauto.schedule.candidate import Candidate
 from swauto.schedule.space import apply
 
 Stages = list[tuple[str, Module]]
+# The passes each statement goes through, in order (`double_buffer` only for double-buffered candidates).
+NEST_PASSES = ("peel_boundaries", "pad_primitive", "infer_dma", "hoist_dma", "double_buffer", "plan_local_memory")
 
 
 def lower(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) -> Stages:
@@ -48,8 +50,7 @@ def lower(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
                    for index, nest in enumerate(nests)]
         if candidate.double_buffer and not any(name == "double_buffer" for per in lowered for name, _ in per):
             raise Rejected("no transfer inside a loop to double buffer")
-        for name in ("peel_boundaries", "pad_primitive", "infer_dma", "hoist_dma", "double_buffer",
-                     "plan_local_memory"):
+        for name in NEST_PASSES:
             if candidate.double_buffer or name != "double_buffer":
                 parts = [_stage(per, name) for per in lowered]
                 stages.append((name, replace(parts[0], buffers=tuple(b for p in parts for b in p.buffers),
@@ -62,9 +63,8 @@ def lower(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
 
 def _stage(stages: Stages, name: str) -> Module:
     """The module after stage `name`, or after the last stage before it (a stage that did nothing)."""
-    order = ["peel_boundaries", "pad_primitive", "infer_dma", "hoist_dma", "double_buffer", "plan_local_memory"]
     done = dict(stages)
-    for earlier in reversed(order[: order.index(name) + 1]):
+    for earlier in reversed(NEST_PASSES[: NEST_PASSES.index(name) + 1]):
         if earlier in done:
             return done[earlier]
     raise KeyError(name)
