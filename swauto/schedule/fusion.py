@@ -46,7 +46,8 @@ def fuse_consumers(module: Module, seed: Module, fusions: list[tuple[int, int]])
     for consumer, producer in fusions:
         loops, call = loop_nest(nests[producer])
         indexing = [any(loop.var in ex.free_vars(start) for start in call.output.starts) for loop in loops]
-        if any(not later for later in indexing[: max((i for i, on in enumerate(indexing) if on), default=-1)]):
+        innermost = max((i for i, indexes in enumerate(indexing) if indexes), default=-1)
+        if not all(indexing[:innermost]):
             raise Rejected("reduction outside the fused output tile",
                            "a loop that does not index the output runs outside one that does")
         seed_consumer = seeds[consumer]
