@@ -15,7 +15,7 @@ from swauto.errors import CodegenError
 from swauto.ir.nodes import Call
 from swauto.primitives.elementwise import Scalar
 
-from .microkernel import check_operand, emit_gemm, operand_map, table_lookup
+from .microkernel import OperandMap, check_operand, emit_gemm, operand_map, table_lookup
 from .values import F32, Env, i64
 
 if TYPE_CHECKING:
@@ -52,13 +52,7 @@ def emit_map(lw: Lowering, call: Call, env: Env) -> None:
     builder = lw.builder
 
     def point(index: dict[str, ir.Value]) -> None:
-        pointers = {}
-        for role, operand in maps.items():
-            offset = operand.base
-            for dim, table in operand.tables.items():
-                offset = builder.add(offset, table_lookup(lw, table, index[dim], f"{call.primitive}.{role}.{dim}"),
-                                     flags=_NSW)
-            pointers[role] = builder.gep(operand.storage.base, [offset], inbounds=True)
+        pointers = {role: _element(lw, operand, index, f"{call.primitive}.{role}") for role, operand in maps.items()}
         if signature.kind == "reduce":
             values = {"x": builder.load(pointers["Z"], align=4), "y": builder.load(pointers["X"], align=4)}
         else:
@@ -88,12 +82,7 @@ def emit_transform(lw: Lowering, call: Call, env: Env) -> None:
     builder = lw.builder
 
     def pointer(role: str, index: dict[str, ir.Value]) -> ir.Value:
-        operand = maps[role]
-        offset = operand.base
-        for dim, table in operand.tables.items():
-            offset = builder.add(offset, table_lookup(lw, table, index[dim], f"{call.primitive}.{role}.{dim}"),
-                                 flags=_NSW)
-        return builder.gep(operand.storage.base, [offset], inbounds=True)
+        return _element(lw, maps[role], index, f"{call.primitive}.{role}")
 
     def point(n: ir.Value) -> None:
         x = [builder.load(pointer("X", {"J": i64(j), "N": n}), align=4) for j in range(sizes["J"])]
@@ -111,6 +100,14 @@ def emit_transform(lw: Lowering, call: Call, env: Env) -> None:
                           align=4)
 
     lw.loop(i64(0), i64(sizes.get("N", 1)), 1, f"{call.primitive}.N", point)
+
+
+def _element(lw: Lowering, operand: OperandMap, index: dict[str, ir.Value], name: str) -> ir.Value:
+    """A pointer to the operand's element at `index` (a value per dimension it carries)."""
+    offset = operand.base
+    for dim, table in operand.tables.items():
+        offset = lw.builder.add(offset, table_lookup(lw, table, index[dim], f"{name}.{dim}"), flags=_NSW)
+    return lw.builder.gep(operand.storage.base, [offset], inbounds=True)
 
 
 def _scalar(lw: Lowering, scalar: Scalar, values: dict[str, ir.Value], constant: float | None) -> ir.Value:

@@ -14,7 +14,7 @@ It never calls the tuner's cost model: it is the machine the model is judged aga
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -168,10 +168,8 @@ class _Machine(Visitor):
         if stmt.zero_fill and stmt.direction == "get":
             # Only the part inside the tensor moves; the CPEs zero the rest of their tile.
             starts = tuple(ex.compiled(s)(env) for s in stmt.tensor.starts)
-            first, extents = clip_box(starts, stmt.tensor.extents, tensor.shape, steps)
+            first, tensor_starts, extents = clip_box(starts, stmt.tensor.extents, tensor.shape, steps)
             local[...] = 0
-            tensor_starts = tuple(start + skip * stmt.tensor.step(axis)
-                                  for axis, (start, skip) in enumerate(zip(starts, first, strict=True)))
             local = local[box_slices(first, extents)]
         else:
             tensor_starts = self.box(stmt.tensor, env, tensor.shape, f"tensor {tensor.name}", stmt)
@@ -218,8 +216,7 @@ class _Machine(Visitor):
         for name, access in stmt.operands:
             buffer = state.buffers[access.name]
             extents = access.padded_extents()
-            dense = replace(access, extents=extents, pad=())
-            starts = self.box(dense, env, buffer.shape, f"buffer {access.name}", stmt)
+            starts = self.box(access, env, buffer.shape, f"buffer {access.name}", stmt)  # padding included
             if state.busy((access.name, starts, extents)):
                 raise SimulationError(f"{stmt.primitive} reads {name} from {access.name} before its DMA was "
                                       "waited for")

@@ -31,7 +31,7 @@ from swauto.ir.verify import VerificationError, verify
 from swauto.ir.visitor import Visitor, walk
 from swauto.machine import DTYPE_BYTES, SW26010
 from swauto.passes.plan_local_memory import per_cpe_bytes
-from swauto.primitives.elementwise import vector_instructions
+from swauto.primitives.elementwise import map_cycles
 
 STATS = ("dma_get_bytes", "dma_put_bytes", "dma_transactions", "dma_requests", "dma_blocks", "flops",
          "gemm_calls", "compute_cycles", "dma_service_cycles")
@@ -62,16 +62,6 @@ def gemm_cycles(m: int, n: int, k: int, vectorize: str | None, machine: SW26010)
     converted = (m * k + k * n + 2 * m * n) / machine.cpes
     return (machine.gemm_call_overhead_cycles + steps * per_step
             + converted * machine.gemm_conversion_cycles_per_element)
-
-
-def map_cycles(call: Call, machine: SW26010) -> float:
-    """Cycles of one call of an element-wise map or reduction: data-parallel over the 64 CPEs, each
-    on its share of the tile in local memory (thesis 5.3), one P0 (arithmetic) and one P1 (load,
-    store) vector instruction issued per cycle, plus entering and leaving the call."""
-    sizes = {dim: int(value) for dim, value in call.sizes}
-    carried = {role: tuple(d for d in access.dims if d is not None) for role, access in call.operands}
-    p0, p1 = vector_instructions(call.signature, sizes, carried, machine.vector_lanes)
-    return machine.map_call_overhead_cycles + max(p0, p1) / machine.cpes
 
 
 def call_cycles(call: Call, machine: SW26010) -> float:
@@ -185,11 +175,10 @@ class Statements(Visitor):
         extents = stmt.tensor.extents
         local = 0.0
         if stmt.zero_fill and stmt.direction == "get":
-            first, clipped = clip_box(tuple(starts), extents, tensor.shape, stmt.tensor.steps)
+            _, inside, clipped = clip_box(tuple(starts), extents, tensor.shape, stmt.tensor.steps)
             if clipped != extents:  # the CPEs zero their part of the tile, then the inside moves
                 local = self.zero_cycles(extents)
-            starts = [s + f * stmt.tensor.step(axis) for axis, (s, f) in enumerate(zip(starts, first, strict=True))]
-            extents = clipped
+            starts, extents = list(inside), clipped
             if 0 in extents:
                 timeline.transfer(stmt.direction, None, stmt.reply, local)
                 return

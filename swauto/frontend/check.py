@@ -77,9 +77,13 @@ class ScheduleSpace:
     vectorize: tuple[str, ...]
     fuses: tuple[FuseChoice, ...] = ()
     layouts: tuple[LayoutChoice, ...] = ()
-    loops: tuple[str, ...] = ()  # the loops after splits and fusions, in their default order
-    nests: tuple[tuple[str, ...], ...] = ()  # the same loops, per statement
+    nests: tuple[tuple[str, ...], ...] = ()  # the loops after splits and fusions, per statement, in their default order
     fusions: tuple[ConsumerFusion, ...] = ()  # in statement order
+
+    @property
+    def loops(self) -> tuple[str, ...]:
+        """Every loop, statement by statement."""
+        return tuple(name for loops in self.nests for name in loops)
 
 
 @dataclass(frozen=True)
@@ -281,7 +285,7 @@ class _Checker:
         missing = [name for name in required if name not in arguments]
         if missing:
             raise self.fail(f"{call.primitive} needs argument {missing[0]}", call.position)
-        output_role = signature.output[0]
+        output_role = signature.output_role
         for argument in arguments.values():
             if argument.accumulate and argument.name != output_role:
                 raise self.fail(f"only the output {output_role} of {call.primitive} can be given with +=",
@@ -586,7 +590,7 @@ class _Checker:
             if len([f for f, _ in fusions if f.consumer == fusion.consumer]) > 1:
                 raise self.fail(f"{fusion.name} is fused twice", directive.position)
         return ScheduleSpace(tuple(splits), order, reorder_any, vectorize, tuple(f for f, _ in fuses), tuple(layouts),
-                             tuple(all_loops), tuple(tuple(loops) for loops in nest_loops),
+                             tuple(tuple(loops) for loops in nest_loops),
                              tuple(sorted((f for f, _ in fusions), key=lambda f: f.consumer)))
 
     def consumer_fusion(self, directive: ast.Fuse, seeds: list[Call]) -> ConsumerFusion:

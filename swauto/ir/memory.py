@@ -99,17 +99,19 @@ def store_dims(box: np.ndarray, dims: tuple[str | None, ...], order: tuple[str, 
 
 
 def clip_box(starts: tuple[int, ...], extents: tuple[int, ...], shape: tuple[int, ...],
-             steps: tuple[int, ...] = ()) -> tuple[tuple[int, ...], tuple[int, ...]]:
+             steps: tuple[int, ...] = ()) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """The part of a box (stepping by `steps`) inside an array of `shape`: per axis, the first index
-    of the box inside it (0 when the box starts inside) and how many of its indices are inside."""
-    first, counts = [], []
+    of the box inside it (0 when the box starts inside), the array index where that part starts, and
+    how many of its indices are inside."""
+    first, inside, counts = [], [], []
     for axis, (start, extent, size) in enumerate(zip(starts, extents, shape, strict=True)):
         step = steps[axis] if steps else 1
         low = min(max(-(start // step) if start < 0 else 0, 0), extent)  # ceil(-start / step), clamped
         high = min(max(-((start - size) // step), 0), extent)  # ceil((size - start) / step), clamped
         first.append(low)
+        inside.append(start + low * step)
         counts.append(max(high - low, 0))
-    return tuple(first), tuple(counts)
+    return tuple(first), tuple(inside), tuple(counts)
 
 
 def strided_slices(starts: tuple[int, ...], extents: tuple[int, ...], steps: tuple[int, ...] = ()) -> tuple[slice, ...]:

@@ -41,7 +41,7 @@ def _option(scheduled: Module, role: str, level: int, machine: LocalMemoryMachin
             continue
         enclosing = loops[: loops.index(box.home) + 1] if box.home is not None else ()
         trips = prod(trip_count(loop) for loop in enclosing)
-        both_ways = role == call.signature.output[0] and call.signature.reads_output()
+        both_ways = role == call.output_role and call.signature.reads_output()
         moved = prod(box.extents) * DTYPE_BYTES[tensor.dtype] * trips * (2 if both_ways else 1)
         pad = access.pad or (0,) * len(box.extents)
         placements[key] = (moved, tuple(e + p for e, p in zip(box.extents, pad, strict=True)))
@@ -54,7 +54,7 @@ def _window_is_private(scheduled: Module, role: str, level: int) -> bool:
     """True when every output tile of operand `role` hoisted over `level` loops is disjoint from the
     tiles of every other call inside its window (the loop whose body gets and puts it)."""
     calls = _calls(scheduled)
-    if role != calls[0][0].signature.output[0]:
+    if role != calls[0][0].output_role:
         return True  # an input's tile is never written back
     for index, (call, loops) in enumerate(calls):
         access = dict(call.operands)[role]
@@ -83,7 +83,7 @@ def hoist_dma(scheduled: Module, machine: LocalMemoryMachine, double_buffered: b
     for call, loops in calls:
         for role, access in call.transfers:
             # A tile with fused consumers stays one call's output box: they run on exactly that box.
-            if not (fused and role == call.signature.output[0]):
+            if not (fused and role == call.output_role):
                 caps[role] = max(caps[role], hoistable(access, loops))
     for role in roles:  # an output tile hoisted as far as no other call writes into its window
         caps[role] = next((level - 1 for level in range(caps[role] + 1)

@@ -156,7 +156,7 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
     new_calls: dict[int, Call] = {}
     for call, loops in calls:
         placed: dict[str, _Placement] = {}
-        out = call.signature.output[0]
+        out = call.output_role
         for role, access in call.transfers:
             tensor = module.tensor(access.name)
             writes = role == out

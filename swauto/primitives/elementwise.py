@@ -11,10 +11,15 @@ so adding one is one `_map` line here.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from swauto.primitives.registry import Primitive, register
+
+if TYPE_CHECKING:
+    from swauto.ir.nodes import Call
+    from swauto.machine import SW26010
 
 # A scalar function: 'x', 'y' (the inputs), 'c' (the constant argument), a number, or (op, *args).
 Scalar = str | float | tuple
@@ -114,3 +119,15 @@ def vector_instructions(primitive: Primitive, sizes: dict[str, int], carried: di
     out = points(carried[primitive.output[0]])
     p1 = (loads + out * (2 if primitive.reads_output() else 1)) / lanes
     return p0, p1
+
+
+def map_cycles(call: Call, machine: SW26010) -> float:
+    """Cycles of one call of a map, reduction or transform on the SW26010 mesh: data-parallel over the
+    CPEs, each on its share of the tile in local memory (thesis 5.3), one P0 and one P1 vector
+    instruction issued per cycle, plus entering and leaving the call. The timed simulator charges
+    this and the thesis-style model prices it: both read the instruction counts the primitive and
+    the machine description declare."""
+    sizes = {dim: int(value) for dim, value in call.sizes}
+    carried = {role: tuple(d for d in access.dims if d is not None) for role, access in call.operands}
+    p0, p1 = vector_instructions(call.signature, sizes, carried, machine.vector_lanes)
+    return machine.map_call_overhead_cycles + max(p0, p1) / machine.cpes

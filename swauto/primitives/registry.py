@@ -56,6 +56,10 @@ class Primitive:
         return tuple(role for role, _ in self.inputs) + (self.output[0],)
 
     @property
+    def output_role(self) -> str:
+        return self.output[0]
+
+    @property
     def reduced(self) -> tuple[str, ...]:
         carried = set(self.output[1])
         return tuple(d for d in self.dims if d not in carried)

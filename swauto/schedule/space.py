@@ -20,7 +20,7 @@ def split_extent(op: BoundOperator, split: SplitChoice) -> int:
     """The size a split cuts: a primitive dimension or a loop's trip count, in the seed."""
     loops, call = loop_nest(statements(op.seed)[split.statement])
     if split.on_primitive:
-        return call.size(split.dim or split.target)  # type: ignore[return-value]
+        return call.size(split.dim)  # type: ignore[arg-type, return-value]
     loop = next(loop for loop in loops if loop.var == split.target)
     return ex.evaluate(loop.stop - loop.start, {})
 
@@ -41,7 +41,7 @@ def apply(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
         if factor > extent:
             raise Rejected("tile larger than its dimension", f"{split.target} = {extent} < {factor}")
         if split.on_primitive:
-            module = transforms.split_primitive(module, split.dim or split.target, factor, split.outer, split.statement)
+            module = transforms.split_primitive(module, split.dim, factor, split.outer, split.statement)  # type: ignore[arg-type]
         else:
             module = transforms.split_loop(module, split.target, factor, split.outer, split.inner or "")
     for fuse in space.fuses:
@@ -71,7 +71,7 @@ def apply(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
         for target, factor in candidate.splits:
             split = splits[target]
             if split.on_primitive and split.statement == statement:
-                tiles[split.dim or target] = factor
+                tiles[split.dim] = factor  # type: ignore[index]
         violation = machine.gemm.violation(tiles["M"], tiles["N"], tiles["K"], candidate.vectorize)
         if violation is not None:
             raise Rejected("primitive constraint", violation)
@@ -94,7 +94,7 @@ def _orders(op: BoundOperator) -> Iterable[tuple[str, ...]]:
     if space.order is not None:
         return [space.order]
     if space.reorder_any:  # each statement's loops in any order
-        return _concatenated_permutations(space.nests or (space.loops,))
+        return _concatenated_permutations(space.nests)
     return [space.loops]
 
 

@@ -32,7 +32,7 @@ def count(op: BoundOperator, machine: LocalMemoryMachine) -> tuple[int, list[str
     for split in space.splits:
         factors.append((len(split.factors), f"{len(split.factors)} tile sizes of {split.target}"))
     if space.order is None and space.reorder_any:
-        for loops in space.nests or (space.loops,):
+        for loops in space.nests:
             n = len(loops)
             factors.append((math.factorial(n), f"{n}! = {math.factorial(n):,} loop orders"))
     for layout in space.layouts:

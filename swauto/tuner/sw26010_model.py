@@ -39,7 +39,7 @@ from swauto.ir import expr as ex
 from swauto.ir.memory import row_major_strides, strided_box
 from swauto.ir.nodes import Access, Alloc, Call, Dma, DmaWait, For, If, Module, Seq, Stmt
 from swauto.machine import DTYPE_BYTES, SW26010
-from swauto.primitives.elementwise import vector_instructions
+from swauto.primitives.elementwise import map_cycles
 
 
 @dataclass(frozen=True)
@@ -140,10 +140,7 @@ def call_seconds(call: Call, machine: SW26010) -> float:
     the call's entry and exit."""
     if call.signature.kind == "gemm":
         return gemm_seconds(int(call.size("M")), int(call.size("N")), int(call.size("K")), call.vectorize, machine)
-    sizes = {dim: int(value) for dim, value in call.sizes}
-    carried = {role: tuple(d for d in access.dims if d is not None) for role, access in call.operands}
-    p0, p1 = vector_instructions(call.signature, sizes, carried, machine.vector_lanes)
-    return (machine.map_call_overhead_cycles + max(p0, p1) / machine.cpes) / machine.clock_hz
+    return map_cycles(call, machine) / machine.clock_hz
 
 
 def fit_gemm(samples: Sequence[tuple[tuple[float, ...], float]]) -> tuple[float, float, float, float]:
