@@ -75,10 +75,12 @@ class TensorDecl:
 
 @dataclass(frozen=True)
 class DimIndex:
-    """`:M` in an operand slice: this axis carries the primitive's dimension M."""
+    """`:M` in an operand slice: this axis carries the primitive's dimension M, from index 0, or
+    from `offset` with `:M + offset` (a tile of the axis, such as Winograd's overlapping 4 x 4 tiles)."""
 
     dim: str
     position: Position
+    offset: Expression | None = None
 
 
 @dataclass(frozen=True)
@@ -153,8 +155,12 @@ class Split:
 
 @dataclass(frozen=True)
 class Reorder:
+    """`reorder {a, b, c}` (this order), `reorder any` (every statement's loops in any order) or
+    `reorder gemm any` (that statement's)."""
+
     order: tuple[Target, ...] | None  # None: any legal order
     position: Position
+    statement: str | None = None
 
 
 @dataclass(frozen=True)

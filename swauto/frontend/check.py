@@ -72,8 +72,8 @@ class ScheduleSpace:
     """The choices of a schedule block, resolved to IR names. The space is their product."""
 
     splits: tuple[SplitChoice, ...]
-    order: tuple[str, ...] | None  # a given loop order, or None with `reorder_any`
-    reorder_any: bool
+    order: tuple[str, ...] | None  # a given loop order, or None
+    reorder_any: tuple[int, ...]  # the statements whose loops may come in any order (without `order`)
     vectorize: tuple[str, ...]
     fuses: tuple[FuseChoice, ...] = ()
     layouts: tuple[LayoutChoice, ...] = ()
@@ -334,7 +334,7 @@ class _Checker:
                     arguments[role].position,
                 )
         if not signature.combine:
-            self.check_writes_once(call, out, loops)
+            self.check_writes_once(call, out, loops, ranges)
         return Call(call.primitive, tuple((dim, sizes[dim]) for dim in signature.dims if dim in given),
                     tuple((role, operands[role]) for role in signature.roles),
                     overwrite=not arguments[output_role].accumulate and bool(signature.combine), constant=constant)
@@ -367,29 +367,40 @@ class _Checker:
             raise self.fail("a scalar argument must be a number or an expression of sizes", ast_position(node))
         return Fraction(value.value)
 
-    def check_writes_once(self, call: ast.Call, out: Access, loops: list[ast.ForLoop]) -> None:
+    def check_writes_once(self, call: ast.Call, out: Access, loops: list[ast.ForLoop],
+                          ranges: Mapping[str, tuple[int, int]]) -> None:
         """A primitive that stores its result may only be inside loops that each move its output to a
         place of its own (else a later iteration would overwrite an earlier one's result, and the
-        order of the loops would matter)."""
-        taken: set[int] = set()
+        order of the loops would matter): each loop indexes one axis of the output, and the loops on
+        one axis step it in mixed radix (`2 * t + r` with r in 0..2), each by at least the span of the
+        boxes of the loops inside it."""
+        by_axis: dict[int, list[tuple[int, ast.ForLoop]]] = {}
         for loop in loops:
-            axes = []
+            steps = {}
             for axis, start in enumerate(out.starts):
                 form = ex.linear_form(start)
-                coefficient = form[0].get(loop.var, 0) if form is not None else None
-                if coefficient is None or coefficient and abs(coefficient) < out.extents[axis]:
-                    axes = [None]
-                    break
-                if coefficient:
-                    axes.append(axis)
-            if len(axes) != 1 or axes[0] is None or axes[0] in taken:
+                steps[axis] = form[0].get(loop.var, 0) if form is not None else None
+            indexed = [axis for axis, step in steps.items() if step != 0]
+            if len(indexed) != 1 or steps[indexed[0]] is None:
                 raise self.fail(
                     f"{call.primitive} stores its result, so each iteration of loop {loop.var} must write its own "
-                    f"part of {out.name}: index one axis of it with {loop.var} alone (stepping at least the "
-                    "extent of that axis)",
+                    f"part of {out.name}: index one axis of it with {loop.var} (stepping at least the extent of "
+                    "that axis' box)",
                     loop.position,
                 )
-            taken.add(axes[0])
+            by_axis.setdefault(indexed[0], []).append((abs(steps[indexed[0]]), loop))
+        for axis, stepping in by_axis.items():
+            span = out.extents[axis]
+            for step, loop in sorted(stepping, key=lambda pair: pair[0]):
+                if step < span:
+                    raise self.fail(
+                        f"{call.primitive} stores its result, so each iteration of loop {loop.var} must write its "
+                        f"own part of {out.name}, but it steps axis {axis} by {step} where the boxes inside it "
+                        f"span {span} elements",
+                        loop.position,
+                    )
+                low, high = ranges[loop.var]
+                span += step * (high - low)
 
     def operand(self, argument: ast.Argument, dims: tuple[str, ...], sizes: Mapping[str, int],
                 symbolic: Mapping[str, ex.Expr], ranges: Mapping[str, tuple[int, int]], writes: bool,
@@ -411,6 +422,7 @@ class _Checker:
         axis_dims: list[str | None] = [None] * rank
         starts: list[ex.Expr] = [ex.Const(0)] * rank
         open_axes = list(range(len(value.indices), rank))
+        tiled: set[int] = set()  # axes carrying a dimension from an offset (`:J + t`): a tile of the axis
         for axis, index in enumerate(value.indices):
             if isinstance(index, ast.DimIndex):
                 if index.dim not in dims:
@@ -419,21 +431,11 @@ class _Checker:
                 if index.dim in axis_dims:
                     raise self.fail(f"dimension {index.dim} is given twice", index.position)
                 axis_dims[axis] = index.dim
+                if index.offset is not None:
+                    tiled.add(axis)
+                    starts[axis] = self.index(index.offset, tensor, axis, ranges, writes, sizes[index.dim])
                 continue
-            start = self.expression(index, ranges)
-            if ex.linear_form(start) is None:
-                raise self.fail(f"index {_show_expr(start)} is not affine in the loop variables", ast_position(index))
-            low, high = ex.bounds(start, ranges)
-            extent = self.sizes_of(tensor)[axis]
-            if (low < 0 or high >= extent) and (writes or not tensor.padded):
-                hint = "" if writes else f" (declare `tensor {tensor.name}[...] padded` to read zeros there)"
-                raise self.fail(
-                    f"index {_show_expr(start)} of tensor {tensor.name} axis {axis} takes values "
-                    f"{_show(low)}..{_show(high)}, "
-                    f"outside 0..{extent - 1}{hint}",
-                    ast_position(index),
-                )
-            starts[axis] = start
+            starts[axis] = self.index(index, tensor, axis, ranges, writes)
         free = [d for d in dims if d not in axis_dims]
         for axis in open_axes:
             axis_dims[axis] = self.match_dim(tensor, axis, free, sizes, symbolic, value.position)
@@ -447,14 +449,35 @@ class _Checker:
         extents = []
         for axis, dim in enumerate(axis_dims):
             extent = self.sizes_of(tensor)[axis]
-            if dim is not None and extent != sizes[dim]:
+            if dim is not None and extent != sizes[dim] and axis not in tiled:
                 raise self.fail(
                     f"axis {axis} of tensor {tensor.name} has {extent} elements but the primitive's {dim} "
                     f"is {sizes[dim]}",
                     value.position,
                 )
-            extents.append(1 if dim is None else extent)
+            extents.append(1 if dim is None else sizes[dim])
         return Access(tensor.name, tuple(starts), tuple(extents), tuple(axis_dims))
+
+    def index(self, node: ast.Expression, tensor: ast.TensorDecl, axis: int, ranges: Mapping[str, tuple[int, int]],
+              writes: bool, size: int = 1) -> ex.Expr:
+        """The first index of a box of `size` elements along `axis` of `tensor`, checked to be affine in
+        the loop variables and, over their ranges, inside the tensor (a padded tensor's reads may
+        reach outside: they give zeros)."""
+        start = self.expression(node, ranges)
+        if ex.linear_form(start) is None:
+            raise self.fail(f"index {_show_expr(start)} is not affine in the loop variables", ast_position(node))
+        low, high = ex.bounds(start, ranges)
+        high += size - 1
+        extent = self.sizes_of(tensor)[axis]
+        if (low < 0 or high >= extent) and (writes or not tensor.padded):
+            hint = "" if writes else f" (declare `tensor {tensor.name}[...] padded` to read zeros there)"
+            shown = _show_expr(start) if size == 1 else f"{_show_expr(start)} + (0..{size - 1})"
+            raise self.fail(
+                f"index {shown} of tensor {tensor.name} axis {axis} takes values {_show(low)}..{_show(high)}, "
+                f"outside 0..{extent - 1}{hint}",
+                ast_position(node),
+            )
+        return start
 
     def match_dim(self, tensor: ast.TensorDecl, axis: int, free: list[str], sizes: Mapping[str, int],
                   symbolic: Mapping[str, ex.Expr], position: Position) -> str:
@@ -511,7 +534,8 @@ class _Checker:
         layouts: list[LayoutChoice] = []
         reorders = [d for d in self.operator.schedule if isinstance(d, ast.Reorder)]
         vectorizes = [d for d in self.operator.schedule if isinstance(d, ast.Vectorize)]
-        for extra in (reorders[1:2], vectorizes[1:2]):
+        per_statement = all(r.statement is not None for r in reorders)  # `reorder gemm any`, one per statement
+        for extra in (reorders[1:2] if not per_statement else [], vectorizes[1:2]):
             for directive in extra:
                 word = "reorder" if isinstance(directive, ast.Reorder) else "vectorize"
                 raise self.fail(f"the schedule has two {word} directives", directive.position)
@@ -580,7 +604,14 @@ class _Checker:
                     raise self.fail("there are no loops to reorder (split a dimension first)", reorders[0].position)
                 raise self.fail(f"reorder must list every loop exactly once: {', '.join(all_loops)}",
                                 reorders[0].position)
-        reorder_any = bool(reorders) and reorders[0].order is None
+        reorder_any: tuple[int, ...] = ()
+        if reorders and reorders[0].order is None:
+            reorder_any = tuple(range(len(nest_loops)))
+            if per_statement:
+                reorder_any = tuple(self.statement(r.statement, r.position) for r in reorders)  # type: ignore[arg-type]
+                if len(set(reorder_any)) != len(reorder_any):
+                    raise self.fail("a statement is reordered twice", reorders[-1].position)
+                reorder_any = tuple(sorted(reorder_any))
         for fusion, directive in fusions:
             chain = sorted(f.consumer for f, _ in fusions if f.producer == fusion.producer)
             if chain != list(range(fusion.producer + 1, fusion.producer + 1 + len(chain))):

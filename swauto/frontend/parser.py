@@ -176,7 +176,7 @@ class _ToAst(Transformer_NonRecursive):
 
     # compute
     def dim_index(self, meta, children):
-        return ast.DimIndex(str(children[0]), self._at(meta))
+        return ast.DimIndex(str(children[0]), self._at(meta), children[1])
 
     def slice(self, meta, children):
         return ast.Slice(str(children[0]), tuple(children[1:]), self._at(meta))
@@ -214,7 +214,7 @@ class _ToAst(Transformer_NonRecursive):
         return ast.Split(children[0], children[1], self._at(meta))
 
     def reorder_any(self, meta, children):
-        return ast.Reorder(None, self._at(meta))
+        return ast.Reorder(None, self._at(meta), str(children[0]) if children else None)
 
     def reorder(self, meta, children):
         return ast.Reorder(tuple(children), self._at(meta))

@@ -93,20 +93,22 @@ def _orders(op: BoundOperator) -> Iterable[tuple[str, ...]]:
     space = op.space
     if space.order is not None:
         return [space.order]
-    if space.reorder_any:  # each statement's loops in any order
-        return _concatenated_permutations(space.nests)
+    if space.reorder_any:  # those statements' loops in any order
+        return _concatenated_permutations(space.nests, set(space.reorder_any))
     return [space.loops]
 
 
-def _concatenated_permutations(nests: tuple[tuple[str, ...], ...]) -> Iterator[tuple[str, ...]]:
-    """Every order of each nest's loops, nest after nest, generated lazily (itertools.product would
-    list every permutation of each nest first)."""
-    if not nests:
+def _concatenated_permutations(nests: tuple[tuple[str, ...], ...], free: set[int], first: int = 0
+                               ) -> Iterator[tuple[str, ...]]:
+    """Every order of the loops of each nest in `free` (the others in their order), nest after nest,
+    generated lazily (itertools.product would list every permutation of each nest first)."""
+    if first == len(nests):
         yield ()
         return
-    for first in itertools.permutations(nests[0]):
-        for rest in _concatenated_permutations(nests[1:]):
-            yield first + rest
+    orders = itertools.permutations(nests[first]) if first in free else [nests[first]]
+    for order in orders:
+        for rest in _concatenated_permutations(nests, free, first + 1):
+            yield order + rest
 
 
 def candidates(op: BoundOperator, double_buffering: tuple[bool, ...] = (False, True)) -> Iterator[Candidate]:

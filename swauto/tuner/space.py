@@ -31,8 +31,8 @@ def count(op: BoundOperator, machine: LocalMemoryMachine) -> tuple[int, list[str
     factors: list[tuple[int, str]] = []
     for split in space.splits:
         factors.append((len(split.factors), f"{len(split.factors)} tile sizes of {split.target}"))
-    if space.order is None and space.reorder_any:
-        for loops in space.nests:
+    if space.order is None:
+        for loops in (space.nests[statement] for statement in space.reorder_any):
             n = len(loops)
             factors.append((math.factorial(n), f"{n}! = {math.factorial(n):,} loop orders"))
     for layout in space.layouts:
