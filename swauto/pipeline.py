@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import takewhile
 
 from swauto.errors import Rejected
 from swauto.frontend.check import BoundOperator
 from swauto.ir import verify
-from swauto.ir.nests import statements
-from swauto.ir.nodes import Module, seq
+from swauto.ir.nests import contexts, map_statements, statements
+from swauto.ir.nodes import Alloc, Module, Seq, Stmt, seq
 from swauto.ir.rename import prefix_buffers
 from swauto.machine import LocalMemoryMachine
 from swauto.passes.double_buffer import double_buffer
@@ -46,19 +47,40 @@ def lower(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
         stages += _lower_nest(initialised, candidate, machine)
     else:
         lowered = [[(name, prefix_buffers(stage, f"s{index}_", index)) for name, stage in
-                    _lower_nest(replace(initialised, body=nest), candidate, machine, optional_doubling=True)]
-                   for index, nest in enumerate(nests)]
+                    _lower_nest(replace(initialised, body=nest, context=context), candidate, machine,
+                                optional_doubling=True)]
+                   for index, (nest, context) in enumerate(zip(nests, contexts(initialised), strict=True))]
         if candidate.double_buffer and not any(name == "double_buffer" for per in lowered for name, _ in per):
             raise Rejected("no transfer inside a loop to double buffer")
         for name in NEST_PASSES:
             if candidate.double_buffer or name != "double_buffer":
                 parts = [_stage(per, name) for per in lowered]
-                stages.append((name, replace(parts[0], buffers=tuple(b for p in parts for b in p.buffers),
-                                             body=seq(*(p.body for p in parts)))))
+                module = replace(parts[0], buffers=tuple(b for p in parts for b in p.buffers), context=())
+                stages.append((name, _assemble(initialised, [p.body for p in parts], module)))
     if verify.enabled():
         for name, stage in stages:
             verify.verify(stage, name)
     return stages
+
+
+def _assemble(structure: Module, bodies: list[Stmt], module: Module) -> Module:
+    """`module` with the lowered nests `bodies` in the places of `structure`'s nests. The buffers of a
+    nest inside a sequence loop are allocated once, before the kernel's statements."""
+    top = structure.body.stmts if isinstance(structure.body, Seq) else (structure.body,)
+    outside = {index for index, nest in enumerate(statements(structure)) if any(nest is stmt for stmt in top)}
+    allocs: list[Stmt] = []
+
+    def place(index: int, _: Stmt) -> list[Stmt]:
+        body = bodies[index]
+        if index in outside:
+            return [body]
+        stmts = body.stmts if isinstance(body, Seq) else (body,)
+        count = len(list(takewhile(lambda stmt: isinstance(stmt, Alloc), stmts)))
+        allocs.extend(stmts[:count])
+        return list(stmts[count:])
+
+    placed = map_statements(structure, place)
+    return replace(module, body=seq(*allocs, placed.body))
 
 
 def _stage(stages: Stages, name: str) -> Module:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,6 +20,7 @@ from swauto.ir.visitor import walk
 from swauto.machine import SUNWAY, HostScratchpad, local_memory_machine
 from swauto.pipeline import lower
 from swauto.schedule.candidate import Candidate
+from swauto.schedule.space import candidates
 from swauto.tuner.space import explore
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -120,9 +122,19 @@ def test_illegal_candidate_is_refused_with_its_reason(gemm_source):
         swauto.compile(gemm_source, target="sw26010", schedule=candidate)
 
 
-def test_sizes_smaller_than_every_tile_are_refused(gemm_source):
-    with pytest.raises(ScheduleError, match="M = 64 is smaller than every tile size in {128, 256, 512}"):
-        swauto.schedules(gemm_source, {"M": 64})
+def test_a_dimension_smaller_than_every_tile_size_is_one_tile(gemm_source):
+    """gemm.sw splits M by {128, 256, 512}; at M = 64 the whole of M is the one tile, and the result
+    is right."""
+    params = {"M": 64, "N": 160, "K": 96}
+    assert {dict(c.splits)["M"] for c in candidates(load(gemm_source, params))} == {64}
+    chosen = Candidate((("M", 64), ("N", 128), ("K", 32)), ("M_outer", "N_outer", "K_outer"), "N")
+    for target in ("sw26010", "host"):
+        kernel = swauto.compile(gemm_source, params, target=target, schedule=chosen)
+        rng = np.random.default_rng(1)
+        a, b = rng.random((64, 96), dtype=np.float32), rng.random((96, 160), dtype=np.float32)
+        c = np.zeros((64, 160), np.float32)
+        kernel(A=a, B=b, C=c)
+        assert np.allclose(c, a.astype(np.float64) @ b, rtol=1e-5), target
 
 
 def test_golden_ir_after_each_pass(gemm_source):

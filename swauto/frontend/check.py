@@ -17,6 +17,7 @@ from swauto.frontend import ast
 from swauto.frontend.integers import MAX_ELEMENTS, MAX_SIZE, check_integer
 from swauto.frontend.source import Position, Source
 from swauto.ir import expr as ex
+from swauto.ir.dependence import disjoint
 from swauto.ir.nests import loop_nest
 from swauto.ir.nodes import Access, Call, For, Module, Stmt, Tensor, seq
 from swauto.primitives import REGISTRY as PRIMITIVES
@@ -109,6 +110,8 @@ class _Checker:
         self.loops: list[list[ast.ForLoop]] = []
         self.seeds: list[Call] = []
         self.nests: list[Stmt] = []
+        self.groups: dict[str, tuple[int, int]] = {}  # the sequence loops and their ranges
+        self.group_of: list[tuple[str, ...]] = []  # per statement, the sequence loops around it
 
     def fail(self, message: str, position: Position) -> CheckError:
         return self.source.error(CheckError, message, position)  # type: ignore[return-value]
@@ -216,49 +219,73 @@ class _Checker:
 
     # --- the compute seed -----------------------------------------------------------------------
 
-    def seed(self) -> list[tuple[Stmt, ast.Call, list[ast.ForLoop]]]:
-        """Each statement of the compute block as a perfect loop nest around one call (its IR, the
-        call and its loops)."""
+    def seed(self) -> tuple[Stmt, list[tuple[Stmt, ast.Call, list[ast.ForLoop]]]]:
+        """The compute block as IR, and each of its statements as a perfect loop nest around one call
+        (its IR, the call and its loops). A loop around several statements is a *sequence loop*: each
+        of its iterations runs them in order (an LSTM's time steps), so it is never reordered, split
+        or fused, and the nests inside see its variable as a number."""
         if not self.operator.compute:
             raise self.fail("the compute block is empty; it needs at least one primitive call", self.operator.position)
-        nests = []
-        loop_vars: set[str] = set()
-        for statement in self.operator.compute:
+        self.loop_vars: set[str] = set()
+        nests: list[tuple[Stmt, ast.Call, list[ast.ForLoop]]] = []
+        body = self.block(self.operator.compute, {}, nests, ())
+        return body, nests
+
+    def block(self, block: tuple[ast.Statement, ...], outer: dict[str, tuple[int, int]],
+              nests: list[tuple[Stmt, ast.Call, list[ast.ForLoop]]], group: tuple[str, ...]) -> Stmt:
+        """The IR of a sequence of statements inside the sequence loops `group` (their ranges `outer`),
+        appending each nest to `nests`."""
+        parts: list[Stmt] = []
+        for statement in block:
             loops: list[ast.ForLoop] = []
             while isinstance(statement, ast.ForLoop):
                 self.declare(statement.var, statement.position, "name")
-                if statement.var in loop_vars:
+                if statement.var in self.loop_vars:
                     raise self.fail(f"loop variable {statement.var} is already used by another loop; loop names "
                                     "are unique in an operator (the schedule block names loops)", statement.position)
-                loop_vars.add(statement.var)
+                self.loop_vars.add(statement.var)
+                if len(statement.body) > 1:
+                    if loops:
+                        raise self.fail(
+                            f"loop {statement.var} holds several statements, so it runs them in sequence; it must "
+                            f"be outside every other loop of its statement, not inside loop {loops[-1].var}",
+                            statement.position)
+                    ranges = {**outer, statement.var: self.loop_range(statement, outer)}
+                    self.groups[statement.var] = ranges[statement.var]
+                    inner = self.block(statement.body, ranges, nests, (*group, statement.var))
+                    lo, hi = ranges[statement.var]
+                    parts.append(For(statement.var, ex.Const(lo), ex.Const(hi + 1), 1, inner))
+                    break
+                if not statement.body:
+                    raise self.fail(f"loop {statement.var} is empty", statement.position)
                 loops.append(statement)
-                if len(statement.body) != 1:
-                    position = statement.body[1].position if statement.body else statement.position
-                    raise self.fail(
-                        f"loop {statement.var} must hold exactly one statement (a loop or a primitive call): each "
-                        "statement of the compute block is a perfect loop nest; write the others after it",
-                        position,
-                    )
                 statement = statement.body[0]
-            nests.append(self.nest(statement, loops))
-        return nests
+            else:
+                nest = self.nest(statement, loops, outer)
+                nests.append(nest)
+                self.group_of.append(group)
+                parts.append(nest[0])
+        return seq(*parts)
 
-    def nest(self, call: ast.Call, loops: list[ast.ForLoop]) -> tuple[Stmt, ast.Call, list[ast.ForLoop]]:
-        ranges: dict[str, tuple[int, int]] = {}
+    def loop_range(self, loop: ast.ForLoop, ranges: Mapping[str, tuple[int, int]]) -> tuple[int, int]:
+        """The first and last value of a loop with constant bounds."""
+        start = self.expression(loop.start, ranges)
+        stop = self.expression(loop.stop, ranges)
+        if not (isinstance(start, ex.Const) and isinstance(stop, ex.Const)):
+            raise self.fail(f"the bounds of loop {loop.var} must be size expressions", loop.position)
+        if max(abs(start.value), abs(stop.value)) > MAX_SIZE:
+            raise self.fail(f"loop {loop.var} runs {_show(start.value)}..{_show(stop.value)}; loop bounds "
+                            f"must be at most {MAX_SIZE} in magnitude", loop.position)
+        if stop.value <= start.value:
+            raise self.fail(f"loop {loop.var} runs {start.value}..{stop.value}, which is empty for these parameters",
+                            loop.position)
+        return start.value, stop.value - 1
+
+    def nest(self, call: ast.Call, loops: list[ast.ForLoop], outer: Mapping[str, tuple[int, int]] = {}
+             ) -> tuple[Stmt, ast.Call, list[ast.ForLoop]]:
+        ranges: dict[str, tuple[int, int]] = dict(outer)
         for loop in loops:
-            start = self.expression(loop.start, ranges)
-            stop = self.expression(loop.stop, ranges)
-            if not (isinstance(start, ex.Const) and isinstance(stop, ex.Const)):
-                raise self.fail(f"the bounds of loop {loop.var} must be size expressions", loop.position)
-            if max(abs(start.value), abs(stop.value)) > MAX_SIZE:
-                raise self.fail(f"loop {loop.var} runs {_show(start.value)}..{_show(stop.value)}; loop bounds "
-                                f"must be at most {MAX_SIZE} in magnitude", loop.position)
-            if stop.value <= start.value:
-                raise self.fail(
-                    f"loop {loop.var} runs {start.value}..{stop.value}, which is empty for these parameters",
-                    loop.position,
-                )
-            ranges[loop.var] = (start.value, stop.value - 1)
+            ranges[loop.var] = self.loop_range(loop, ranges)
         body: Stmt = self.call(call, ranges, loops)
         for loop in reversed(loops):
             lo, hi = ranges[loop.var]
@@ -327,10 +354,10 @@ class _Checker:
         for role, _ in signature.inputs:
             if operands[role].name != out.name:
                 continue
-            if signature.combine or operands[role] != out:
+            if signature.combine or operands[role] != out and not self.apart(operands[role], out, loops, ranges):
                 raise self.fail(
-                    f"tensor {out.name} is both read as {role} and written; a primitive computes in place only "
-                    "when it is an element-wise map reading and writing the same box",
+                    f"tensor {out.name} is both read as {role} and written; an element-wise map may read the box "
+                    "it writes, or parts of the tensor it never writes, and other primitives neither",
                     arguments[role].position,
                 )
         if not signature.combine:
@@ -366,6 +393,15 @@ class _Checker:
         if not isinstance(value, ex.Const):
             raise self.fail("a scalar argument must be a number or an expression of sizes", ast_position(node))
         return Fraction(value.value)
+
+    def apart(self, read: Access, written: Access, loops: list[ast.ForLoop],
+              ranges: Mapping[str, tuple[int, int]]) -> bool:
+        """Whether no iteration of `loops` reads an element of `read` that any iteration writes in
+        `written` (the loops around, sequence loops, are the same for both)."""
+        other = {loop.var: ex.Var(f"{loop.var}'") for loop in loops}
+        both = {**ranges, **{f"{loop.var}'": ranges[loop.var] for loop in loops}}
+        starts = tuple(ex.substitute(start, other) for start in read.starts)
+        return disjoint(written.starts, written.extents, starts, read.extents, both)  # type: ignore[arg-type]
 
     def check_writes_once(self, call: ast.Call, out: Access, loops: list[ast.ForLoop],
                           ranges: Mapping[str, tuple[int, int]]) -> None:
@@ -807,7 +843,7 @@ def check(operator: ast.Operator, source: Source, params: Mapping[str, object] |
     bound = checker.bind_params(params or {})
     checker.check_lets()
     checker.check_tensors()
-    nests = checker.seed()
+    body, nests = checker.seed()
     checker.calls = [call for _, call, _ in nests]
     checker.loops = [loops for _, _, loops in nests]
     checker.seeds = [body_call(body) for body, _, _ in nests]
@@ -816,7 +852,6 @@ def check(operator: ast.Operator, source: Source, params: Mapping[str, object] |
     tensors = tuple(Tensor(t.name, checker.sizes_of(t), "float32", t.name in written and not t.local, is_local=t.local)
                     for t in operator.tensors)
     space = checker.schedule(checker.seeds)
-    body = seq(*(body for body, _, _ in nests))
     return BoundOperator(operator.name, source, bound, Module(operator.name, tensors, (), body), space)
 
 

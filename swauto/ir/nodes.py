@@ -250,12 +250,17 @@ Stmt = For | Seq | If | Let | Alloc | Dma | DmaWait | Zero | Call
 
 @dataclass(frozen=True)
 class Module:
-    """One kernel: its tensors (the arguments, in order), local buffers and body."""
+    """One kernel: its tensors (the arguments, in order), local buffers and body.
+
+    `context` names the variables the body uses without defining them, with their first and last
+    values: the sequence loops around a statement of the compute block that is lowered on its own.
+    """
 
     name: str
     tensors: tuple[Tensor, ...]
     buffers: tuple[LocalBuffer, ...]
     body: Stmt
+    context: tuple[tuple[str, int, int], ...] = ()
 
     def tensor(self, name: str) -> Tensor:
         return next(t for t in self.tensors if t.name == name)

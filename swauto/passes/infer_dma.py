@@ -99,7 +99,7 @@ def transfer_box(access: Access, loops: tuple[For, ...], hoist: int) -> Transfer
 
 
 def place(access: Access, loops: tuple[For, ...], hoist: int, buffer: str, reads: bool, writes: bool,
-          tensor_shape: tuple[int, ...]) -> _Placement:
+          tensor_shape: tuple[int, ...], context: tuple[tuple[str, int, int], ...] = ()) -> _Placement:
     box = transfer_box(access, loops, hoist)
     starts, extents = box.starts, box.extents
     pad = access.pad or (0,) * len(extents)
@@ -107,8 +107,9 @@ def place(access: Access, loops: tuple[For, ...], hoist: int, buffer: str, reads
     operand = Access(buffer, tuple(s - n for s, n in zip(access.starts, starts, strict=True)), access.extents,
                      access.dims, access.pad)
     crossed = {loop.var for loop in box.crossed}
-    outer = {loop.var: (ex.evaluate(loop.start, {}), ex.evaluate(loop.stop, {}) - 1)
-             for loop in loops if loop.var not in crossed}
+    outer = {var: (first, last) for var, first, last in context}
+    outer.update({loop.var: (ex.evaluate(loop.start, {}), ex.evaluate(loop.stop, {}) - 1)
+                  for loop in loops if loop.var not in crossed})
     spans = replace(access, starts=starts, extents=extents, pad=()).spans()
     inside = all(
         low >= 0 and high + span <= size
@@ -161,7 +162,8 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
             tensor = module.tensor(access.name)
             writes = role == out
             reads = not writes or call.signature.reads_output()
-            draft = place(access, loops, (hoist or {}).get(role, 0), names[role], reads, writes, tensor.shape)
+            draft = place(access, loops, (hoist or {}).get(role, 0), names[role], reads, writes, tensor.shape,
+                          module.context)
             key = None if draft.home is None else id(draft.home)
             identity = (role, key, draft.before, draft.after)
             if identity not in buffers:

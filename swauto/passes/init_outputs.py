@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from swauto.ir import expr as ex
-from swauto.ir.nests import loop_nest, statements
-from swauto.ir.nodes import Call, For, Module, Stmt, seq
+from swauto.ir.nests import loop_nest, map_statements, rebuild_nest, statements
+from swauto.ir.nodes import Call, For, Module, Stmt
 from swauto.primitives.registry import IDENTITY
 
 
@@ -34,18 +34,14 @@ def _fill(loops: list[For], call: Call) -> Stmt:
 
 
 def init_outputs(module: Module) -> Module:
-    nests: list[Stmt] = []
-    changed = False
-    for nest in statements(module):
+    if not any(loop_nest(nest)[1].overwrite for nest in statements(module)):
+        return module
+
+    def initialised(_: int, nest: Stmt) -> list[Stmt]:
         loops, call = loop_nest(nest)
         if not call.overwrite:
-            nests.append(nest)
-            continue
-        changed = True
-        if call.signature.combine:
-            nests.append(_fill(loops, call))
-        body: Stmt = replace(call, overwrite=False)
-        for loop in reversed(loops):
-            body = For(loop.var, loop.start, loop.stop, loop.stride, body)
-        nests.append(body)
-    return replace(module, body=seq(*nests)) if changed else module
+            return [nest]
+        cleared = rebuild_nest(loops, replace(call, overwrite=False))
+        return [_fill(loops, call), cleared] if call.signature.combine else [cleared]
+
+    return map_statements(module, initialised)

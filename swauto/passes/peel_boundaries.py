@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from swauto.ir import expr as ex
-from swauto.ir.nests import loop_nest, statements
+from swauto.ir.nests import loop_nest, map_statements
 from swauto.ir.nodes import Access, Call, For, Module, Seq, Stmt, seq
 from swauto.schedule.transforms import substitute_call, substitute_loops
 
@@ -71,4 +71,4 @@ def _peel(loops: list[For], call: Call, ranges: Ranges) -> Stmt:
 
 
 def peel_boundaries(module: Module) -> Module:
-    return replace(module, body=seq(*(_peel(*loop_nest(nest), {}) for nest in statements(module))))
+    return map_statements(module, lambda _, nest: [_peel(*loop_nest(nest), {})])

@@ -13,8 +13,8 @@ from dataclasses import replace
 
 from swauto.errors import Rejected
 from swauto.ir import expr as ex
-from swauto.ir.nests import loop_nest, rebuild_nest, statements
-from swauto.ir.nodes import Access, Call, Module, seq
+from swauto.ir.nests import loop_nest, map_statements, rebuild_nest, statements
+from swauto.ir.nodes import Access, Call, Module
 
 
 def _input_box(access: Access, consumer: Call, producer: Call) -> Access:
@@ -61,4 +61,4 @@ def fuse_consumers(module: Module, seed: Module, fusions: list[tuple[int, int]])
         fused = replace(seed_consumer.with_operands(operand), sizes=sizes, constant=scheduled.constant)
         nests[producer] = rebuild_nest(loops, replace(call, epilogue=(*call.epilogue, fused)))
         gone.add(consumer)
-    return replace(module, body=seq(*(nest for index, nest in enumerate(nests) if index not in gone)))
+    return map_statements(module, lambda index, _: [] if index in gone else [nests[index]])

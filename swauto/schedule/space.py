@@ -25,6 +25,13 @@ def split_extent(op: BoundOperator, split: SplitChoice) -> int:
     return ex.evaluate(loop.stop - loop.start, {})
 
 
+def tile_sizes(split: SplitChoice, extent: int) -> tuple[int, ...]:
+    """The tile sizes a split of `extent` elements may take: those the schedule block offers, or
+    the whole extent as one tile when every one of them exceeds it (so a `.sw` written for large
+    sizes compiles for small ones)."""
+    return split.factors if min(split.factors) <= extent else (extent,)
+
+
 def apply(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) -> Module:
     """The scheduled IR of `candidate`: splits, fusions, loop order, layouts, vectorization.
     Raises `Rejected` with the reason when the candidate is illegal."""
@@ -33,11 +40,12 @@ def apply(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
     if set(splits) != {t for t, _ in candidate.splits}:
         raise Rejected("not in this space", "the candidate splits other loops or dimensions")
     module = op.seed
+    tiles: dict[str, int] = {}
     for split in space.splits:  # in directive order: loop names depend on it
-        factor = dict(candidate.splits)[split.target]
-        if factor not in split.factors:
-            raise Rejected("not in this space", f"{split.target} is not split by {factor} in the schedule block")
+        factor = tiles[split.target] = dict(candidate.splits)[split.target]
         extent = split_extent(op, split)
+        if factor not in tile_sizes(split, extent):
+            raise Rejected("not in this space", f"{split.target} is not split by {factor} in the schedule block")
         if factor > extent:
             raise Rejected("tile larger than its dimension", f"{split.target} = {extent} < {factor}")
         if split.on_primitive:
@@ -67,12 +75,12 @@ def apply(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
             continue
         module = transforms.vectorize(module, candidate.vectorize, statement)
         # A tile size the schedule asks for must suit the primitive; sizes the seed fixes are padded later.
-        tiles = {"M": 0, "N": 0, "K": 0}
-        for target, factor in candidate.splits:
+        sizes = {"M": 0, "N": 0, "K": 0}
+        for target, size in tiles.items():
             split = splits[target]
             if split.on_primitive and split.statement == statement:
-                tiles[split.dim] = factor  # type: ignore[index]
-        violation = machine.gemm.violation(tiles["M"], tiles["N"], tiles["K"], candidate.vectorize)
+                sizes[split.dim] = size  # type: ignore[index]
+        violation = machine.gemm.violation(sizes["M"], sizes["N"], sizes["K"], candidate.vectorize)
         if violation is not None:
             raise Rejected("primitive constraint", violation)
     names = {fusion.name: fusion for fusion in space.fusions}
@@ -115,7 +123,7 @@ def candidates(op: BoundOperator, double_buffering: tuple[bool, ...] = (False, T
     """Every point of the space, legal or not, in a stable order; single and double buffered, or
     only as `double_buffering` says. Nothing is materialized: the points come one at a time."""
     space = op.space
-    factor_sets = [[(s.target, f) for f in s.factors] for s in space.splits]
+    factor_sets = [[(s.target, f) for f in tile_sizes(s, split_extent(op, s))] for s in space.splits]
     layout_sets = [[(layout.tensor, p) for p in layout.permutations] for layout in space.layouts]
     for fused in fusion_choices(op):
         for choice in itertools.product(*factor_sets):
@@ -142,7 +150,7 @@ def _default_choices(op: BoundOperator, fused: tuple[str, ...], splits: dict[str
     space = op.space
     statements = {f.consumer for f in space.fusions if f.name in fused}
     for split in space.splits:
-        if split.statement in statements and splits[split.target] != split.factors[0]:
+        if split.statement in statements and splits[split.target] != tile_sizes(split, split_extent(op, split))[0]:
             return False
     for statement in statements:
         loops = space.nests[statement]

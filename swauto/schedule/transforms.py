@@ -12,8 +12,8 @@ from dataclasses import replace
 
 from swauto.errors import Rejected
 from swauto.ir import expr as ex
-from swauto.ir.nests import Nest, loop_nest, rebuild_nest, statements
-from swauto.ir.nodes import Access, Call, For, Module, seq
+from swauto.ir.nests import Nest, loop_nest, rebuild_nest, replace_statements, statements
+from swauto.ir.nodes import Access, Call, For, Module
 
 Size = int | ex.Expr
 
@@ -28,7 +28,7 @@ def _change(module: Module, statement: int, change: Callable[[list[For], Call], 
     """The module with nest number `statement` rebuilt from `change(loops, call)`."""
     nests = statements(module)
     nests[statement] = rebuild_nest(*change(*loop_nest(nests[statement])))
-    return replace(module, body=seq(*nests))
+    return replace_statements(module, nests)
 
 
 def nest_of_loop(module: Module, var: str) -> int:
@@ -210,7 +210,7 @@ def reorder(module: Module, order: tuple[str, ...]) -> Module:
                 raise Rejected("loop bounds depend on an inner loop", f"{name} needs {', '.join(sorted(used - seen))}")
             seen.add(name)
         nests.append(rebuild_nest([by_name[name] for name in order if name in by_name], call))
-    return replace(module, body=seq(*nests))
+    return replace_statements(module, nests)
 
 
 def set_layout(module: Module, tensor_name: str, permutation: tuple[int, ...]) -> Module:
@@ -233,7 +233,7 @@ def set_layout(module: Module, tensor_name: str, permutation: tuple[int, ...]) -
     stored = replace(tensor, shape=tuple(tensor.shape[a] for a in permutation), layout=permutation)
     tensors = tuple(stored if t.name == tensor_name else t for t in module.tensors)
     nests = [rebuild_nest(loops, call.with_operands(permute)) for loops, call in map(loop_nest, statements(module))]
-    return replace(module, tensors=tensors, body=seq(*nests))
+    return replace_statements(replace(module, tensors=tensors), nests)
 
 
 def vectorize(module: Module, dim: str, statement: int = 0) -> Module:

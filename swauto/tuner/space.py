@@ -15,7 +15,7 @@ from swauto.ir.nodes import Module
 from swauto.machine import LocalMemoryMachine
 from swauto.pipeline import lower
 from swauto.schedule.candidate import Candidate
-from swauto.schedule.space import candidates, fusion_choices, split_extent
+from swauto.schedule.space import candidates, fusion_choices, split_extent, tile_sizes
 
 # The most candidates `explore` builds unless told otherwise (`max_candidates=`, `--max-candidates`).
 # The project's largest spaces have a few thousand (conv2d.sw with a choice of the weight's layout:
@@ -30,7 +30,8 @@ def count(op: BoundOperator, machine: LocalMemoryMachine) -> tuple[int, list[str
     space = op.space
     factors: list[tuple[int, str]] = []
     for split in space.splits:
-        factors.append((len(split.factors), f"{len(split.factors)} tile sizes of {split.target}"))
+        sizes = len(tile_sizes(split, split_extent(op, split)))
+        factors.append((sizes, f"{sizes} tile sizes of {split.target}"))
     if space.order is None:
         for loops in (space.nests[statement] for statement in space.reorder_any):
             n = len(loops)
@@ -106,12 +107,6 @@ def explore(op: BoundOperator, machine: LocalMemoryMachine, progress=None,
 
 
 def _explain_empty(op: BoundOperator, space: Space) -> str:
-    """Why nothing is legal, naming the dimension when a split cannot be used at all."""
-    for split in op.space.splits:
-        extent = split_extent(op, split)
-        factors = ", ".join(map(str, split.factors))
-        if all(f > extent for f in split.factors):
-            return (f"{split.target} = {extent} is smaller than every tile size in {{{factors}}}; "
-                    f"add a tile size of at most {extent}")
+    """Why nothing is legal: how many candidates each reason rejected."""
     reasons = "; ".join(f"{reason}: {count}" for reason, count in space.rejected.most_common())
     return f"no legal candidate among {space.total} for operator {op.name} with {op.params} ({reasons})"
