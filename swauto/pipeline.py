@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from itertools import takewhile
 
@@ -44,11 +45,10 @@ def lower(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
         stages.append(("init_outputs", initialised))
     nests = statements(initialised)
     if len(nests) == 1:
-        stages += _lower_nest(initialised, candidate, machine)
+        stages += _lower_nest(initialised, candidate.double_buffer, machine)
     else:
-        lowered = [[(name, prefix_buffers(stage, f"s{index}_", index)) for name, stage in
-                    _lower_nest(replace(initialised, body=nest, context=context), candidate, machine,
-                                optional_doubling=True)]
+        lowered = [_lower_statement(replace(initialised, body=nest, context=context), index,
+                                    candidate.double_buffer, machine)
                    for index, (nest, context) in enumerate(zip(nests, contexts(initialised), strict=True))]
         if candidate.double_buffer and not any(name == "double_buffer" for per in lowered for name, _ in per):
             raise Rejected("no transfer inside a loop to double buffer")
@@ -61,6 +61,15 @@ def lower(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
         for name, stage in stages:
             verify.verify(stage, name)
     return stages
+
+
+@functools.lru_cache(maxsize=4096)
+def _lower_statement(module: Module, index: int, doubled: bool, machine: LocalMemoryMachine) -> Stages:
+    """The stages of statement number `index` of a compute block, lowered on its own (`module` holds
+    only that nest) with its buffers named `s<index>_...`. Candidates of an operator with several
+    statements mostly differ in one statement: the others' lowerings are remembered, not redone."""
+    return [(name, prefix_buffers(stage, f"s{index}_", index))
+            for name, stage in _lower_nest(module, doubled, machine, optional_doubling=True)]
 
 
 def _assemble(structure: Module, bodies: list[Stmt], module: Module) -> Module:
@@ -92,7 +101,7 @@ def _stage(stages: Stages, name: str) -> Module:
     raise KeyError(name)
 
 
-def _lower_nest(module: Module, candidate: Candidate, machine: LocalMemoryMachine,
+def _lower_nest(module: Module, doubled: bool, machine: LocalMemoryMachine,
                 optional_doubling: bool = False) -> Stages:
     """The passes on a module of one nest (its peeled copies come from it)."""
     stages: Stages = []
@@ -102,12 +111,12 @@ def _lower_nest(module: Module, candidate: Candidate, machine: LocalMemoryMachin
     stages.append(("pad_primitive", module))
     placed = infer_dma(module)
     stages.append(("infer_dma", placed))
-    module = hoist_dma(module, machine, candidate.double_buffer, placed)
+    module = hoist_dma(module, machine, doubled, placed)
     stages.append(("hoist_dma", module))
-    if candidate.double_buffer:
-        doubled = double_buffer(module)
-        if doubled != module:
-            module = doubled
+    if doubled:
+        buffered = double_buffer(module)
+        if buffered != module:
+            module = buffered
             stages.append(("double_buffer", module))
         elif not optional_doubling:
             raise Rejected("no transfer inside a loop to double buffer")

@@ -128,6 +128,7 @@ def map_cycles(call: Call, machine: SW26010) -> float:
     this and the thesis-style model prices it: both read the instruction counts the primitive and
     the machine description declare."""
     sizes = {dim: int(value) for dim, value in call.sizes}
-    carried = {role: tuple(d for d in access.dims if d is not None) for role, access in call.operands}
+    # A dimension carried by several axes (loops fused into it) counts once: its size is the whole.
+    carried = {role: tuple(dict.fromkeys(d for d in access.dims if d is not None)) for role, access in call.operands}
     p0, p1 = vector_instructions(call.signature, sizes, carried, machine.vector_lanes)
     return machine.map_call_overhead_cycles + max(p0, p1) / machine.cpes

@@ -26,10 +26,10 @@ def split_extent(op: BoundOperator, split: SplitChoice) -> int:
 
 
 def tile_sizes(split: SplitChoice, extent: int) -> tuple[int, ...]:
-    """The tile sizes a split of `extent` elements may take: those the schedule block offers, or
-    the whole extent as one tile when every one of them exceeds it (so a `.sw` written for large
-    sizes compiles for small ones)."""
-    return split.factors if min(split.factors) <= extent else (extent,)
+    """The tile sizes a split of `extent` elements may take: those the schedule block offers up to
+    the extent, or the whole extent as one tile when every one of them exceeds it (so a `.sw`
+    written for large sizes compiles for small ones)."""
+    return tuple(f for f in split.factors if f <= extent) or (extent,)
 
 
 def apply(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) -> Module:
@@ -45,9 +45,7 @@ def apply(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
         factor = tiles[split.target] = dict(candidate.splits)[split.target]
         extent = split_extent(op, split)
         if factor not in tile_sizes(split, extent):
-            raise Rejected("not in this space", f"{split.target} is not split by {factor} in the schedule block")
-        if factor > extent:
-            raise Rejected("tile larger than its dimension", f"{split.target} = {extent} < {factor}")
+            raise Rejected("not in this space", f"{split.target} = {extent} is not split by {factor} in this space")
         if split.on_primitive:
             module = transforms.split_primitive(module, split.dim, factor, split.outer, split.statement)  # type: ignore[arg-type]
         else:
