@@ -13,7 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from swauto.ir.memory import strided_box
+from swauto.ir.memory import merged_rows, row_pieces, strided_box
 from swauto.machine import SW26010
 
 
@@ -28,14 +28,21 @@ def block_waste(first_byte: int, size: int, line: int = 128) -> int:
 
 
 def mesh_blocks(starts: tuple[int, ...], extents: tuple[int, ...], shape: tuple[int, ...],
-                element_bytes: int, mesh_columns: int, steps: tuple[int, ...] = ()) -> tuple[np.ndarray, int]:
+                element_bytes: int, mesh_columns: int, steps: tuple[int, ...] = (), flat: bool = False,
+                cpes: int = 64) -> tuple[np.ndarray, int]:
     """The first byte of every block the CPEs move for this box (stepping by `steps`), and the (common)
     block size in bytes.
 
-    Each row of the box (a run along the last axis; one element where that axis is strided) is split
-    into `mesh_columns` equal pieces when its length is a multiple of that (each mesh column takes
-    one), else moved whole by one CPE.
+    For the GEMM's mesh layout, each row of the box (a run along the last axis; one element where
+    that axis is strided) is split into `mesh_columns` equal pieces when its length is a multiple of
+    that (each mesh column takes one), else moved whole by one CPE. For a data-parallel (`flat`)
+    buffer the rows are the box's contiguous runs, cut so that each CPE moves about one block
+    (`swauto.ir.memory.row_pieces`).
     """
+    if flat:
+        assert not any(starts), "merged rows are relative to the box's first element"
+        shape, extents, steps = merged_rows(shape, extents, steps)
+        starts = (0,) * len(shape)
     strides, extents = strided_box(shape, extents, steps)
     starts = starts + (0,) * (len(extents) - len(starts))
     row_starts = np.zeros(1, dtype=np.int64)
@@ -43,7 +50,7 @@ def mesh_blocks(starts: tuple[int, ...], extents: tuple[int, ...], shape: tuple[
         row_starts = (row_starts[:, None] + (start + np.arange(extent, dtype=np.int64)) * stride).ravel()
     row_starts = row_starts + starts[-1]
     run = extents[-1]
-    pieces = mesh_columns if run % mesh_columns == 0 and run >= mesh_columns else 1
+    pieces = row_pieces(run, row_starts.size, flat, mesh_columns, cpes)
     piece = run // pieces
     first = (row_starts[:, None] + np.arange(pieces, dtype=np.int64) * piece).ravel() * element_bytes
     return first, piece * element_bytes
@@ -73,13 +80,14 @@ def service_cycles(transactions: int, blocks: int, nbytes: int, machine: SW26010
 
 @lru_cache(maxsize=1 << 16)
 def transfer_cost(shape: tuple[int, ...], extents: tuple[int, ...], base_residue: int, element_bytes: int,
-                  machine: SW26010, steps: tuple[int, ...] = ()) -> TransferCost:
+                  machine: SW26010, steps: tuple[int, ...] = (), flat: bool = False) -> TransferCost:
     """Cost of moving a box with `extents` of a row-major tensor of `shape` whose first element sits
     `base_residue` bytes past a 128-byte boundary (every block's alignment follows from it).
 
     Cached: the loop nest repeats the same few (shape, extents, alignment) many times."""
     # Offsets relative to the box's first element, shifted by its residue in bytes.
-    first, size = mesh_blocks((0,) * len(shape), extents, shape, element_bytes, machine.mesh_columns, steps)
+    first, size = mesh_blocks((0,) * len(shape), extents, shape, element_bytes, machine.mesh_columns, steps, flat,
+                              machine.cpes)
     first = first + base_residue
     transactions = int(lines_touched(first, size, machine.dma_transaction_bytes).sum())
     nbytes = int(first.size) * size

@@ -152,6 +152,7 @@ class Statements(Visitor):
     def __init__(self, module: Module, machine: SW26010) -> None:
         self.machine = machine
         self.tensors = {t.name: t for t in module.tensors}
+        self.flat = {b.name for b in module.buffers if b.spread == "flat"}  # data-parallel buffers
         self.strides = {t.name: row_major_strides(t.shape) for t in module.tensors}
 
     def visit_DmaWait(self, stmt: DmaWait, env: dict[str, int], timeline: Timeline) -> None:
@@ -185,7 +186,7 @@ class Statements(Visitor):
         element = DTYPE_BYTES[tensor.dtype]
         base = sum(s * t for s, t in zip(starts, self.strides[tensor.name], strict=True)) * element
         cost = transfer_cost(tensor.shape, tuple(extents), base % self.machine.dma_transaction_bytes, element,
-                             self.machine, stmt.tensor.steps)
+                             self.machine, stmt.tensor.steps, stmt.buffer.name in self.flat)
         timeline.transfer(stmt.direction, cost, stmt.reply, local)
 
 

@@ -41,6 +41,30 @@ def strided_box(shape: tuple[int, ...], extents: tuple[int, ...],
     return (strides + (1,), extents + (1,)) if steps[-1] != 1 else (strides, extents)
 
 
+def merged_rows(shape: tuple[int, ...], extents: tuple[int, ...], steps: tuple[int, ...] = ()
+                ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """The same box (shape, extents, steps) with the trailing axes it spans entirely merged into
+    the axis before them: its rows become its longest contiguous runs."""
+    axis = len(shape) - 1
+    while axis > 0 and extents[axis] == shape[axis] and not (steps and (steps[axis] != 1 or steps[axis - 1] != 1)):
+        axis -= 1
+    if axis == len(shape) - 1:
+        return shape, extents, steps
+    inner = prod(shape[axis + 1:])
+    return ((*shape[:axis], shape[axis] * inner), (*extents[:axis], extents[axis] * inner),
+            (*steps[:axis], 1) if steps else ())
+
+
+def row_pieces(run: int, rows: int, flat: bool, mesh_columns: int, cpes: int) -> int:
+    """Into how many equal blocks the CPEs cut each row of a transfer. The GEMM's mesh layout splits a
+    row over the mesh columns when it divides evenly; a data-parallel (`flat`) buffer gives each CPE a
+    contiguous share: rows are cut so that there are about as many blocks as CPEs."""
+    if not flat:
+        return mesh_columns if run % mesh_columns == 0 and run >= mesh_columns else 1
+    most = max(1, min(run, cpes // max(rows, 1)))
+    return next(p for p in range(most, 0, -1) if run % p == 0)
+
+
 def dma_pattern(shape: tuple[int, ...], extents: tuple[int, ...], steps: tuple[int, ...] = ()) -> DmaPattern:
     """The contiguous blocks of a box with `extents` (stepping by `steps`) inside a row-major array of
     `shape`."""

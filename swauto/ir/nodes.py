@@ -42,7 +42,10 @@ class LocalBuffer:
     `statement` is the compute block's statement (nest) that uses it: buffers of different
     statements are never live at once, so they may share local memory. `copy_of` names the buffer
     whose tiles this one holds in the primitive's compute precision (the SW26010 GEMM's float64
-    copies, which only take local memory; no statement names them).
+    copies, which only take local memory; no statement names them). `spread` is how the mesh holds
+    it: 'mesh', the GEMM's blocks over the 8 x 8 CPEs (each row of a transfer cut over the mesh
+    columns), or 'flat' for data-parallel primitives (maps, reductions, transforms: each CPE a
+    contiguous share, so a transfer moves the box's longest contiguous runs).
     """
 
     name: str
@@ -51,6 +54,7 @@ class LocalBuffer:
     offset: int | None = None
     statement: int = 0
     copy_of: str | None = None
+    spread: str = "mesh"
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ rightmost child of that loop, once every iteration inside it has updated the til
 a producer (`Call.epilogue`) become statements just before that put, on the tile, their other
 inputs transferred like operands (`Call.transfers`). A box that may reach outside its tensor (a
 convolution's padding) is zero-filled there; an operand with padding zeros its buffer before the
-get. A strided tensor box (`Access.steps`) is gathered into a dense buffer box.
+get. A strided tensor box (`Access.steps`) is gathered into a dense buffer box. The buffers of a
+GEMM are spread over the mesh as its blocks; those of other primitives are data-parallel
+(`LocalBuffer.spread`).
 
 `place_transfers` is the same placement with some operands hoisted over their innermost dependent
 loops (the `hoist_dma` pass chooses how far).
@@ -200,7 +202,9 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
         def rewrite_Call(self, call: Call) -> Stmt:
             return new_calls[id(call)]
 
-    allocated = tuple(LocalBuffer(name, shape, "float32") for name, shape in shapes.items())
+    # The GEMM lays its tiles out over the 8 x 8 mesh; the other primitives are data-parallel.
+    spread = "mesh" if calls[0][0].signature.kind == "gemm" else "flat"
+    allocated = tuple(LocalBuffer(name, shape, "float32", spread=spread) for name, shape in shapes.items())
     body = seq(*(Alloc(b.name) for b in allocated), *before.get(None, []), Place().rewrite(module.body),
                *after.get(None, []))
     return replace(module, buffers=module.buffers + allocated, body=body)

@@ -36,8 +36,8 @@ from math import gcd, prod
 import numpy as np
 
 from swauto.ir import expr as ex
-from swauto.ir.memory import row_major_strides, strided_box
-from swauto.ir.nodes import Access, Alloc, Call, Dma, DmaWait, For, If, Module, Seq, Stmt
+from swauto.ir.memory import merged_rows, row_major_strides, row_pieces, strided_box
+from swauto.ir.nodes import Alloc, Call, Dma, DmaWait, For, If, Module, Seq, Stmt
 from swauto.machine import DTYPE_BYTES, SW26010
 from swauto.primitives.elementwise import map_cycles
 
@@ -69,7 +69,8 @@ def measured_bandwidth(block_bytes: int, machine: SW26010) -> float:
 
 @lru_cache(maxsize=1 << 14)
 def transfer_bytes(shape: tuple[int, ...], extents: tuple[int, ...], base_residue: int, element_bytes: int,
-                   mesh_columns: int, line: int, steps: tuple[int, ...] = ()) -> tuple[int, int, int]:
+                   mesh_columns: int, line: int, steps: tuple[int, ...] = (), flat: bool = False,
+                   cpes: int = 64) -> tuple[int, int, int]:
     """Sum over the blocks of a box of (block size + waste), the bytes the memory system fetches; the
     block size in bytes; the number of blocks.
 
@@ -77,7 +78,11 @@ def transfer_bytes(shape: tuple[int, ...], extents: tuple[int, ...], base_residu
     along the last axis), split in `mesh_columns` pieces when a row divides evenly. In closed form: a
     block's transactions depend only on its first byte modulo the transaction size, and along each axis
     the rows' first bytes modulo it repeat with a period of line / gcd(step, line) rows, so the rows are
-    counted per residue instead of listed. A strided last axis (`steps`) makes rows of one element."""
+    counted per residue instead of listed. A strided last axis (`steps`) makes rows of one element.
+    A data-parallel (`flat`) buffer's rows are the box's contiguous runs, cut as
+    `swauto.ir.memory.row_pieces` says."""
+    if flat:
+        shape, extents, steps = merged_rows(shape, extents, steps)
     strides, extents = strided_box(shape, extents, steps)
     counts = {0: 1}  # first byte of a row (relative to the box's) modulo `line` -> rows
     for extent, stride in zip(extents[:-1], strides[:-1], strict=True):
@@ -91,7 +96,7 @@ def transfer_bytes(shape: tuple[int, ...], extents: tuple[int, ...], base_residu
                 combined[shifted] = combined.get(shifted, 0) + rows * (whole + (j < rest))
         counts = combined
     run = extents[-1]
-    pieces = mesh_columns if run % mesh_columns == 0 and run >= mesh_columns else 1
+    pieces = row_pieces(run, prod(extents[:-1]), flat, mesh_columns, cpes)
     size = run // pieces * element_bytes
     lines = 0
     for residue, rows in counts.items():
@@ -199,24 +204,26 @@ class _Model:
         self.machine = machine
         self.single = single  # buffers whose transfers the final IR waits for at once (not prefetched)
         self.tensors = {t.name: (t.shape, _strides(t.shape), DTYPE_BYTES[t.dtype]) for t in module.tensors}
+        self.flat = {b.name for b in module.buffers if b.spread == "flat"}  # data-parallel buffers
         self.latency, self.line, self.moving, self.gemms = _machine_facts(machine)
         self.dma = self.compute = 0.0
         self.dma_bytes = self.flops = 0
 
-    def dma_time(self, access: Access, env: dict[str, int]) -> float:
-        """Equations 3-1/3-2 for one mesh-wide transfer of `access` (`dma_seconds`) at the addresses
-        `env` gives (`body` inlines the rest of this)."""
+    def dma_time(self, dma: Dma, env: dict[str, int]) -> float:
+        """Equations 3-1/3-2 for one mesh-wide transfer (`dma_seconds`) at the addresses `env` gives
+        (`body` inlines the rest of this)."""
+        access = dma.tensor
         shape, strides, element = self.tensors[access.name]
         key = (shape, access.extents, _offset(access.starts, strides, env) * element % self.line, element,
-               access.steps)
+               access.steps, dma.buffer.name in self.flat)
         seconds = self.moving.get(key)
         return self.latency + (self.moving_seconds(key) if seconds is None else seconds)
 
     def moving_seconds(self, key: tuple) -> float:
-        shape, extents, residue, element, steps = key
+        shape, extents, residue, element, steps, flat = key
         machine = self.machine
         fetched, block, blocks = transfer_bytes(shape, extents, residue, element, machine.mesh_columns, self.line,
-                                                steps)
+                                                steps, flat, machine.cpes)
         seconds = self.moving[key] = moving_seconds(fetched, block, blocks, machine)
         return seconds
 
@@ -231,7 +238,7 @@ class _Model:
         gets = exposed = work = slack = puts = 0.0
         closed = False
         tails: list[tuple[float, float]] = []
-        tensors, moving, line, single = self.tensors, self.moving, self.line, self.single
+        tensors, moving, line, single, flat = self.tensors, self.moving, self.line, self.single, self.flat
         for stmt in stmts:
             kind = type(stmt)
             if kind is DmaWait or kind is Alloc:
@@ -240,7 +247,8 @@ class _Model:
                 access = stmt.tensor
                 shape, strides, element = tensors[access.name]
                 extents = access.extents
-                key = (shape, extents, _offset(access.starts, strides, env) * element % line, element, access.steps)
+                key = (shape, extents, _offset(access.starts, strides, env) * element % line, element, access.steps,
+                       stmt.buffer.name in flat)
                 seconds = moving.get(key)
                 if seconds is None:
                     seconds = self.moving_seconds(key)
@@ -338,7 +346,7 @@ def _prologue(stmt: Stmt, model: _Model) -> float:
         kind = type(node)
         if kind is Dma:
             if node.direction == "get":
-                total += model.dma_time(node.tensor, {})
+                total += model.dma_time(node, {})
         elif kind is If:
             total += _prologue(node.then, model)
             if node.otherwise is not None:
