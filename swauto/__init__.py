@@ -32,6 +32,7 @@ __all__ = [
     "SimulationError",
     "SourceError",
     "SwautoError",
+    "choose",
     "compile",
     "schedules",
 ]
@@ -46,7 +47,7 @@ if not (Path(__file__).parent / "grammar").exists() and (_checkout / "grammar" /
 
 def __getattr__(name: str) -> Any:
     # The API pulls in the backends (llvmlite); load it on first use so `import swauto.ir` stays light.
-    if name in ("Kernel", "compile", "schedules"):
+    if name in ("Kernel", "choose", "compile", "schedules"):
         from swauto import api
 
         return getattr(api, name)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from swauto import targets
-from swauto.errors import ArgumentError, Rejected, ScheduleError, SwautoError
+from swauto.errors import ArgumentError, ParameterError, Rejected, ScheduleError, SwautoError
 from swauto.frontend.check import BoundOperator, check
 from swauto.frontend.integers import check_integer
 from swauto.frontend.parser import parse
@@ -140,6 +140,69 @@ def compile(  # noqa: A001 - the public name users expect
     report = _report(op, candidate, stages, plugin, threads, tuning_seconds)
     report["from_tuning_log"] = remembered
     return Kernel(op, candidate, stages, target, program, report, host_threads)
+
+
+def choose(
+    sources: list[str | Path] | tuple[str | Path, ...],
+    params: Mapping[str, object] | None = None,
+    target: str = DEFAULT_TARGET,
+    tuner: str = "model",
+    threads: int | None = None,
+    max_candidates: int = MAX_CANDIDATES,
+) -> Kernel:
+    """Compile each of `sources` (the same operator written as different algorithms, such as the
+    implicit, explicit and Winograd convolutions: the same parameters and argument tensors) and return
+    the kernel the model predicts fastest. Its `report["alternatives"]` lists every source with its
+    predicted time and candidate, or why it does not apply (a `require` that fails, no legal
+    candidate); `report["why"]` says why the choice was made, in a sentence."""
+    if isinstance(sources, str | Path) or not sources:
+        raise ArgumentError("choose takes a list of at least one .sw source (the algorithms to choose among)")
+    kernels: list[tuple[str, Kernel]] = []
+    alternatives: list[dict[str, Any]] = []
+    for source in sources:
+        try:
+            kernel = compile(source, params, target, tuner=tuner, threads=threads, max_candidates=max_candidates)
+        except (ParameterError, ScheduleError) as error:  # this algorithm does not apply to these sizes
+            name = _operator_name(source)
+            alternatives.append({"operator": name, "applies": False, "reason": str(error)})
+            continue
+        name = kernel.operator.name
+        if kernels and _interface(kernel) != _interface(kernels[0][1]):
+            first = kernels[0][1]
+            raise ArgumentError(f"{name} takes {_show_interface(kernel)} where {first.operator.name} takes "
+                                f"{_show_interface(first)}; choose among sources of one operator")
+        kernels.append((name, kernel))
+        alternatives.append({"operator": name, "applies": True, "predicted_s": kernel.report["predicted_s"],
+                             "candidate": kernel.schedule.id, "schedule": kernel.report["schedule"]})
+    if not kernels:
+        reasons = "; ".join(f"{a['operator']}: {a['reason']}" for a in alternatives)
+        raise ScheduleError(f"none of the {len(alternatives)} algorithms applies: {reasons}")
+    name, best = min(kernels, key=lambda pair: pair[1].report["predicted_s"])
+    seconds = best.report["predicted_s"]
+    others = [f"{a['operator']} {a['predicted_s'] * 1e3:.4g} ms ({a['predicted_s'] / seconds:.2f}x)"
+              for a in alternatives if a["applies"] and a["operator"] != name]
+    skipped = [f"{a['operator']} does not apply ({a['reason']})" for a in alternatives if not a["applies"]]
+    why = f"{name} is predicted fastest at {seconds * 1e3:.4g} ms"
+    why += f", against {', '.join(others)}" if others else " (the only algorithm that applies)"
+    best.report["alternatives"] = alternatives
+    best.report["why"] = "; ".join([why, *skipped])
+    return best
+
+
+def _operator_name(source: str | Path) -> str:
+    """The operator name a source declares (for reports about a source that did not compile)."""
+    try:
+        return parse(Source.load(source)).name
+    except SwautoError:
+        return str(source)
+
+
+def _interface(kernel: Kernel) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    return tuple((t.name, t.shape) for t in kernel.operator.seed.tensors if not t.is_local)
+
+
+def _show_interface(kernel: Kernel) -> str:
+    return ", ".join(f"{name}{list(shape)}" for name, shape in _interface(kernel))
 
 
 def _report(op: BoundOperator, candidate: Candidate, stages: list[tuple[str, Module]], plugin: Target,

@@ -78,6 +78,19 @@ def _parser() -> argparse.ArgumentParser:
     compile_cmd.add_argument("--dump-ir", action="store_true", help="print the IR after each pass")
     compile_cmd.add_argument("-o", dest="output", type=Path, help="write the generated code here")
 
+    choose_cmd = commands.add_parser(
+        "choose", help="compile the same operator written as several algorithms; keep the one the model "
+                       "predicts fastest and say why",
+        description="Compile each .sw file (the same parameters and tensors: for example examples/conv2d.sw, "
+                    "conv2d_explicit.sw and conv2d_winograd.sw) and report the predicted time of each, the "
+                    "choice and the reason.")
+    choose_cmd.add_argument("files", type=Path, nargs="+", help="the algorithms' .sw files")
+    choose_cmd.add_argument("-D", dest="defines", action="append", type=_define, default=[], metavar="NAME=VALUE",
+                            help="bind a size parameter (repeatable, once per parameter)")
+    choose_cmd.add_argument("--max-candidates", type=_integer(1), default=MAX_CANDIDATES, metavar="N",
+                            help=f"refuse a schedule space of more than N candidates (default {MAX_CANDIDATES:,})")
+    target_options(choose_cmd)
+
     schedules_cmd = operator_command("schedules", "count the schedule space, the rejections by reason, and list "
                                                   "the candidates")
     schedules_cmd.add_argument("--target", choices=targets.names(), default=DEFAULT_SCHEDULES_TARGET,
@@ -203,6 +216,25 @@ def _compile(args: argparse.Namespace) -> int:
     if args.output is not None:
         _write(args.output, kernel.code)
         print(f"wrote      {args.output}")
+    return 0
+
+
+def _choose(args: argparse.Namespace) -> int:
+    import swauto
+
+    if args.schedule is not None:
+        raise ArgumentError("--schedule names one candidate of one file; choose compiles several files")
+    kernel = swauto.choose(args.files, _params(args), target=args.target, tuner=args.tuner, threads=args.threads,
+                           max_candidates=args.max_candidates)
+    print(f"{'algorithm':24}  {'predicted ms':>12}  candidate")
+    for alternative in kernel.report["alternatives"]:
+        if alternative["applies"]:
+            print(f"{alternative['operator']:24}  {alternative['predicted_s'] * 1e3:12.4f}  "
+                  f"{alternative['schedule']}")
+        else:
+            print(f"{alternative['operator']:24}  {'-':>12}  does not apply: {alternative['reason']}")
+    print(f"chosen     {kernel.report['why']}")
+    _print_report(kernel.report)
     return 0
 
 
@@ -354,7 +386,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 def main(argv: Sequence[str] | None = None) -> int:
     warnings.showwarning = _show_warning
     args = _parser().parse_args(argv)
-    commands = {"compile": _compile, "schedules": _schedules, "run": _run, "tune": _tune, "calibrate": _calibrate}
+    commands = {"compile": _compile, "choose": _choose, "schedules": _schedules, "run": _run, "tune": _tune,
+                "calibrate": _calibrate}
     command = commands[args.command]
     try:
         return command(args)

@@ -18,6 +18,7 @@ import swauto
 from conftest import EXAMPLES, assert_golden_stages, relative_error
 from swauto.api import load
 from swauto.reference import reference
+from swauto.schedule.space import candidates
 
 OPERATORS = {
     "fc_bias_relu": {"B": 5, "In": 130, "Out": 300},
@@ -26,6 +27,10 @@ OPERATORS = {
     "avgpool": {"B": 3, "C": 5, "Ri": 7, "Ci": 9, "K": 2, "stride": 1},
     "conv2d_bias_relu": {"B": 3, "Ni": 5, "No": 6, "Ri": 3, "Ci": 4, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1},
     "conv2d_nchw": {"B": 2, "Ni": 5, "No": 7, "Ri": 6, "Ci": 9, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1},
+    "conv2d_explicit": {"B": 2, "Ni": 3, "No": 5, "Ri": 7, "Ci": 9, "Kr": 3, "Kc": 3, "stride": 2, "pad": 1},
+    "conv2d_winograd": {"B": 3, "Ni": 5, "No": 6, "Ri": 7, "Ci": 9, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1},
+    "lstm": {"T": 3, "B": 5, "In": 7, "H": 6},
+    "lstm_baseline": {"T": 3, "B": 5, "In": 7, "H": 6},
 }
 SAMPLE = {"sw26010": 8, "host": 4}  # candidates run per operator and target unless SWAUTO_EXHAUSTIVE is set
 
@@ -107,6 +112,48 @@ def test_outputs_are_overwritten_and_intermediates_are_not_arguments():
     expected = np.exp(x - x.max(axis=1, keepdims=True))
     expected /= expected.sum(axis=1, keepdims=True)
     assert relative_error(arrays["y"], expected) < 1e-5
+
+
+def _direct_convolution(x: np.ndarray, w: np.ndarray, stride: int, pad: int) -> np.ndarray:
+    """output[ro, co, No, B] of input[Ri, Ci, Ni, B] and weight[Kr, Kc, No, Ni], in float64."""
+    ri, ci = x.shape[:2]
+    kr, kc = w.shape[:2]
+    x = np.pad(x.astype(np.float64), ((pad, pad), (pad, pad), (0, 0), (0, 0)))
+    ro, co = (ri + 2 * pad - kr) // stride + 1, (ci + 2 * pad - kc) // stride + 1
+    return sum(np.einsum("rcib,oi->rcob", x[r:r + stride * ro:stride, c:c + stride * co:stride], w[r, c])
+               for r in range(kr) for c in range(kc))
+
+
+@pytest.mark.parametrize(("name", "stride", "pad"), [("conv2d_explicit", 1, 0), ("conv2d_explicit", 2, 1),
+                                                     ("conv2d_winograd", 1, 0), ("conv2d_winograd", 1, 1)])
+def test_explicit_and_winograd_convolutions_are_convolutions(name, stride, pad):
+    """Checked against a direct convolution, not the seed's own semantics: im2col with stride and
+    padding folded in, and Winograd's transforms with the crop of odd output sizes."""
+    params = {**OPERATORS[name], "stride": stride, "pad": pad}
+    candidate = next(candidates(load(EXAMPLES / f"{name}.sw", params)))  # tiny: every tile fits
+    kernel = swauto.compile(EXAMPLES / f"{name}.sw", params=params, target="sw26010", schedule=candidate)
+    arrays = _inputs(kernel.operator)
+    kernel(**arrays)
+    expected = _direct_convolution(arrays["input"], arrays["weight"].astype(np.float64), stride, pad)
+    assert relative_error(arrays["output"], expected) < 1e-5
+
+
+@pytest.mark.parametrize("name", ["lstm", "lstm_baseline"])
+def test_the_lstm_examples_compute_an_lstm(name):
+    """Gates i, f, g, o along 4H; every step's h and the last c, against NumPy's recurrence."""
+    kernel = swauto.compile(EXAMPLES / f"{name}.sw", params=OPERATORS[name], target="host")
+    a = _inputs(kernel.operator)
+    kernel(**a)
+    x, h, c, w, r, b = (a[n].astype(np.float64) for n in ("x", "h0", "c0", "W", "R", "bias"))
+    size = h.shape[1]
+    hidden = []
+    for t in range(x.shape[0]):
+        gates = x[t] @ w + h @ r + b
+        i, f, o = (1 / (1 + np.exp(-gates[:, k * size:(k + 1) * size])) for k in (0, 1, 3))
+        c = f * c + i * np.tanh(gates[:, 2 * size:3 * size])
+        h = o * np.tanh(c)
+        hidden.append(h)
+    assert relative_error(a["h"], np.stack(hidden)) < 1e-5 and relative_error(a["c_last"], c) < 1e-5
 
 
 @pytest.mark.parametrize("name", sorted(OPERATORS))

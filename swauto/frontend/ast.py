@@ -62,6 +62,16 @@ class Let:
 
 
 @dataclass(frozen=True)
+class Require:
+    """`require stride == 1`: a condition on the sizes the operator is written for."""
+
+    left: Expression
+    op: str  # == != < <= > >=
+    right: Expression
+    position: Position
+
+
+@dataclass(frozen=True)
 class TensorDecl:
     name: str
     shape: tuple[Expression, ...]
@@ -199,3 +209,4 @@ class Operator:
     compute: tuple[Statement, ...]
     schedule: tuple[Directive, ...]
     position: Position
+    requires: tuple[Require, ...] = ()

@@ -19,7 +19,7 @@ from swauto.frontend.source import Position, Source
 from swauto.ir import expr as ex
 from swauto.ir.dependence import disjoint
 from swauto.ir.nests import loop_nest
-from swauto.ir.nodes import Access, Call, For, Module, Stmt, Tensor, seq
+from swauto.ir.nodes import Access, Call, Compare, For, Module, Stmt, Tensor, seq
 from swauto.primitives import REGISTRY as PRIMITIVES
 from swauto.primitives import Primitive
 
@@ -207,6 +207,15 @@ class _Checker:
             symbolic = self.expression(let.value, symbolic=True)
             self.sizes[let.name] = self.size(let.value, f"{let.name}")
             self.size_exprs[let.name] = symbolic
+
+    def check_requires(self) -> None:
+        """Each `require` holds for the bound parameters, else a ParameterError names it."""
+        for require in self.operator.requires:
+            left, right = self.size(require.left, "a required size"), self.size(require.right, "a required size")
+            if not Compare(require.op, ex.Const(left), ex.Const(right)).holds({}):
+                text = self.source.line(require.position.line).strip()
+                raise ParameterError(f"operator {self.operator.name} is written for `{text}`, which does not hold "
+                                     f"for these parameters ({left} {require.op} {right} is false)")
 
     def check_tensors(self) -> None:
         for tensor in self.operator.tensors:
@@ -842,6 +851,7 @@ def check(operator: ast.Operator, source: Source, params: Mapping[str, object] |
     checker = _Checker(operator, source)
     bound = checker.bind_params(params or {})
     checker.check_lets()
+    checker.check_requires()
     checker.check_tensors()
     body, nests = checker.seed()
     checker.calls = [call for _, call, _ in nests]

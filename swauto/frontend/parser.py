@@ -162,6 +162,10 @@ class _ToAst(Transformer_NonRecursive):
     def let(self, meta, children):
         return ast.Let(str(children[0]), children[1], _position(children[0]))
 
+    def require(self, meta, children):
+        left, op, right = children
+        return ast.Require(left, str(op), right, self._at(meta))
+
     def tensor(self, meta, children):
         flags = [child for child in children[1:] if isinstance(child, str) and child in ("padded", "local")]
         shape = [child for child in children[1:] if not (isinstance(child, str) and child in ("padded", "local"))]
@@ -250,7 +254,8 @@ class _ToAst(Transformer_NonRecursive):
         blocks = [child for child in rest if isinstance(child, tuple)]
         compute = blocks[0]
         schedule = blocks[1] if len(blocks) > 1 else ()
-        return ast.Operator(str(name), params, lets, tensors, compute, schedule, _position(name))
+        requires = tuple(child for child in rest if isinstance(child, ast.Require))
+        return ast.Operator(str(name), params, lets, tensors, compute, schedule, _position(name), requires)
 
     def start(self, meta, children):
         return children[0]

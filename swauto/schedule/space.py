@@ -72,11 +72,12 @@ def apply(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
         if call.signature.kind != "gemm":
             continue
         module = transforms.vectorize(module, candidate.vectorize, statement)
-        # A tile size the schedule asks for must suit the primitive; sizes the seed fixes are padded later.
+        # A tile size the schedule asks for must suit the primitive; sizes the seed fixes (and a whole
+        # dimension smaller than every tile size) are padded later.
         sizes = {"M": 0, "N": 0, "K": 0}
         for target, size in tiles.items():
             split = splits[target]
-            if split.on_primitive and split.statement == statement:
+            if split.on_primitive and split.statement == statement and size in split.factors:
                 sizes[split.dim] = size  # type: ignore[index]
         violation = machine.gemm.violation(sizes["M"], sizes["N"], sizes["K"], candidate.vectorize)
         if violation is not None:
