@@ -19,6 +19,7 @@ from swauto.errors import (
     SimulationError,
     SourceError,
     SwautoError,
+    UnsupportedSizes,
 )
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "SimulationError",
     "SourceError",
     "SwautoError",
+    "UnsupportedSizes",
     "choose",
     "compile",
     "schedules",

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from swauto import targets
-from swauto.errors import ArgumentError, ParameterError, Rejected, ScheduleError, SwautoError
+from swauto.errors import ArgumentError, Rejected, ScheduleError, SwautoError, UnsupportedSizes
 from swauto.frontend.check import BoundOperator, check
 from swauto.frontend.integers import check_integer
 from swauto.frontend.parser import parse
@@ -162,7 +162,7 @@ def choose(
     for source in sources:
         try:
             kernel = compile(source, params, target, tuner=tuner, threads=threads, max_candidates=max_candidates)
-        except (ParameterError, ScheduleError) as error:  # this algorithm does not apply to these sizes
+        except (UnsupportedSizes, ScheduleError) as error:  # this algorithm does not apply to these sizes
             name = _operator_name(source)
             alternatives.append({"operator": name, "applies": False, "reason": str(error)})
             continue

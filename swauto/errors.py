@@ -44,6 +44,10 @@ class ParameterError(SwautoError):
     """Compile-time size parameters are missing, unknown or not positive."""
 
 
+class UnsupportedSizes(ParameterError):
+    """The parameters are valid but the operator is not written for them (a `require` fails)."""
+
+
 class ArgumentError(SwautoError):
     """A kernel was called with arrays of the wrong name, shape, dtype or memory order."""
 

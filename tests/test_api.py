@@ -148,3 +148,28 @@ def test_every_package_is_installed():
     found |= {"swauto." + ".".join(path.parent.relative_to(ROOT).parts) for folder in ("grammar", "backends")
               for path in (ROOT / folder).rglob("__init__.py")}
     assert found <= listed, sorted(found - listed)
+
+
+CONV_ALGORITHMS = ("conv2d.sw", "conv2d_explicit.sw", "conv2d_winograd.sw")
+
+
+def test_choose_keeps_the_algorithm_the_model_predicts_fastest_and_says_why():
+    from conftest import EXAMPLES
+
+    params = {"B": 2, "Ni": 8, "No": 8, "Ri": 6, "Ci": 6}
+    kernel = swauto.choose([EXAMPLES / name for name in CONV_ALGORITHMS], params, target="sw26010")
+    alternatives = kernel.report["alternatives"]
+    assert [a["operator"] for a in alternatives] == ["conv2d", "conv2d_explicit", "conv2d_winograd"]
+    fastest = min(alternatives, key=lambda a: a["predicted_s"])
+    assert kernel.operator.name == fastest["operator"] and kernel.report["predicted_s"] == fastest["predicted_s"]
+    assert kernel.report["why"].startswith(f"{fastest['operator']} is predicted fastest at")
+    strided = swauto.choose([EXAMPLES / name for name in CONV_ALGORITHMS], {**params, "stride": 2}, target="sw26010")
+    skipped = [a for a in strided.report["alternatives"] if not a["applies"]]
+    assert [a["operator"] for a in skipped] == ["conv2d_winograd"] and "stride == 1" in skipped[0]["reason"]
+
+
+def test_choose_refuses_sources_of_different_operators(gemm_source):
+    renamed = gemm_source.read_text().replace("C[", "D[").replace("C += C", "C += D")
+    with pytest.raises(ArgumentError, match=r"gemm takes A\[128, 64\], B\[64, 128\], D\[128, 128\] where gemm takes "
+                                            r"A\[128, 64\], B\[64, 128\], C\[128, 128\]"):
+        swauto.choose([gemm_source, renamed], {"M": 128, "N": 128, "K": 64}, target="sw26010")

@@ -308,3 +308,100 @@ def test_end_of_file_is_reported_after_the_last_token():
     with pytest.raises(ParseError, match="unexpected end of file") as info:
         load("operator g(M) {\n  tensor A[M]\n  compute {  # the rest is missing\n\n")
     assert (info.value.location.line, info.value.location.column) == (3, 12)
+
+
+# --- tiles at an offset, sequence loops, maps reading their own tensor, require (issue 10) -----------
+
+TILES = """
+operator tiles(T = 3, C = 8) {
+  tensor d[2 * T + 2, C]
+  tensor v[T, 4, C]
+  compute { for t in 0..T { rows: copy(M = 4, N = C, X = d[:M + 2 * t], Z = v[t]) } }
+}
+"""
+
+
+def test_a_dimension_can_start_at_an_offset_along_its_axis():
+    call = load(TILES).seed.body.body
+    assert str(call.operand("X").starts[0]) == "t * 2" and call.operand("X").extents == (4, 8)
+
+
+def test_an_offset_tile_reaching_outside_its_tensor_is_refused_where_it_is_written():
+    with pytest.raises(CheckError, match=r"index t \* 2 \+ \(0\.\.3\) of tensor d axis 0 takes values 0\.\.7, "
+                                         r"outside 0\.\.6") as info:
+        load(TILES.replace("tensor d[2 * T + 2, C]", "tensor d[2 * T + 1, C]"))
+    assert info.value.location.line == 4
+
+
+def test_loops_writing_one_axis_in_mixed_radix_must_not_overlap():
+    text = """
+    operator blocks(T = 3) {
+      tensor x[3 * T, 4]
+      tensor y[3 * T, 4]
+      compute { for t in 0..T { for r in 0..R { copy(M = 4, X = x[S * t + r], Z = y[S * t + r]) } } }
+    }
+    """
+    assert load(text.replace("R", "3").replace("S", "3"))  # rows 3t, 3t+1, 3t+2: each written once
+    with pytest.raises(CheckError, match="steps axis 0 by 2 where the boxes inside it span 3 elements"):
+        load(text.replace("R", "3").replace("S", "2"))
+
+
+def test_a_loop_around_several_statements_runs_them_in_sequence():
+    text = """
+    operator steps(T = 4, N = 8) {
+      tensor x[T, N]
+      tensor s[N]
+      compute {
+        start: copy(N = N, X = x[0], Z = s)
+        for t in 1..T {
+          add(N = N, X = s, Y = x[t], Z = s)
+          scale(N = N, X = s, Z = s, by = 0.5)
+        }
+      }
+    }
+    """
+    op = load(text)
+    assert op.space.nests == ((), (), ())  # the sequence loop is no statement's loop: never reordered or split
+    assert op.seed.body.stmts[1].var == "t" and len(op.seed.body.stmts[1].body.stmts) == 2
+    inside = text.replace("for t in 1..T {", "for u in 0..1 { for t in 1..T {").replace("Z = s, by = 0.5)\n",
+                                                                                       "Z = s, by = 0.5) }\n")
+    with pytest.raises(CheckError, match="loop t holds several statements, so it runs them in sequence; it must be "
+                                         "outside every other loop of its statement, not inside loop u"):
+        load(inside)
+
+
+def test_a_map_may_read_parts_of_its_output_tensor_it_never_writes():
+    text = """
+    operator halves(N = 8) {
+      tensor g[2 * N]
+      compute { mul(N = N, X = g[:N + 0], Y = g[:N + OFFSET], Z = g[:N + 0]) }
+    }
+    """
+    assert load(text.replace("OFFSET", "N"))
+    with pytest.raises(CheckError, match="tensor g is both read as Y and written"):
+        load(text.replace("OFFSET", "4"))
+
+
+def test_require_states_the_sizes_an_operator_is_written_for():
+    text = GOOD.replace("tensor A[M, K]", "require K <= 128\n  tensor A[M, K]")
+    assert load(text, {"K": 128})
+    with pytest.raises(ParameterError, match=r"operator g is written for `require K <= 128`, which does not hold "
+                                             r"for these parameters \(256 <= 128 is false\)"):
+        load(text, {"K": 256})
+
+
+def test_reorder_one_statement_permutes_only_its_loops():
+    text = """
+    operator two(N = 4) {
+      tensor x[N, N, N]
+      tensor y[N, N, N]
+      compute {
+        for a in 0..N { for b in 0..N { first: copy(N = N, X = x[a, b], Z = y[a, b]) } }
+        for c in 0..N { for d in 0..N { second: relu(N = N, X = y[c, d], Z = y[c, d]) } }
+      }
+      schedule { reorder second any }
+    }
+    """
+    from swauto.schedule.space import candidates
+
+    assert {c.order for c in candidates(load(text))} == {("a", "b", "c", "d"), ("a", "b", "d", "c")}

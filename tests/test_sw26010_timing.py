@@ -15,7 +15,7 @@ from swauto.backends.sw26010 import gemm_cycles, simulate, time_module
 from swauto.backends.sw26010.dma import block_waste, lines_touched, transfer_cost
 from swauto.errors import Rejected
 from swauto.ir import expr as ex
-from swauto.ir.nodes import Access, Compare, Dma, DmaWait, For, If, LocalBuffer, Module, Seq, Tensor, gemm_call
+from swauto.ir.nodes import Access, Call, Compare, Dma, DmaWait, For, If, LocalBuffer, Module, Seq, Tensor, gemm_call
 from swauto.machine import SUNWAY
 from swauto.pipeline import lower
 from swauto.schedule.space import candidates
@@ -133,3 +133,26 @@ def test_the_simulator_never_imports_the_tuner():
             "print(sorted(m for m in sys.modules if m.startswith('swauto.tuner')))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_a_data_parallel_transfer_moves_the_boxs_contiguous_runs():
+    """A [4, 56, 64, 32] box of a [56, 56, 64, 32] tensor is one contiguous run: spread flat over the
+    CPEs it is 64 blocks of 28 KiB; as the GEMM's mesh rows it is 57,344 blocks of 16 bytes."""
+    mesh = transfer_cost((56, 56, 64, 32), (4, 56, 64, 32), 0, 4, SUNWAY)
+    flat = transfer_cost((56, 56, 64, 32), (4, 56, 64, 32), 0, 4, SUNWAY, flat=True)
+    assert flat.bytes == mesh.bytes == 4 * 56 * 64 * 32 * 4
+    assert (flat.blocks, mesh.blocks) == (64, 4 * 56 * 64 * 8)
+    assert flat.service_cycles < mesh.service_cycles / 4
+
+
+def test_a_map_over_a_fused_dimension_costs_its_points_once():
+    """Loops fused into a map's dimension make several axes carry it; the points are the
+    dimension's size, not its size once per axis."""
+    from swauto.machine import SUNWAY as machine
+    from swauto.primitives.elementwise import map_cycles
+
+    def relu(dims: tuple) -> float:
+        box = Access("x", (ex.Const(0),) * len(dims), (4, 8, 16)[: len(dims)], dims)
+        return map_cycles(Call("relu", (("M", 32), ("N", 16)), (("X", box), ("Z", box))), machine)
+
+    assert relu(("M", "M", "N")) == relu((None, "M", "N"))

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-from swauto.errors import CheckError, ParameterError
+from swauto.errors import CheckError, ParameterError, UnsupportedSizes
 from swauto.frontend import ast
 from swauto.frontend.integers import MAX_ELEMENTS, MAX_SIZE, check_integer
 from swauto.frontend.source import Position, Source
@@ -214,7 +214,7 @@ class _Checker:
             left, right = self.size(require.left, "a required size"), self.size(require.right, "a required size")
             if not Compare(require.op, ex.Const(left), ex.Const(right)).holds({}):
                 text = self.source.line(require.position.line).strip()
-                raise ParameterError(f"operator {self.operator.name} is written for `{text}`, which does not hold "
+                raise UnsupportedSizes(f"operator {self.operator.name} is written for `{text}`, which does not hold "
                                      f"for these parameters ({left} {require.op} {right} is false)")
 
     def check_tensors(self) -> None:
