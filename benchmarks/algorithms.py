@@ -1,0 +1,262 @@
+"""The thesis' operator library on swauto (issue 10): the three convolution algorithms and the
+algorithm choice, and the LSTM against its baseline, on the simulated SW26010; the host against
+PyTorch for the operators PyTorch has.
+
+    python benchmarks/algorithms.py [--parts sw-conv sw-lstm host] [--full] [--repeat 9]
+
+- sw-conv: `examples/conv2d.sw` (implicit GEMM), `conv2d_explicit.sw` and `conv2d_winograd.sw`,
+  each model-tuned (`swauto.compile(target="sw26010")`) and run on the timed simulator, over
+  listing 5.1's parameters (B in 1, 32, 128; Ni >= No in 64..512; Ro = Co; 3 x 3, stride 1, pad 1).
+  The default run takes a sample (Ni = No in 64, 256, 512 and Ni = 512, No = 256; Ro = 32); `--full`
+  takes the whole listing (slow: hours). GFLOPS count a direct convolution's flops (2 Ro Co No Ni B
+  Kr Kc), so Winograd's effective rate can exceed the peak; percent of one core group's peak (742.4
+  GFLOPS; the thesis' figures are per chip, four core groups with Ro split among them, the same
+  percentage when the split is even). `choice` is what `swauto.choose` keeps (the model's fastest),
+  `best` the algorithm the simulator finds fastest. Figure: results/algorithms_sw26010.png, box
+  plots of percent of peak per algorithm and B.
+- sw-lstm: `examples/lstm.sw` (algorithm 6) against `examples/lstm_baseline.sw` over a sample of
+  listing 5.2 (T in 64, 256; B in 64, 128; H in 64, 256; In = H), model-tuned, simulated.
+- host: on 1 and 2 threads, the model's pick against PyTorch (oneDNN) on the same inputs, medians of
+  `--repeat` calls taking turns: each convolution algorithm and `swauto.choose` against
+  `torch.nn.functional.conv2d` (NCHW copies made outside the timed region), and the LSTM against
+  `torch.nn.LSTM` (its weights set to W, R and the bias).
+
+Writes benchmarks/results/algorithms.{csv,md} with the machine, the date and the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+from common import RESULTS, header, write_tables  # benchmarks/ is on the path when run as a script
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+ALGORITHMS = ("conv2d", "conv2d_explicit", "conv2d_winograd")
+PEAK_CG = 742.4e9  # one core group: 64 CPEs x 1.45 GHz x 8 flops (4-wide FMA)
+WARMUP = 2
+
+
+def listing_5_1(full: bool) -> list[dict[str, int]]:
+    """The convolution layers of listing 5.1 (all, or the default sample)."""
+    if full:
+        channels = [(ni, no) for ni in (64, 128, 256, 384, 512) for no in (64, 128, 256, 384, 512) if ni >= no]
+        sizes = (32, 64, 128, 256)
+    else:
+        channels, sizes = [(64, 64), (256, 256), (512, 256), (512, 512)], (32,)
+    return [{"B": b, "Ni": ni, "No": no, "Ri": ro, "Ci": ro, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1}
+            for b in (1, 32, 128) for (ni, no) in channels for ro in sizes]
+
+
+def direct_flops(p: dict[str, int]) -> int:
+    ro = (p["Ri"] + 2 * p["pad"] - p["Kr"]) // p["stride"] + 1
+    co = (p["Ci"] + 2 * p["pad"] - p["Kc"]) // p["stride"] + 1
+    return 2 * ro * co * p["No"] * p["Ni"] * p["B"] * p["Kr"] * p["Kc"]
+
+
+def sw_conv(full: bool) -> list[dict[str, object]]:
+    import swauto
+
+    rows = []
+    for params in listing_5_1(full):
+        row: dict[str, object] = {"part": "sw-conv", "shape": _shape(params)}
+        flops = direct_flops(params)
+        predicted = {}
+        for name in ALGORITHMS:
+            started = time.perf_counter()
+            try:
+                kernel = swauto.compile(EXAMPLES / f"{name}.sw", params=params, target="sw26010")
+            except swauto.SwautoError as error:
+                row[f"{name}_note"] = str(error).split(";")[0][:80]
+                continue
+            seconds = kernel.report["simulated_s"]
+            predicted[name] = kernel.report["predicted_s"]
+            row[f"{name}_ms"] = 1e3 * seconds
+            row[f"{name}_pct"] = 100 * flops / seconds / PEAK_CG
+            row[f"{name}_compile_s"] = time.perf_counter() - started
+        simulated = {name: row[f"{name}_ms"] for name in ALGORITHMS if f"{name}_ms" in row}
+        row["choice"] = min(predicted, key=predicted.get)  # what swauto.choose keeps
+        row["best"] = min(simulated, key=simulated.get)
+        row["choice_vs_best"] = simulated[row["choice"]] / simulated[row["best"]]
+        rows.append(row)
+        print(" ".join(f"{k}={_show(v)}" for k, v in row.items()), flush=True)
+    return rows
+
+
+def sw_lstm() -> list[dict[str, object]]:
+    import swauto
+
+    rows = []
+    for t, b, h in itertools.product((64, 256), (64, 128), (64, 256)):
+        params = {"T": t, "B": b, "In": h, "H": h}
+        row: dict[str, object] = {"part": "sw-lstm", "shape": f"T={t} B={b} In=H={h}"}
+        for name in ("lstm", "lstm_baseline"):
+            kernel = swauto.compile(EXAMPLES / f"{name}.sw", params=params, target="sw26010")
+            row[f"{name}_ms"] = 1e3 * kernel.report["simulated_s"]
+            row[f"{name}_pct"] = 100 * kernel.report["peak_fraction"]
+        row["speedup"] = row["lstm_baseline_ms"] / row["lstm_ms"]  # type: ignore[operator]
+        rows.append(row)
+        print(" ".join(f"{k}={_show(v)}" for k, v in row.items()), flush=True)
+    return rows
+
+
+def median_seconds(*functions, repeat: int) -> list[float]:
+    """Medians of `repeat` timed calls of each function, taking turns (see benchmarks/operators.py)."""
+    import statistics
+
+    for function in functions:
+        for _ in range(WARMUP):
+            function()
+    times: list[list[float]] = [[] for _ in functions]
+    for _ in range(repeat):
+        for function, samples in zip(functions, times, strict=True):
+            function()
+            started = time.perf_counter()
+            function()
+            samples.append(time.perf_counter() - started)
+    return [statistics.median(samples) for samples in times]
+
+
+HOST_CONVS = [{"B": 1, "Ni": 64, "No": 64, "Ri": 56, "Ci": 56, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1},
+              {"B": 8, "Ni": 256, "No": 256, "Ri": 14, "Ci": 14, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1}]
+HOST_LSTM = {"T": 64, "B": 64, "In": 256, "H": 256}
+
+
+def host(repeat: int) -> list[dict[str, object]]:
+    import torch
+
+    import swauto
+
+    rows = []
+    rng = np.random.default_rng(0)
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        for params in HOST_CONVS:
+            x = rng.standard_normal((params["Ri"], params["Ci"], params["Ni"], params["B"]), dtype=np.float32)
+            w = rng.standard_normal((3, 3, params["No"], params["Ni"]), dtype=np.float32) * 0.1
+            xt = torch.from_numpy(np.ascontiguousarray(x.transpose(3, 2, 0, 1)))
+            wt = torch.from_numpy(np.ascontiguousarray(w.transpose(2, 3, 0, 1)))
+            reference = torch.nn.functional.conv2d(xt, wt, padding=1).numpy().transpose(2, 3, 1, 0)
+            flops = direct_flops(params)
+            chosen = swauto.choose([EXAMPLES / f"{n}.sw" for n in ALGORITHMS], params, target="host",
+                                   threads=threads)
+            for name in ALGORITHMS:
+                kernel = swauto.compile(EXAMPLES / f"{name}.sw", params=params, target="host", threads=threads)
+                out = np.zeros(reference.shape, np.float32)
+                kernel(input=x, weight=w, output=out)
+                error = float(np.abs(out - reference).max() / np.abs(reference).max())
+                with torch.inference_mode():
+                    ours, theirs = median_seconds(partial(kernel, input=x, weight=w, output=out),
+                                                  partial(torch.nn.functional.conv2d, xt, wt, padding=1),
+                                                  repeat=repeat)
+                row = {"part": "host", "shape": _shape(params), "threads": threads, "operator": name,
+                       "chosen": name == chosen.operator.name, "swauto_ms": 1e3 * ours, "torch_ms": 1e3 * theirs,
+                       "swauto_vs_torch": theirs / ours, "swauto_gflops": flops / ours / 1e9, "rel_err": error}
+                rows.append(row)
+                print(" ".join(f"{k}={_show(v)}" for k, v in row.items()), flush=True)
+        rows.append(_host_lstm(threads, repeat, rng))
+        print(" ".join(f"{k}={_show(v)}" for k, v in rows[-1].items()), flush=True)
+    return rows
+
+
+def _host_lstm(threads: int, repeat: int, rng: np.random.Generator) -> dict[str, object]:
+    import torch
+
+    import swauto
+
+    p = HOST_LSTM
+    t, b, n, h = p["T"], p["B"], p["In"], p["H"]
+    a = {"x": rng.standard_normal((t, b, n), dtype=np.float32), "h0": rng.standard_normal((b, h), dtype=np.float32),
+         "c0": rng.standard_normal((b, h), dtype=np.float32),
+         "W": rng.standard_normal((n, 4 * h), dtype=np.float32) * 0.05,
+         "R": rng.standard_normal((h, 4 * h), dtype=np.float32) * 0.05,
+         "bias": rng.standard_normal(4 * h, dtype=np.float32) * 0.1,
+         "h": np.zeros((t, b, h), np.float32), "c_last": np.zeros((b, h), np.float32)}
+    lstm = torch.nn.LSTM(n, h)
+    with torch.no_grad():  # PyTorch's gate order is i, f, g, o too: weights are [4H, In]
+        lstm.weight_ih_l0.copy_(torch.from_numpy(a["W"].T.copy()))
+        lstm.weight_hh_l0.copy_(torch.from_numpy(a["R"].T.copy()))
+        lstm.bias_ih_l0.copy_(torch.from_numpy(a["bias"]))
+        lstm.bias_hh_l0.zero_()
+    xt, state = torch.from_numpy(a["x"]), (torch.from_numpy(a["h0"])[None], torch.from_numpy(a["c0"])[None])
+    row: dict[str, object] = {"part": "host", "shape": f"T={t} B={b} In={n} H={h}", "threads": threads}
+    flops = 2 * t * b * 4 * h * (n + h)
+    with torch.inference_mode():
+        expected, (_, c_last) = lstm(xt, state)
+        for name in ("lstm", "lstm_baseline"):
+            kernel = swauto.compile(EXAMPLES / f"{name}.sw", params=p, target="host", threads=threads)
+            kernel(**a)
+            error = max(float(np.abs(a["h"] - expected.numpy()).max()),
+                        float(np.abs(a["c_last"] - c_last[0].numpy()).max()))
+            ours, theirs = median_seconds(partial(kernel, **a), partial(lstm, xt, state), repeat=repeat)
+            row.update({f"{name}_ms": 1e3 * ours, f"{name}_gflops": flops / ours / 1e9, f"{name}_err": error})
+        row["torch_ms"] = 1e3 * theirs
+        row["operator"] = "lstm"
+        row["swauto_vs_torch"] = theirs / (row["lstm_ms"] / 1e3)  # type: ignore[operator]
+    return row
+
+
+def plot(rows: list[dict[str, object]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    conv = [r for r in rows if r["part"] == "sw-conv"]
+    if not conv:
+        return
+    figure, axes = plt.subplots(1, 3, figsize=(12, 4), sharey=True)
+    for axis, batch in zip(axes, (1, 32, 128), strict=True):
+        data = [[r[f"{name}_pct"] for r in conv if f"B={batch} " in str(r["shape"]) and f"{name}_pct" in r]
+                for name in ALGORITHMS]
+        axis.boxplot(data, labels=["implicit", "explicit", "Winograd"])
+        axis.set_title(f"B = {batch}")
+        axis.axhline(100, color="grey", linewidth=0.5)
+    axes[0].set_ylabel("% of one core group's peak (direct-convolution flops)")
+    figure.suptitle("Convolution algorithms on the simulated SW26010 (listing 5.1 sample)")
+    figure.tight_layout()
+    figure.savefig(RESULTS / "algorithms_sw26010.png", dpi=120)
+
+
+def _shape(p: dict[str, int]) -> str:
+    return f"B={p['B']} {p['Ni']}->{p['No']} {p['Ri']}x{p['Ci']}"
+
+
+def _show(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", nargs="+", choices=("sw-conv", "sw-lstm", "host"),
+                        default=["sw-conv", "sw-lstm", "host"])
+    parser.add_argument("--full", action="store_true", help="all of listing 5.1 (hours)")
+    parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument("--cache-dir", help="swauto's cache folder (default: a fresh temporary folder)")
+    args = parser.parse_args()
+    os.environ["SWAUTO_CACHE_DIR"] = args.cache_dir or tempfile.mkdtemp(prefix="swauto-algorithms-")
+    print(header(), flush=True)
+    started = time.perf_counter()
+    rows: list[dict[str, object]] = []
+    if "sw-conv" in args.parts:
+        rows += sw_conv(args.full)
+    if "sw-lstm" in args.parts:
+        rows += sw_lstm()
+    if "host" in args.parts:
+        rows += host(args.repeat)
+    fields = list(dict.fromkeys(key for row in rows for key in row))
+    write_tables("algorithms", fields, rows, "Convolution algorithms, LSTM and the algorithm choice (issue 10)",
+                 f"Produced by `benchmarks/algorithms.py` (its docstring says what each figure is). "
+                 f"Whole run: {time.perf_counter() - started:.0f} s.")
+    plot(rows)
+
+
+if __name__ == "__main__":
+    main()
