@@ -225,6 +225,25 @@ def plot(rows: list[dict[str, object]]) -> None:
     figure.savefig(RESULTS / "algorithms_sw26010.png", dpi=120)
 
 
+def _earlier_rows(parts: set[str]) -> list[dict[str, object]]:
+    """The rows of results/algorithms.csv from parts other than `parts` (numbers read back as floats)."""
+    import csv
+
+    path = RESULTS / "algorithms.csv"
+    if not path.exists():
+        return []
+    with open(path, newline="") as file:
+        rows = [row for row in csv.DictReader(file) if row["part"] not in parts]
+    return [{key: _number(value) for key, value in row.items() if value != ""} for row in rows]
+
+
+def _number(text: str) -> object:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def _shape(p: dict[str, int]) -> str:
     return f"B={p['B']} {p['Ni']}->{p['No']} {p['Ri']}x{p['Ci']}"
 
@@ -251,6 +270,7 @@ def main() -> None:
         rows += sw_lstm()
     if "host" in args.parts:
         rows += host(args.repeat)
+    rows = _earlier_rows(set(args.parts)) + rows  # the parts not run this time stay as they were
     fields = list(dict.fromkeys(key for row in rows for key in row))
     write_tables("algorithms", fields, rows, "Convolution algorithms, LSTM and the algorithm choice (issue 10)",
                  f"Produced by `benchmarks/algorithms.py` (its docstring says what each figure is). "
