@@ -36,12 +36,12 @@ from pathlib import Path
 
 import numpy as np
 from common import RESULTS, header, write_tables  # benchmarks/ is on the path when run as a script
+from operators import median_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 ALGORITHMS = ("conv2d", "conv2d_explicit", "conv2d_winograd")
 PEAK_CG = 742.4e9  # one core group: 64 CPEs x 1.45 GHz x 8 flops (4-wide FMA)
-WARMUP = 2
 
 
 def listing_5_1(full: bool) -> list[dict[str, int]]:
@@ -105,23 +105,6 @@ def sw_lstm() -> list[dict[str, object]]:
         rows.append(row)
         print(" ".join(f"{k}={_show(v)}" for k, v in row.items()), flush=True)
     return rows
-
-
-def median_seconds(*functions, repeat: int) -> list[float]:
-    """Medians of `repeat` timed calls of each function, taking turns (see benchmarks/operators.py)."""
-    import statistics
-
-    for function in functions:
-        for _ in range(WARMUP):
-            function()
-    times: list[list[float]] = [[] for _ in functions]
-    for _ in range(repeat):
-        for function, samples in zip(functions, times, strict=True):
-            function()
-            started = time.perf_counter()
-            function()
-            samples.append(time.perf_counter() - started)
-    return [statistics.median(samples) for samples in times]
 
 
 HOST_CONVS = [{"B": 1, "Ni": 64, "No": 64, "Ri": 56, "Ci": 56, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1},
