@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 
 from swauto.errors import Rejected
-from swauto.frontend.check import BoundOperator, SplitChoice
+from swauto.frontend.check import BoundOperator, FuseChoice, ScheduleSpace, SplitChoice
 from swauto.ir import expr as ex
-from swauto.ir.nests import loop_nest, statements
-from swauto.ir.nodes import Module
-from swauto.machine import LocalMemoryMachine
+from swauto.ir.nests import loop_nest, replace_statements, statements
+from swauto.ir.nodes import Module, Stmt
+from swauto.machine import GemmConstraints, LocalMemoryMachine
 from swauto.schedule import transforms
 from swauto.schedule.candidate import Candidate
 from swauto.schedule.fusion import fuse_consumers
@@ -34,65 +36,103 @@ def tile_sizes(split: SplitChoice, extent: int) -> tuple[int, ...]:
 
 def apply(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) -> Module:
     """The scheduled IR of `candidate`: splits, fusions, loop order, layouts, vectorization.
-    Raises `Rejected` with the reason when the candidate is illegal."""
+    Raises `Rejected` with the reason when the candidate is illegal.
+
+    Each statement is scheduled on its own from the choices that touch it (`_scheduled_nest`,
+    remembered: the candidates of an operator with several statements mostly differ in one), then
+    consumers are fused into their producers."""
     space = op.space
     splits = {s.target: s for s in space.splits}
     if set(splits) != {t for t, _ in candidate.splits}:
         raise Rejected("not in this space", "the candidate splits other loops or dimensions")
-    module = op.seed
-    tiles: dict[str, int] = {}
-    for split in space.splits:  # in directive order: loop names depend on it
-        factor = tiles[split.target] = dict(candidate.splits)[split.target]
+    factors = dict(candidate.splits)
+    for split in space.splits:
         extent = split_extent(op, split)
-        if factor not in tile_sizes(split, extent):
-            raise Rejected("not in this space", f"{split.target} = {extent} is not split by {factor} in this space")
-        if split.on_primitive:
-            module = transforms.split_primitive(module, split.dim, factor, split.outer, split.statement)  # type: ignore[arg-type]
-        else:
-            module = transforms.split_loop(module, split.target, factor, split.outer, split.inner or "")
-    for fuse in space.fuses:
-        if fuse.into_dim is not None:
-            module = transforms.fuse_into_primitive(module, fuse.loop, fuse.into_dim, fuse.statement)
-        else:
-            module = transforms.fuse_loops(module, fuse.loop, fuse.with_loop or "", fuse.fused or "")
-    if sorted(candidate.order) != sorted(transforms.loop_order(module)):
+        if factors[split.target] not in tile_sizes(split, extent):
+            raise Rejected("not in this space", f"{split.target} = {extent} is not split by {factors[split.target]} "
+                                                "in this space")
+    if sorted(candidate.order) != sorted(space.loops):
         raise Rejected("not in this space", "the loop order names other loops")
-    module = transforms.reorder(module, candidate.order)
     choices = {layout.tensor: layout.permutations for layout in space.layouts}
     if {t for t, _ in candidate.layouts} != set(choices):
         raise Rejected("not in this space", "the candidate lays out other tensors")
     for tensor, permutation in candidate.layouts:
         if permutation not in choices[tensor]:
             raise Rejected("not in this space", f"layout {list(permutation)} of {tensor} is not a choice")
-        module = transforms.set_layout(module, tensor, permutation)
     if candidate.vectorize not in space.vectorize:
         raise Rejected("not in this space", f"vectorizing {candidate.vectorize} is not allowed")
-    for statement, nest in enumerate(statements(module)):
-        call = loop_nest(nest)[1]
-        if call.signature.kind != "gemm":
-            continue
-        module = transforms.vectorize(module, candidate.vectorize, statement)
-        # A tile size the schedule asks for must suit the primitive; sizes the seed fixes (and a whole
-        # dimension smaller than every tile size) are padded later.
-        sizes = {"M": 0, "N": 0, "K": 0}
-        for target, size in tiles.items():
-            split = splits[target]
-            if split.on_primitive and split.statement == statement and size in split.factors:
-                sizes[split.dim] = size  # type: ignore[index]
-        violation = machine.gemm.violation(sizes["M"], sizes["N"], sizes["K"], candidate.vectorize)
-        if violation is not None:
-            raise Rejected("primitive constraint", violation)
     names = {fusion.name: fusion for fusion in space.fusions}
     if not set(candidate.fused) <= set(names):
         raise Rejected("not in this space", f"the schedule block fuses none of {', '.join(candidate.fused)}")
+    if candidate.micro_kernel is not None and candidate.micro_kernel not in machine.micro_kernels:
+        raise Rejected("not in this space", "this target has no micro-kernel of {} rows x {} vectors".format(
+            *candidate.micro_kernel))
+    laid_out = op.seed
+    for tensor, permutation in candidate.layouts:
+        laid_out = transforms.set_layout(laid_out, tensor, permutation)
+    nests = []
+    for index, nest in enumerate(statements(op.seed)):
+        loops = set(space.nests[index])
+        used = _tensors(nest)
+        nests.append(_scheduled_nest(
+            replace(op.seed, body=nest), index,
+            tuple((split, factors[split.target]) for split in space.splits if split.statement == index),
+            tuple(fuse for fuse in space.fuses if _statement_of(fuse, space) == index),
+            tuple(name for name in candidate.order if name in loops),
+            tuple((tensor, perm) for tensor, perm in candidate.layouts if tensor in used),
+            candidate.vectorize, machine.gemm))
+    module = replace_statements(replace(op.seed, tensors=laid_out.tensors), nests)
     if candidate.fused:
         pairs = [(names[name].consumer, names[name].producer) for name in sorted(candidate.fused,
                                                                                key=lambda n: names[n].consumer)]
         module = fuse_consumers(module, op.seed, pairs)
-    if candidate.micro_kernel is not None and candidate.micro_kernel not in machine.micro_kernels:
-        raise Rejected("not in this space", "this target has no micro-kernel of {} rows x {} vectors".format(
-            *candidate.micro_kernel))
     return module
+
+
+@functools.lru_cache(maxsize=4096)
+def _scheduled_nest(seed: Module, statement: int, splits: tuple[tuple[SplitChoice, int], ...],
+                    fuses: tuple[FuseChoice, ...], order: tuple[str, ...],
+                    layouts: tuple[tuple[str, tuple[int, ...]], ...], vectorize: str, gemm: GemmConstraints) -> Stmt:
+    """Statement number `statement` (the only nest of `seed`) with its own splits (each with its tile
+    size), fusions, loop order and the layouts of the tensors it touches, and,
+    for a GEMM, the vectorized dimension, whose tile sizes must suit the primitive."""
+    module = seed
+    for split, factor in splits:  # in directive order: loop names depend on it
+        if split.on_primitive:
+            module = transforms.split_primitive(module, split.dim, factor, split.outer, 0)  # type: ignore[arg-type]
+        else:
+            module = transforms.split_loop(module, split.target, factor, split.outer, split.inner or "")
+    for fuse in fuses:
+        if fuse.into_dim is not None:
+            module = transforms.fuse_into_primitive(module, fuse.loop, fuse.into_dim, 0)
+        else:
+            module = transforms.fuse_loops(module, fuse.loop, fuse.with_loop or "", fuse.fused or "")
+    module = transforms.reorder(module, order)
+    for tensor, permutation in layouts:
+        module = transforms.set_layout(module, tensor, permutation)
+    if loop_nest(module.body)[1].signature.kind == "gemm":
+        module = transforms.vectorize(module, vectorize, 0)
+        # A tile size the schedule asks for must suit the primitive; sizes the seed fixes (and a whole
+        # dimension smaller than every tile size) are padded later.
+        sizes = {"M": 0, "N": 0, "K": 0}
+        for split, factor in splits:
+            if split.on_primitive and factor in split.factors:
+                sizes[split.dim] = factor  # type: ignore[index]
+        violation = gemm.violation(sizes["M"], sizes["N"], sizes["K"], vectorize)
+        if violation is not None:
+            raise Rejected("primitive constraint", violation)
+    return module.body
+
+
+def _statement_of(fuse: FuseChoice, space: ScheduleSpace) -> int:
+    """The statement a fusion of loops belongs to."""
+    if fuse.into_dim is not None:
+        return fuse.statement
+    return next(index for index, loops in enumerate(space.nests) if fuse.fused in loops)
+
+
+def _tensors(nest: Stmt) -> set[str]:
+    return {access.name for _, access in loop_nest(nest)[1].operands}
 
 
 def _orders(op: BoundOperator) -> Iterable[tuple[str, ...]]:
