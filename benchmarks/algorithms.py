@@ -204,7 +204,8 @@ def plot(rows: list[dict[str, object]]) -> None:
     for axis, batch in zip(axes, (1, 32, 128), strict=True):
         data = [[r[f"{name}_pct"] for r in conv if f"B={batch} " in str(r["shape"]) and f"{name}_pct" in r]
                 for name in ALGORITHMS]
-        axis.boxplot(data, labels=["implicit", "explicit", "Winograd"])
+        axis.boxplot(data)
+        axis.set_xticks([1, 2, 3], ["implicit", "explicit", "Winograd"])
         axis.set_title(f"B = {batch}")
         axis.axhline(100, color="grey", linewidth=0.5)
     axes[0].set_ylabel("% of one core group's peak (direct-convolution flops)")
