@@ -174,3 +174,14 @@ def test_run_new_examples(name):
     result = swauto("run", str(GEMM_SW.parent / f"{name}.sw"), *sizes, "--target", "sw26010")
     assert result.returncode == 0, result.stderr
     assert "relative to the NumPy float64 reference: ok" in result.stdout
+
+
+def test_choose_lists_the_algorithms_and_says_which_and_why():
+    convs = [str(GEMM_SW.parent / name) for name in ("conv2d.sw", "conv2d_explicit.sw", "conv2d_winograd.sw")]
+    sizes = ["-D", "B=2", "-D", "Ni=8", "-D", "No=8", "-D", "Ri=6", "-D", "Ci=6", "-D", "stride=2"]
+    result = swauto("choose", *convs, *sizes, "--target", "sw26010")
+    assert result.returncode == 0, result.stderr
+    assert "does not apply: operator conv2d_winograd is written for `require stride == 1`" in result.stdout
+    assert "chosen     conv2d" in result.stdout and "is predicted fastest at" in result.stdout
+    refused = swauto("choose", *convs, *sizes, "--schedule", "12345678")
+    assert refused.returncode == 2 and "--schedule names one candidate of one file" in refused.stderr
