@@ -36,7 +36,8 @@ def lower(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
 
     The statements of the compute block are lowered one by one (each nest has its own buffers, named
     `s<i>_...` when there are several, which may share local memory with other statements') and put
-    back in order: a statement's transfers are all waited for before the next one starts."""
+    back in order, inside their sequence loops (a statement inside one sees the loop's variable as a
+    number: `Module.context`): a statement's transfers are all waited for before the next one starts."""
     stages: Stages = [("seed", op.seed)]
     module = apply(op, candidate, machine)
     stages.append(("schedule", module))
