@@ -19,7 +19,9 @@ PyTorch for the operators PyTorch has.
 - host: on 1 and 2 threads, the model's pick against PyTorch (oneDNN) on the same inputs, medians of
   `--repeat` calls taking turns: each convolution algorithm and `swauto.choose` against
   `torch.nn.functional.conv2d` (NCHW copies made outside the timed region), and the LSTM against
-  `torch.nn.LSTM` (its weights set to W, R and the bias).
+  `torch.nn.LSTM` (its weights set to W, R and the bias); the training operators against
+  `torch.nn.grad.conv2d_input` / `conv2d_weight` and the FC backward's three products, batchnorm
+  against `torch.nn.functional.batch_norm` in inference (scale and shift as its weight and bias).
 
 Writes benchmarks/results/algorithms.{csv,md} with the machine, the date and the command.
 """
@@ -151,6 +153,82 @@ def host(repeat: int) -> list[dict[str, object]]:
                 print(" ".join(f"{k}={_show(v)}" for k, v in row.items()), flush=True)
         rows.append(_host_lstm(threads, repeat, rng))
         print(" ".join(f"{k}={_show(v)}" for k, v in rows[-1].items()), flush=True)
+        for row in _host_others(threads, repeat, rng):
+            rows.append(row)
+            print(" ".join(f"{k}={_show(v)}" for k, v in row.items()), flush=True)
+    return rows
+
+
+TRAINING_CONV = {"B": 8, "Ni": 64, "No": 64, "Ri": 28, "Ci": 28, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1}
+FC = {"B": 32, "In": 1024, "Out": 1024}
+BATCHNORM = {"B": 8, "Ch": 64, "R": 56, "C": 56}
+
+
+def _host_others(threads: int, repeat: int, rng: np.random.Generator) -> list[dict[str, object]]:
+    """The training operators and batch normalization against PyTorch's own functions, on the same
+    arrays (PyTorch's in NCHW, copied outside the timed region); the flops are the GEMMs' (batchnorm:
+    its bytes moved are what matters, given as GB/s)."""
+    import torch
+
+    import swauto
+
+    def nchw(a: np.ndarray) -> torch.Tensor:  # [R, C, Ch, B] -> [B, Ch, R, C]
+        return torch.from_numpy(np.ascontiguousarray(a.transpose(3, 2, 0, 1)))
+
+    def oihw(w: np.ndarray) -> torch.Tensor:  # [Kr, Kc, No, Ni] -> [No, Ni, Kr, Kc]
+        return torch.from_numpy(np.ascontiguousarray(w.transpose(2, 3, 0, 1)))
+
+    p = TRAINING_CONV
+    x = rng.standard_normal((p["Ri"], p["Ci"], p["Ni"], p["B"]), dtype=np.float32)
+    w = rng.standard_normal((3, 3, p["No"], p["Ni"]), dtype=np.float32)
+    gy = rng.standard_normal((p["Ri"], p["Ci"], p["No"], p["B"]), dtype=np.float32)
+    xt, wt, gyt = nchw(x), oihw(w), nchw(gy)
+    conv_flops = direct_flops(p)
+    fc = FC
+    fx = rng.standard_normal((fc["B"], fc["In"]), dtype=np.float32)
+    fw = rng.standard_normal((fc["In"], fc["Out"]), dtype=np.float32)
+    fgy = rng.standard_normal((fc["B"], fc["Out"]), dtype=np.float32)
+    tfx, tfw, tfgy = torch.from_numpy(fx), torch.from_numpy(fw), torch.from_numpy(fgy)
+
+    def fc_torch() -> tuple[torch.Tensor, ...]:
+        return tfgy @ tfw.T, tfx.T @ tfgy, tfgy.sum(0)
+
+    bn = BATCHNORM
+    bx = rng.standard_normal((bn["R"], bn["C"], bn["Ch"], bn["B"]), dtype=np.float32)
+    scale, shift = rng.random(bn["Ch"], dtype=np.float32), rng.standard_normal(bn["Ch"], dtype=np.float32)
+    bxt, ones, zeros = nchw(bx), torch.ones(bn["Ch"]), torch.zeros(bn["Ch"])
+    cases = [  # name, params, arrays, output name, PyTorch call, PyTorch result in swauto's layout, flops
+        ("conv2d_backward_data", p, {"grad_output": gy, "weight": w}, "grad_input",
+         partial(torch.nn.grad.conv2d_input, xt.shape, wt, gyt, padding=1),
+         lambda r: r.numpy().transpose(2, 3, 1, 0), conv_flops),
+        ("conv2d_backward_weight", p, {"input": x, "grad_output": gy}, "grad_weight",
+         partial(torch.nn.grad.conv2d_weight, xt, wt.shape, gyt, padding=1),
+         lambda r: r.numpy().transpose(2, 3, 0, 1), conv_flops),
+        ("fc_backward", fc, {"x": fx, "weight": fw, "grad_y": fgy}, "grad_weight", fc_torch,
+         lambda r: r[1].numpy(), 4 * fc["B"] * fc["In"] * fc["Out"]),
+        ("batchnorm", bn, {"x": bx, "scale": scale, "shift": shift}, "y",
+         partial(torch.nn.functional.batch_norm, bxt, zeros, ones, torch.from_numpy(scale),
+                 torch.from_numpy(shift), False, 0.0, 0.0),
+         lambda r: r.numpy().transpose(2, 3, 1, 0), None),
+    ]
+    rows = []
+    with torch.inference_mode():
+        for name, params, arrays, output, call, layout, flops in cases:
+            kernel = swauto.compile(EXAMPLES / f"{name}.sw", params=params, target="host", threads=threads)
+            outputs = {t.name: np.zeros(t.shape, np.float32) for t in kernel.operator.seed.tensors
+                       if t.is_output}
+            kernel(**arrays, **outputs)
+            expected = layout(call())
+            error = float(np.abs(outputs[output] - expected).max() / np.abs(expected).max())
+            ours, theirs = median_seconds(partial(kernel, **arrays, **outputs), call, repeat=repeat)
+            row: dict[str, object] = {"part": "host", "shape": str(params), "threads": threads, "operator": name,
+                                      "swauto_ms": 1e3 * ours, "torch_ms": 1e3 * theirs,
+                                      "swauto_vs_torch": theirs / ours, "rel_err": error}
+            if flops:
+                row["swauto_gflops"] = flops / ours / 1e9
+            else:
+                row["swauto_GBps"] = 2 * bx.nbytes / ours / 1e9
+            rows.append(row)
     return rows
 
 
