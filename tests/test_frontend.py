@@ -405,3 +405,22 @@ def test_reorder_one_statement_permutes_only_its_loops():
     from swauto.schedule.space import candidates
 
     assert {c.order for c in candidates(load(text))} == {("a", "b", "c", "d"), ("a", "b", "d", "c")}
+
+
+def test_a_statement_is_fused_only_into_a_producer_inside_the_same_sequence_loops():
+    text = """
+    operator twice(T = 3, N = 8) {
+      tensor x[N]
+      tensor y[N]
+      compute {
+        first: copy(N = N, X = x, Z = y)
+        for t in 0..T {
+          relu(N = N, X = y, Z = y)
+          scale(N = N, X = y, Z = y, by = 0.5)
+        }
+      }
+      schedule { fuse relu into first }
+    }
+    """
+    with pytest.raises(CheckError, match="relu and first are not inside the same sequence loops"):
+        load(text)

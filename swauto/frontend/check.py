@@ -110,7 +110,7 @@ class _Checker:
         self.loops: list[list[ast.ForLoop]] = []
         self.seeds: list[Call] = []
         self.nests: list[Stmt] = []
-        self.groups: dict[str, tuple[int, int]] = {}  # the sequence loops and their ranges
+        self.loop_vars: set[str] = set()
         self.group_of: list[tuple[str, ...]] = []  # per statement, the sequence loops around it
 
     def fail(self, message: str, position: Position) -> CheckError:
@@ -235,7 +235,6 @@ class _Checker:
         or fused, and the nests inside see its variable as a number."""
         if not self.operator.compute:
             raise self.fail("the compute block is empty; it needs at least one primitive call", self.operator.position)
-        self.loop_vars: set[str] = set()
         nests: list[tuple[Stmt, ast.Call, list[ast.ForLoop]]] = []
         body = self.block(self.operator.compute, {}, nests, ())
         return body, nests
@@ -260,7 +259,6 @@ class _Checker:
                             f"be outside every other loop of its statement, not inside loop {loops[-1].var}",
                             statement.position)
                     ranges = {**outer, statement.var: self.loop_range(statement, outer)}
-                    self.groups[statement.var] = ranges[statement.var]
                     inner = self.block(statement.body, ranges, nests, (*group, statement.var))
                     lo, hi = ranges[statement.var]
                     parts.append(For(statement.var, ex.Const(lo), ex.Const(hi + 1), 1, inner))
@@ -679,6 +677,9 @@ class _Checker:
         if consumer <= producer:
             raise self.fail(f"{name} does not come after {into}; a statement is fused into the one that produces "
                             "its input", directive.position)
+        if self.group_of[consumer] != self.group_of[producer]:
+            raise self.fail(f"{name} and {into} are not inside the same sequence loops; a statement is fused into "
+                            "a producer that runs as often as it does", directive.position)
         call, producing = seeds[consumer], seeds[producer]
         tensor = producing.output.name
         if call.signature.kind != "map":
