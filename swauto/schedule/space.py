@@ -75,7 +75,7 @@ def apply(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
         loops = set(space.nests[index])
         used = _tensors(nest)
         nests.append(_scheduled_nest(
-            replace(op.seed, body=nest), index,
+            replace(op.seed, body=nest),
             tuple((split, factors[split.target]) for split in space.splits if split.statement == index),
             tuple(fuse for fuse in space.fuses if _statement_of(fuse, space) == index),
             tuple(name for name in candidate.order if name in loops),
@@ -90,12 +90,12 @@ def apply(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
 
 
 @functools.lru_cache(maxsize=4096)
-def _scheduled_nest(seed: Module, statement: int, splits: tuple[tuple[SplitChoice, int], ...],
+def _scheduled_nest(seed: Module, splits: tuple[tuple[SplitChoice, int], ...],
                     fuses: tuple[FuseChoice, ...], order: tuple[str, ...],
                     layouts: tuple[tuple[str, tuple[int, ...]], ...], vectorize: str, gemm: GemmConstraints) -> Stmt:
-    """Statement number `statement` (the only nest of `seed`) with its own splits (each with its tile
-    size), fusions, loop order and the layouts of the tensors it touches, and,
-    for a GEMM, the vectorized dimension, whose tile sizes must suit the primitive."""
+    """The statement that is `seed`'s only nest with its own splits (each with its tile size),
+    fusions, loop order and the layouts of the tensors it touches, and, for a GEMM, the vectorized
+    dimension, whose tile sizes must suit the primitive."""
     module = seed
     for split, factor in splits:  # in directive order: loop names depend on it
         if split.on_primitive:
