@@ -206,12 +206,12 @@ class _Kernel:
 
 
 def check_operand(call: Call, name: str, access: Access, sizes: Mapping[str, int]) -> None:
-    """The operand carries the primitive's dimensions for it (all of them, or for a map or reduction
-    a subset: broadcast or reduced), each over axes whose extents (with the operand's zero padding)
-    multiply to its size; an axis carrying nothing has extent 1."""
+    """The operand carries the primitive's dimensions for it that the call has (all of them, or for a
+    map or reduction a subset: broadcast or reduced), each over axes whose extents (with the
+    operand's zero padding) multiply to its size; an axis carrying nothing has extent 1."""
     extents = access.padded_extents()
     signature = call.signature
-    expected = signature.role_dims(name)
+    expected = tuple(dim for dim in signature.role_dims(name) if dim in sizes)
     carried = {dim for dim in access.dims if dim is not None}
     partial = signature.broadcast or signature.reduces_missing
     if not (carried <= set(expected) if partial else carried == set(expected)):

@@ -72,8 +72,8 @@ def emit_map(lw: Lowering, call: Call, env: Env) -> None:
 
 
 def emit_transform(lw: Lowering, call: Call, env: Env) -> None:
-    """`Z = T X` with T the primitive's constant matrix: a loop over N, each point's J inputs loaded
-    once, and each of the I outputs a sum of their nonzero multiples (no multiply for 1 or -1)."""
+    """`Z = T X` with T the primitive's constant matrix: loops over M and N, each point's J inputs
+    loaded once, and each of the I outputs a sum of their nonzero multiples (no multiply for 1 or -1)."""
     sizes = {dim: int(value) for dim, value in call.sizes}
     for role, access in call.operands:
         check_operand(call, role, access, sizes)
@@ -84,8 +84,8 @@ def emit_transform(lw: Lowering, call: Call, env: Env) -> None:
     def pointer(role: str, index: dict[str, ir.Value]) -> ir.Value:
         return _element(lw, maps[role], index, f"{call.primitive}.{role}")
 
-    def point(n: ir.Value) -> None:
-        x = [builder.load(pointer("X", {"J": i64(j), "N": n}), align=4) for j in range(sizes["J"])]
+    def point(m: ir.Value, n: ir.Value) -> None:
+        x = [builder.load(pointer("X", {"J": i64(j), "M": m, "N": n}), align=4) for j in range(sizes["J"])]
         for i, row in enumerate(matrix):
             total: ir.Value | None = None
             for j, coefficient in enumerate(row):
@@ -96,10 +96,11 @@ def emit_transform(lw: Lowering, call: Call, env: Env) -> None:
                     total = term if coefficient > 0 else builder.fneg(term)
                 else:
                     total = builder.fadd(total, term) if coefficient > 0 else builder.fsub(total, term)
-            builder.store(total if total is not None else ir.Constant(F32, 0.0), pointer("Z", {"I": i64(i), "N": n}),
-                          align=4)
+            builder.store(total if total is not None else ir.Constant(F32, 0.0),
+                          pointer("Z", {"I": i64(i), "M": m, "N": n}), align=4)
 
-    lw.loop(i64(0), i64(sizes.get("N", 1)), 1, f"{call.primitive}.N", point)
+    lw.loop(i64(0), i64(sizes.get("M", 1)), 1, f"{call.primitive}.M",
+            lambda m: lw.loop(i64(0), i64(sizes.get("N", 1)), 1, f"{call.primitive}.N", lambda n: point(m, n)))
 
 
 def _element(lw: Lowering, operand: OperandMap, index: dict[str, ir.Value], name: str) -> ir.Value:

@@ -1,8 +1,11 @@
 """Small constant-matrix transforms along one axis (Winograd F(2x2, 3x3), thesis 5.1.3): `Z = T X`.
 
-A transform's dimensions are I (its output rows), J (its input rows, reduced) and N (every other
-point, broadcast: the tile's other axes, which may be several, merged). Its matrix is part of the
-primitive, so a two-sided transform such as Bᵀ d B is two calls, one along each axis of the tile.
+A transform's dimensions are I (its output rows), J (its input rows, reduced), and M and N (every
+other point, broadcast: the tile's other axes, several of them merged into one where loops are
+fused). M is optional; with it, X and Z may carry M and N in different memory orders, so a transform
+can also transpose its tile's other axes (Winograd's channel and batch axes, into the order its
+GEMMs want). Its matrix is part of the primitive, so a two-sided transform such as Bᵀ d B is two
+calls, one along each axis of the tile.
 Adding a matrix is one `_transform` line here.
 """
 
@@ -23,11 +26,12 @@ def _transform(name: str, matrix: Matrix, description: str) -> Primitive:
     rows, columns = array.shape
 
     def compute(views: Mapping[str, np.ndarray], value: float | None) -> np.ndarray:
-        x = views["X"]  # [1, J, N] (dims in order I, J, N)
-        return np.einsum("ij,jn->in", array, x[0])[:, None, :]
+        x = views["X"]  # [1, J, M, N] (dims in order I, J, M, N)
+        return np.einsum("ij,jmn->imn", array, x[0])[:, None, :, :]
 
     return register(Primitive(
-        name=name, kind="transform", dims=("I", "J", "N"), inputs=(("X", ("J", "N")),), output=("Z", ("I", "N")),
+        name=name, kind="transform", dims=("I", "J", "M", "N"), inputs=(("X", ("J", "M", "N")),),
+        output=("Z", ("I", "M", "N")),
         combine="", compute=compute, flops_per_point=2 * nonzeros / (rows * columns), description=description,
         # Per point of I x J x N: one vector FMA (or add) per nonzero of the matrix, spread over its entries.
         cost={"matrix": matrix, "sizes": {"I": rows, "J": columns}, "sw26010_p0": nonzeros / (rows * columns)},
