@@ -9,7 +9,8 @@ rightmost child of that loop, once every iteration inside it has updated the til
 a producer (`Call.epilogue`) become statements just before that put, on the tile, their other
 inputs transferred like operands (`Call.transfers`). A box that may reach outside its tensor (a
 convolution's padding) is zero-filled there; an operand with padding zeros its buffer before the
-get. A strided tensor box (`Access.steps`) is gathered into a dense buffer box. The buffers of a
+get. A call left overwriting its output by `init_outputs` has the output tile zeroed in local memory
+instead of read. A strided tensor box (`Access.steps`) is gathered into a dense buffer box. The buffers of a
 GEMM are spread over the mesh as its blocks; those of other primitives are data-parallel
 (`LocalBuffer.spread`).
 
@@ -101,7 +102,8 @@ def transfer_box(access: Access, loops: tuple[For, ...], hoist: int) -> Transfer
 
 
 def place(access: Access, loops: tuple[For, ...], hoist: int, buffer: str, reads: bool, writes: bool,
-          tensor_shape: tuple[int, ...], context: tuple[tuple[str, int, int], ...] = ()) -> _Placement:
+          tensor_shape: tuple[int, ...], context: tuple[tuple[str, int, int], ...] = (),
+          zeroed: bool = False) -> _Placement:
     box = transfer_box(access, loops, hoist)
     starts, extents = box.starts, box.extents
     pad = access.pad or (0,) * len(extents)
@@ -120,9 +122,10 @@ def place(access: Access, loops: tuple[For, ...], hoist: int, buffer: str, reads
     tensor_box = Access(access.name, starts, extents, access.dims, steps=access.steps)
     local_box = Access(buffer, tuple(ex.Const(0) for _ in extents), extents, access.dims)
     ready, written = f"{buffer}_ready", f"{buffer}_written"
-    zero = (Zero(Access(buffer, tuple(ex.Const(0) for _ in shape), shape, access.dims)),) if any(pad) else ()
+    zero = (Zero(Access(buffer, tuple(ex.Const(0) for _ in shape), shape, access.dims)),) if any(pad) or zeroed \
+        else ()
     get = Dma("get", tensor_box, local_box, ready, zero_fill=not inside)
-    before = (*zero, get, DmaWait(ready)) if reads else ()
+    before = (*zero, get, DmaWait(ready)) if reads else zero
     after = (Dma("put", tensor_box, local_box, written), DmaWait(written)) if writes else ()
     return _Placement(box.home, before, after, operand, shape)
 
@@ -163,9 +166,10 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
         for role, access in call.transfers:
             tensor = module.tensor(access.name)
             writes = role == out
-            reads = not writes or call.signature.reads_output()
+            zeroed = writes and call.overwrite  # the tile starts from 0 in local memory (`init_outputs`)
+            reads = not writes or call.signature.reads_output() and not zeroed
             draft = place(access, loops, (hoist or {}).get(role, 0), names[role], reads, writes, tensor.shape,
-                          module.context)
+                          module.context, zeroed)
             key = None if draft.home is None else id(draft.home)
             identity = (role, key, draft.before, draft.after)
             if identity not in buffers:

@@ -3,10 +3,13 @@ identity of its primitive's combine (0 for a sum or a GEMM, -inf for a maximum).
 
 Guarantees: every nest whose call has `overwrite` set and whose primitive combines into its output
 is preceded by a nest that fills each output tile the call writes with that identity: the same
-loops that index the output, in the same order, around a `fill` of the same box. Afterwards no call
-has `overwrite` set, and every other statement is unchanged. A primitive that stores its result
-(a map) overwrites by itself: its flag is only cleared. Tiles are written exactly as the call
-writes them, so the fill covers what the statement overwrites and nothing else.
+loops that index the output, in the same order, around a `fill` of the same box. The exception is a
+sum whose every loop indexes its output, so that one call computes each output tile whole (a GEMM
+whose K is not split, around which no loop reduces): it keeps `overwrite`, and `infer_dma` zeroes the
+tile in local memory instead of reading it. Afterwards no other call has `overwrite` set, and every
+other statement is unchanged. A primitive that stores its result (a map) overwrites by itself: its
+flag is only cleared. Tiles are written exactly as the call writes them, so the fill covers what
+the statement overwrites and nothing else.
 """
 
 from __future__ import annotations
@@ -33,13 +36,39 @@ def _fill(loops: list[For], call: Call) -> Stmt:
     return body
 
 
+def _whole_tiles(loops: list[For], call: Call) -> bool:
+    """Whether each call computes its output tile whole, no other call touching it: a sum whose every
+    loop steps one axis of the output of its own by at least the box's extent there (a scatter, whose
+    boxes overlap, is not)."""
+    if call.signature.combine != "+":
+        return False
+    out = call.output
+    axes: set[int] = set()
+    for loop in loops:
+        stepped = []
+        for axis, start in enumerate(out.starts):
+            form = ex.linear_form(start)
+            if form is None:
+                return False
+            step = form[0].get(loop.var, 0)
+            extent = out.extents[axis]
+            if step and not (isinstance(extent, int) and abs(step) >= extent and len(form[0]) == 1):
+                return False
+            if step:
+                stepped.append(axis)
+        if len(stepped) != 1 or stepped[0] in axes:
+            return False
+        axes.add(stepped[0])
+    return True
+
+
 def init_outputs(module: Module) -> Module:
     if not any(loop_nest(nest)[1].overwrite for nest in statements(module)):
         return module
 
     def initialised(_: int, nest: Stmt) -> list[Stmt]:
         loops, call = loop_nest(nest)
-        if not call.overwrite:
+        if not call.overwrite or _whole_tiles(loops, call):
             return [nest]
         cleared = rebuild_nest(loops, replace(call, overwrite=False))
         return [_fill(loops, call), cleared] if call.signature.combine else [cleared]
