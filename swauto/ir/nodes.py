@@ -194,8 +194,10 @@ class Call:
     a box per role, in the primitive's role order (boxes of tensors in the seed, of local buffers
     once `infer_dma` has run). `vectorize` is the free dimension the primitive vectorizes (None until
     chosen, or for primitives without the choice). With `overwrite`, the statement around this call
-    overwrites its output instead of combining into it: `init_outputs` first sets each tile it writes
-    to the combine's identity, and clears the flag. `constant` is the primitive's scalar argument.
+    overwrites its output instead of combining into it (the call combines into the identity):
+    `init_outputs` first sets each tile it writes to the combine's identity and clears the flag,
+    except for a sum that computes each tile whole, whose tile `infer_dma` then zeroes in local
+    memory. `constant` is the primitive's scalar argument.
     `epilogue` holds element-wise calls fused into this one (a consumer fused into its producer):
     they run on the output box once it is complete, before it is written back; `infer_dma` makes
     them statements of their own (their output box is this call's, their other inputs get transfers).
