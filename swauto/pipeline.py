@@ -14,6 +14,7 @@ from swauto.ir.nodes import Alloc, Module, Seq, Stmt, seq
 from swauto.ir.rename import prefix_buffers
 from swauto.machine import LocalMemoryMachine
 from swauto.passes.double_buffer import double_buffer
+from swauto.passes.forward_transfers import forward_transfers
 from swauto.passes.hoist_dma import hoist_dma
 from swauto.passes.infer_dma import infer_dma
 from swauto.passes.init_outputs import init_outputs
@@ -53,11 +54,20 @@ def lower(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
                    for index, (nest, context) in enumerate(zip(nests, contexts(initialised), strict=True))]
         if candidate.double_buffer and not any(name == "double_buffer" for per in lowered for name, _ in per):
             raise Rejected("no transfer inside a loop to double buffer")
-        for name in NEST_PASSES:
+        for name in NEST_PASSES[:-1]:
             if candidate.double_buffer or name != "double_buffer":
                 parts = [_stage(per, name) for per in lowered]
                 module = replace(parts[0], buffers=tuple(b for p in parts for b in p.buffers), context=())
                 stages.append((name, _assemble(initialised, [p.body for p in parts], module)))
+        module = stages[-1][1]
+        forwarded = forward_transfers(module)
+        try:
+            planned = plan_local_memory(forwarded, machine)
+            if forwarded is not module:
+                stages.append(("forward_transfers", forwarded))
+        except Rejected:  # the values kept for later statements leave too little room: read them again
+            planned = plan_local_memory(module, machine)
+        stages.append(("plan_local_memory", planned))
     if verify.enabled():
         for name, stage in stages:
             verify.verify(stage, name)
@@ -70,7 +80,7 @@ def _lower_statement(module: Module, index: int, doubled: bool, machine: LocalMe
     only that nest) with its buffers named `s<index>_...`. Candidates of an operator with several
     statements mostly differ in one statement: the others' lowerings are remembered, not redone."""
     return [(name, prefix_buffers(stage, f"s{index}_", index))
-            for name, stage in _lower_nest(module, doubled, machine, optional_doubling=True)]
+            for name, stage in _lower_nest(module, doubled, machine, optional_doubling=True, planned=False)]
 
 
 def _assemble(structure: Module, bodies: list[Stmt], module: Module) -> Module:
@@ -103,8 +113,9 @@ def _stage(stages: Stages, name: str) -> Module:
 
 
 def _lower_nest(module: Module, doubled: bool, machine: LocalMemoryMachine,
-                optional_doubling: bool = False) -> Stages:
-    """The passes on a module of one nest (its peeled copies come from it)."""
+                optional_doubling: bool = False, planned: bool = True) -> Stages:
+    """The passes on a module of one nest (its peeled copies come from it); without `planned`, all
+    but `plan_local_memory` (a statement of several is planned with the others, once assembled)."""
     stages: Stages = []
     module = peel_boundaries(module)
     stages.append(("peel_boundaries", module))
@@ -121,8 +132,8 @@ def _lower_nest(module: Module, doubled: bool, machine: LocalMemoryMachine,
             stages.append(("double_buffer", module))
         elif not optional_doubling:
             raise Rejected("no transfer inside a loop to double buffer")
-    module = plan_local_memory(module, machine)
-    stages.append(("plan_local_memory", module))
+    if planned:
+        stages.append(("plan_local_memory", plan_local_memory(module, machine)))
     return stages
 
 

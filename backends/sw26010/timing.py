@@ -297,12 +297,14 @@ def check_local_memory(module: Module, machine: SW26010) -> int:
     buffers overlap or do not fit (both simulators run it first)."""
     used = 0
     ranges: dict[int, list[tuple[int, int, str]]] = {}  # per statement: buffers of others may overlap
+    resident: list[tuple[int, int, str]] = []  # buffers kept across statements overlap none
     for buffer in module.buffers:
         size = per_cpe_bytes(buffer, machine)
         start = buffer.offset if buffer.offset is not None else used
-        ranges.setdefault(buffer.statement, []).append((start, start + size, buffer.name))
+        placed = (start, start + size, buffer.name)
+        (resident if buffer.resident else ranges.setdefault(buffer.statement, [])).append(placed)
         used = max(used, start + size)
-    for placed in ranges.values():
+    for placed in [resident + group for group in ranges.values()] or [resident]:
         placed.sort()
         for (_, end, first), (start, _, second) in zip(placed, placed[1:], strict=False):
             if start < end:

@@ -45,7 +45,8 @@ class LocalBuffer:
     copies, which only take local memory; no statement names them). `spread` is how the mesh holds
     it: 'mesh', the GEMM's blocks over the 8 x 8 CPEs (each row of a transfer cut over the mesh
     columns), or 'flat' for data-parallel primitives (maps, reductions, transforms: each CPE a
-    contiguous share, so a transfer moves the box's longest contiguous runs).
+    contiguous share, so a transfer moves the box's longest contiguous runs). A `resident` buffer
+    holds values later statements read (`forward_transfers`): it shares local memory with no other.
     """
 
     name: str
@@ -55,6 +56,7 @@ class LocalBuffer:
     statement: int = 0
     copy_of: str | None = None
     spread: str = "mesh"
+    resident: bool = False
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,7 @@ def format_module(module: Module) -> str:
     for buffer in module.buffers:
         where = "" if buffer.offset is None else f" at {buffer.offset}"
         where += f" (statement {buffer.statement})" if buffer.statement else ""
+        where += " resident" if buffer.resident else ""
         where += " flat" if buffer.spread == "flat" else ""
         lines.append(f"  local {buffer.name}[{', '.join(map(str, buffer.shape))}] {buffer.dtype}{where}")
     lines.append("body:")

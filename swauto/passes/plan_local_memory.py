@@ -1,7 +1,10 @@
 """Local-memory planning (thesis 4.1.3 strategy 2, 5.1.2.3).
 
-Guarantees (for the buffers of one statement): every local buffer has a per-CPE offset, 32-byte
-aligned (one 256-bit register), with no overlap, and the sum fits one CPE's usable local memory.
+Guarantees: every local buffer has a per-CPE offset, 32-byte aligned (one 256-bit register). The
+buffers of different statements of the compute block are never live at once, so each statement's
+start at the same place; `resident` buffers (values kept for later statements) come first and
+overlap nothing. No two buffers that may be live at once overlap, and the whole fits one CPE's
+usable local memory.
 Each buffer a GEMM computes on gets a float64 copy (`<name>_double`, `LocalBuffer.copy_of`; one tile
 even when the buffer is double buffered): the primitive converts single precision to double in LDM.
 Raises `Rejected` when the buffers do not fit.
@@ -10,11 +13,10 @@ Raises `Rejected` when the buffers do not fit.
 from __future__ import annotations
 
 from dataclasses import replace
-from itertools import takewhile
 from math import ceil, prod
 
 from swauto.errors import Rejected
-from swauto.ir.nodes import Alloc, Call, LocalBuffer, Module, Seq, seq
+from swauto.ir.nodes import Alloc, Call, LocalBuffer, Module, Seq, Stmt, seq
 from swauto.ir.visitor import walk
 from swauto.machine import DTYPE_BYTES, LocalMemoryMachine
 
@@ -42,7 +44,8 @@ def _twins(module: Module, machine: LocalMemoryMachine) -> list[LocalBuffer]:
                 if prod(shape) > prod(tiles.get(access.name, (0,))):
                     tiles[access.name] = shape
     return [
-        LocalBuffer(f"{buffer.name}_double", tiles[buffer.name], machine.gemm_compute_dtype, copy_of=buffer.name)
+        LocalBuffer(f"{buffer.name}_double", tiles[buffer.name], machine.gemm_compute_dtype,
+                    statement=buffer.statement, copy_of=buffer.name, resident=buffer.resident)
         for buffer in module.buffers
         if buffer.name in tiles and buffer.dtype != machine.gemm_compute_dtype
     ]
@@ -59,17 +62,42 @@ def footprint(module: Module, machine: LocalMemoryMachine, doubling: bool = Fals
 def plan_local_memory(module: Module, machine: LocalMemoryMachine) -> Module:
     buffers = [b for b in module.buffers if b.copy_of is None]
     twins = _twins(replace(module, buffers=tuple(buffers)), machine)
-    placed = []
-    offset = 0
+    placed: dict[str, LocalBuffer] = {}
+    resident = 0
     for buffer in buffers + twins:
-        placed.append(replace(buffer, offset=offset))
-        offset += aligned(per_cpe_bytes(buffer, machine))
-    if offset > machine.ldm_usable_bytes:
+        if buffer.resident:
+            placed[buffer.name] = replace(buffer, offset=resident)
+            resident += aligned(per_cpe_bytes(buffer, machine))
+    used = resident
+    for statement in dict.fromkeys(b.statement for b in buffers):
+        offset = resident
+        for buffer in buffers + twins:
+            if buffer.statement == statement and not buffer.resident:
+                placed[buffer.name] = replace(buffer, offset=offset)
+                offset += aligned(per_cpe_bytes(buffer, machine))
+        used = max(used, offset)
+    if used > machine.ldm_usable_bytes:
         raise Rejected(
             "local memory overflow",
-            f"{offset} B per CPE needed, {machine.ldm_usable_bytes} B available",
+            f"{used} B per CPE needed, {machine.ldm_usable_bytes} B available",
         )
-    statements = module.body.stmts if isinstance(module.body, Seq) else (module.body,)
-    allocs = len(list(takewhile(lambda stmt: isinstance(stmt, Alloc), statements)))
-    body = seq(*statements[:allocs], *(Alloc(twin.name) for twin in twins), *statements[allocs:])
-    return replace(module, buffers=tuple(placed), body=body)
+    ordered = [b for statement in dict.fromkeys(b.statement for b in buffers) for b in buffers + twins
+               if b.statement == statement]
+    return replace(module, buffers=tuple(placed[b.name] for b in ordered),
+                   body=_allocate_twins(module.body, twins))
+
+
+def _allocate_twins(body: Stmt, twins: list[LocalBuffer]) -> Stmt:
+    """`body` with each twin's Alloc at the end of the run of Allocs that holds its buffer's."""
+    if not twins:
+        return body
+    out: list[Stmt] = []
+    run: set[str] = set()  # the buffers of the run of Allocs just before
+    for stmt in [*body.stmts, Seq(())] if isinstance(body, Seq) else [body, Seq(())]:
+        if isinstance(stmt, Alloc):
+            run.add(stmt.buffer)
+        elif run:
+            out.extend(Alloc(twin.name) for twin in twins if twin.copy_of in run)
+            run = set()
+        out.append(stmt)
+    return seq(*out[:-1])

@@ -1,0 +1,267 @@
+"""Forwarding values between the statements of a compute block through local memory (thesis 5.2,
+algorithm 6: an LSTM step keeps c, h and the gates in local memory between its element-wise passes).
+
+Each statement is lowered on its own and ends with its results written back to memory; the next
+statement reads them back. Here, in each *block* (the kernel's body, or the body of a sequence loop:
+a loop whose body uses buffers of several statements), at its top level:
+
+- **Forwarding.** A get of a box of a tensor whose values a local buffer of an earlier statement
+  still holds (it put that box, or got it, and nothing since wrote that buffer or an overlapping box
+  of the tensor) is dropped, and the later statement reads the holder instead. Only where the two
+  are interchangeable: the same box of the same tensor (no padding, no strides, no zero fill), the
+  same buffer box extents, dtype and spread over the mesh (so every CPE already holds its share:
+  no exchange between CPEs is needed), and the dropped buffer is used nowhere but that box. The
+  holder is marked `resident`: it keeps its local memory for the whole kernel.
+- **Dead writes.** A put whose box no later get in the block may read is dropped when a later put
+  of the same box in the block overwrites it first, or when its tensor is an intermediate
+  (`Tensor.is_local`) that nothing reads afterwards: the block is the kernel's body, or a sequence
+  loop at the kernel's top level whose every transfer of that tensor takes the slice of one axis
+  numbered by the loop's variable (each iteration its own slice), with no transfer of it after the
+  loop.
+
+Guarantees: every value a statement reads is the one it read before (the holder holds that box's
+current contents); every element of memory read later, or by the caller, is written as before.
+Waits for dropped transfers and buffers no longer used go too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from swauto.ir import expr as ex
+from swauto.ir.dependence import disjoint, loop_ranges
+from swauto.ir.nodes import Access, Alloc, Call, Dma, DmaWait, For, Let, Module, Seq, Stmt, Zero, seq
+from swauto.ir.visitor import Rewriter, walk
+
+
+@dataclass(frozen=True)
+class _Holding:
+    """`holder`, a box of a local buffer of statement `statement`, holds the values of `region`."""
+
+    region: Access
+    holder: Access
+    statement: int
+
+
+def forward_transfers(module: Module) -> Module:
+    statement_of = {buffer.name: buffer.statement for buffer in module.buffers}
+    if len(set(statement_of.values())) < 2:
+        return module
+    uses = _buffer_uses(module.body)
+    forwarding = _Forwarding(module, statement_of, uses)
+    body = forwarding.block(module.body, loop=None)
+    if body == module.body:
+        return module
+    issued = {node.reply for node, _ in walk(body) if isinstance(node, Dma)}
+    used = {access.name for node, _ in walk(body) for access in _boxes(node)}
+    body = _Prune(issued, used).rewrite(body)
+    buffers = tuple(replace(b, resident=b.resident or b.name in forwarding.residents)
+                    for b in module.buffers if b.name in used)
+    return replace(module, buffers=buffers, body=body)
+
+
+class _Forwarding:
+    def __init__(self, module: Module, statement_of: dict[str, int], uses: dict[str, list[Access]]) -> None:
+        self.module = module
+        self.statement_of = statement_of
+        self.uses = uses
+        self.residents: set[str] = set()
+
+    def block(self, body: Stmt, loop: For | None) -> Stmt:
+        """`body` (the kernel's, or the sequence loop `loop`'s) with its top-level transfers forwarded
+        and dead puts dropped; sequence loops inside it are blocks of their own."""
+        stmts = body.stmts if isinstance(body, Seq) else (body,)
+        stmts = tuple(For(s.var, s.start, s.stop, s.stride, self.block(s.body, s)) if self.is_sequence_loop(s)
+                      else s for s in stmts)
+        stmts = self.forward(stmts)
+        stmts = self.drop_dead_puts(stmts, loop)
+        return seq(*stmts)
+
+    def is_sequence_loop(self, stmt: Stmt) -> bool:
+        return isinstance(stmt, For) and len({self.statement_of[a.name] for node, _ in walk(stmt.body)
+                                              for a in _boxes(node) if a.name in self.statement_of}) > 1
+
+    # --- forwarding ----------------------------------------------------------------------------
+
+    def forward(self, stmts: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+        holdings: list[_Holding] = []
+        substitute: dict[str, Access] = {}  # dropped buffer -> the holder box it reads instead
+        holders_of: dict[int, set[str]] = {}  # per statement, the holder buffers it reads
+        out: list[Stmt] = []
+        for stmt in stmts:
+            stmt = _Substitute(substitute).rewrite(stmt) if substitute else stmt
+            if isinstance(stmt, Dma) and stmt.direction == "get":
+                holding = self.holding_for(stmt, holdings, holders_of)
+                if holding is not None:
+                    substitute[stmt.buffer.name] = holding.holder
+                    holders_of.setdefault(self.statement_of[stmt.buffer.name], set()).add(holding.holder.name)
+                    self.residents.add(holding.holder.name)
+                    continue
+            holdings = [h for h in holdings if not _invalidated(h, stmt)]
+            if isinstance(stmt, Dma) and _plain(stmt):
+                holdings.append(_Holding(stmt.tensor, stmt.buffer, self.statement_of[stmt.buffer.name]))
+            out.append(stmt)
+        return tuple(out)
+
+    def holding_for(self, get: Dma, holdings: list[_Holding], holders_of: dict[int, set[str]]) -> _Holding | None:
+        """The holding a get may read instead of memory, if any."""
+        if not _plain(get):
+            return None
+        name = get.buffer.name
+        statement = self.statement_of[name]
+        if any(use != get.buffer or use.pad or use.steps for use in self.uses[name]):
+            return None
+        if sum(isinstance(node, Zero) and node.buffer.name == name for node, _ in walk(self.module.body)):
+            return None
+        mine = self.module.buffer(name)
+        for holding in reversed(holdings):
+            other = self.module.buffer(holding.holder.name)
+            if holding.statement == statement or holding.region != get.tensor or \
+                    holding.holder.extents != get.buffer.extents or (other.dtype, other.spread) != \
+                    (mine.dtype, mine.spread):
+                continue
+            # One operand per statement through each holder: a statement writing one of them would
+            # change what the other reads.
+            if holding.holder.name in holders_of.get(statement, set()):
+                continue
+            return holding
+        return None
+
+    # --- dead puts -----------------------------------------------------------------------------
+
+    def drop_dead_puts(self, stmts: tuple[Stmt, ...], loop: For | None) -> tuple[Stmt, ...]:
+        out = list(stmts)
+        for index in reversed(range(len(out))):
+            stmt = out[index]
+            if not (isinstance(stmt, Dma) and stmt.direction == "put" and not stmt.tensor.steps):
+                continue
+            later = out[index + 1:]
+            if self.read_later(stmt.tensor, later) is False and \
+                    (self.overwritten(stmt.tensor, later) or self.private(stmt.tensor.name, loop)):
+                del out[index]
+        return tuple(out)
+
+    @staticmethod
+    def read_later(region: Access, later: list[Stmt]) -> bool:
+        """Whether a get among `later` (at any depth) may read an element of `region`."""
+        for stmt in later:
+            for node, loops in walk(stmt):
+                if isinstance(node, Dma) and node.direction == "get" and node.tensor.name == region.name and \
+                        not _apart(node.tensor, region, loops):
+                    return True
+        return False
+
+    @staticmethod
+    def overwritten(region: Access, later: list[Stmt]) -> bool:
+        """Whether a top-level put among `later` writes exactly `region` (reads were checked before)."""
+        return any(isinstance(s, Dma) and s.direction == "put" and s.tensor == region for s in later)
+
+    def private(self, tensor: str, loop: For | None) -> bool:
+        """Whether every value of intermediate `tensor` put in this block is read, if ever, only in the
+        same block run (the same iteration of `loop`)."""
+        if not self.module.tensor(tensor).is_local:
+            return False
+        top = self.module.body.stmts if isinstance(self.module.body, Seq) else (self.module.body,)
+        if loop is None:
+            return True
+        if not any(stmt is loop for stmt in top):
+            return False
+        after = top[next(i for i, s in enumerate(top) if s is loop) + 1:]
+        if any(isinstance(n, Dma) and n.tensor.name == tensor for s in after for n, _ in walk(s)):
+            return False
+        boxes = [n.tensor for n, _ in walk(loop.body) if isinstance(n, Dma) and n.tensor.name == tensor]
+        own = ex.Var(loop.var)
+        return any(all(box.starts[axis] == own and box.extents[axis] == 1 for box in boxes)
+                   for axis in range(len(boxes[0].starts)))
+
+
+def _plain(dma: Dma) -> bool:
+    return not (dma.zero_fill or dma.tensor.pad or dma.tensor.steps or dma.buffer.pad or dma.buffer.steps)
+
+
+def _apart(a: Access, b: Access, loops: tuple[For, ...]) -> bool:
+    """Whether two boxes of one tensor provably share no element, for every value of the variables
+    (those of `loops` in their ranges; `b` uses none of them)."""
+    if a.steps or b.steps or not all(isinstance(e, int) for e in a.extents + b.extents):
+        return False
+    return disjoint(a.starts, a.extents, b.starts, b.extents, loop_ranges(loops))  # type: ignore[arg-type]
+
+
+def _invalidated(holding: _Holding, stmt: Stmt) -> bool:
+    """Whether `stmt` may change the values of `holding`'s region or of its holder, or redefine a
+    variable their boxes use."""
+    names = {v for access in (holding.region, holding.holder) for e in access.starts for v in ex.free_vars(e)}
+    for node, loops in walk(stmt):
+        if isinstance(node, Let) and node.var in names:
+            return True
+        if isinstance(node, Dma) and node.direction == "put" and node.tensor.name == holding.region.name and \
+                not _apart(node.tensor, holding.region, loops):
+            return True
+        written = _written_box(node)
+        if written is not None and written.name == holding.holder.name:
+            return True
+    return False
+
+
+def _written_box(node: Stmt) -> Access | None:
+    """The local buffer box `node` writes, if any."""
+    if isinstance(node, Dma) and node.direction == "get":
+        return node.buffer
+    if isinstance(node, Zero):
+        return node.buffer
+    if isinstance(node, Call):
+        return node.output
+    return None
+
+
+def _boxes(node: Stmt) -> tuple[Access, ...]:
+    """The local buffer boxes a leaf statement names (tensors' too, for a Call before `infer_dma`)."""
+    if isinstance(node, Dma):
+        return (node.buffer,)
+    if isinstance(node, Zero):
+        return (node.buffer,)
+    if isinstance(node, Call):
+        return tuple(access for _, access in node.operands)
+    return ()
+
+
+def _buffer_uses(body: Stmt) -> dict[str, list[Access]]:
+    """Every box of each local buffer the body names (Allocs aside)."""
+    uses: dict[str, list[Access]] = {}
+    for node, _ in walk(body):
+        for access in _boxes(node):
+            uses.setdefault(access.name, []).append(access)
+    return uses
+
+
+class _Substitute(Rewriter):
+    """Reads of a dropped buffer's box become reads of its holder's box (the dims stay the reader's)."""
+
+    def __init__(self, holders: dict[str, Access]) -> None:
+        self.holders = holders
+
+    def access(self, access: Access) -> Access:
+        holder = self.holders.get(access.name)
+        return access if holder is None else replace(holder, dims=access.dims)
+
+    def rewrite_Dma(self, stmt: Dma) -> Stmt:
+        return replace(stmt, buffer=self.access(stmt.buffer))
+
+    def rewrite_Zero(self, stmt: Zero) -> Stmt:
+        return Zero(self.access(stmt.buffer))
+
+    def rewrite_Call(self, stmt: Call) -> Stmt:
+        return stmt.with_operands(lambda _, access: self.access(access))
+
+
+class _Prune(Rewriter):
+    """Drops waits for replies no transfer uses any more and allocations of unused buffers."""
+
+    def __init__(self, issued: set[str], used: set[str]) -> None:
+        self.issued, self.used = issued, used
+
+    def rewrite_Seq(self, stmt: Seq) -> Stmt:
+        kept = [self.rewrite(s) for s in stmt.stmts
+                if not (isinstance(s, DmaWait) and s.reply not in self.issued)
+                and not (isinstance(s, Alloc) and s.buffer not in self.used)]
+        return seq(*kept) if kept else Seq(())
