@@ -29,6 +29,7 @@ Writes benchmarks/results/algorithms.{csv,md} with the machine, the date and the
 from __future__ import annotations
 
 import argparse
+import datetime
 import itertools
 import os
 import tempfile
@@ -37,7 +38,7 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-from common import RESULTS, header, write_tables  # benchmarks/ is on the path when run as a script
+from common import RESULTS, header, machine_name, write_tables  # benchmarks/ is on the path when run as a script
 from operators import median_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -337,11 +338,14 @@ def main() -> None:
         rows += sw_lstm()
     if "host" in args.parts:
         rows += host(args.repeat)
+    measured = f"{datetime.date.today()} {machine_name()}"
+    rows = [{"part": row["part"], "measured": measured, **row} for row in rows]
     rows = _earlier_rows(set(args.parts)) + rows  # the parts not run this time stay as they were
-    fields = list(dict.fromkeys(key for row in rows for key in row))
+    order = {"part": 0, "measured": 1, "shape": 2}
+    fields = sorted(dict.fromkeys(key for row in rows for key in row), key=lambda f: order.get(f, 3))
     write_tables("algorithms", fields, rows, "Convolution algorithms, LSTM and the algorithm choice (issue 10)",
                  f"Produced by `benchmarks/algorithms.py` (its docstring says what each figure is). "
-                 f"Whole run: {time.perf_counter() - started:.0f} s.")
+                 f"Whole run: {time.perf_counter() - started:.0f} s.", group="part")
     plot(rows)
 
 

@@ -15,23 +15,29 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
 
-def header() -> str:
-    """The command, the date, this machine (the simulator's host) and its core count."""
-    command = "python " + " ".join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv))
-    cpu = platform.processor() or platform.machine()
+def machine_name() -> str:
+    """The CPU's model name."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return platform.processor() or platform.machine()
+
+
+def header() -> str:
+    """The command, the date, this machine (the simulator's host) and its core count."""
+    command = "python " + " ".join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv))
+    cpu = machine_name()
     when = datetime.datetime.now().isoformat(timespec="seconds")
     return f"`{command}` — {when}  {cpu}  {os.cpu_count()} cores  Python {platform.python_version()}"
 
 
-def write_tables(name: str, fields: Sequence[str], rows: Sequence[dict], title: str, notes: str = "") -> None:
-    """benchmarks/results/NAME.csv (all fields) and NAME.md (the header line, notes, a table)."""
+def write_tables(name: str, fields: Sequence[str], rows: Sequence[dict], title: str, notes: str = "",
+                 group: str | None = None) -> None:
+    """benchmarks/results/NAME.csv (all fields) and NAME.md (the header line, notes, a table; with
+    `group`, a table per value of that field, each with the fields its rows have)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     with open(RESULTS / f"{name}.csv", "w", newline="") as out:
         writer = csv.DictWriter(out, fieldnames=list(fields))
@@ -40,11 +46,18 @@ def write_tables(name: str, fields: Sequence[str], rows: Sequence[dict], title: 
     lines = [f"# {title}", "", header(), ""]
     if notes:
         lines += [notes, ""]
-    lines.append("| " + " | ".join(fields) + " |")
-    lines.append("|" + "---|" * len(fields))
-    for row in rows:
-        lines.append("| " + " | ".join(_cell(row.get(f, "")) for f in fields) + " |")
-    (RESULTS / f"{name}.md").write_text("\n".join(lines) + "\n")
+    groups = dict.fromkeys(row[group] for row in rows) if group else [None]
+    for value in groups:
+        chosen = [row for row in rows if group is None or row[group] == value]
+        present = [f for f in fields if any(row.get(f, "") != "" for row in chosen)]
+        if group:
+            lines += [f"## {value}", ""]
+        lines.append("| " + " | ".join(present) + " |")
+        lines.append("|" + "---|" * len(present))
+        for row in chosen:
+            lines.append("| " + " | ".join(_cell(row.get(f, "")) for f in present) + " |")
+        lines.append("")
+    (RESULTS / f"{name}.md").write_text("\n".join(lines))
 
 
 def _cell(value: object) -> str:
