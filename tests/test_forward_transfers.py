@@ -56,6 +56,20 @@ operator carried(T = 4, N = 8) {
 }
 """
 
+RECURRENCE = """
+operator recurrence(T = 5, N = 8) {
+  tensor x[T, N]
+  tensor y[T + 1, N]
+  compute {
+    start: copy(N = N, X = x[0], Z = y[0])
+    for t in 0..T {
+      add(N = N, X = y[t], Y = x[t], Z = y[t + 1])
+      scale(N = N, X = y[t + 1], Z = y[t + 1], by = 0.5)
+    }
+  }
+}
+"""
+
 PRODUCT = """
 operator product(M = 16, N = 16, K = 8) {
   tensor a[M, K]
@@ -70,9 +84,10 @@ operator product(M = 16, N = 16, K = 8) {
 """
 
 
-def _transfers(module: Module, tensor: str, direction: str) -> list[Dma]:
-    return [node for node, _ in walk(module.body)
-            if isinstance(node, Dma) and node.tensor.name == tensor and node.direction == direction]
+def _transfers(module: Module, tensor: str, direction: str, in_loops: bool = False) -> list[Dma]:
+    """The transfers of `tensor` in that direction (with `in_loops`, those inside a loop)."""
+    return [node for node, loops in walk(module.body) if isinstance(node, Dma) and node.tensor.name == tensor
+            and node.direction == direction and (loops or not in_loops)]
 
 
 def _check_every_candidate(text: str, target: str) -> list[Module]:
@@ -109,11 +124,21 @@ def test_a_later_write_makes_a_held_value_stale(target):
 
 
 @pytest.mark.parametrize("target", ["sw26010", "host"])
-def test_a_value_carried_to_the_next_iteration_is_written_and_read_again(target):
+def test_a_value_carried_to_the_next_iteration_stays_in_local_memory(target):
     for final in _check_every_candidate(CARRIED, target):
         # Inside an iteration, scale reads add's result in local memory and add's write is dead; the
-        # next iteration reads s from memory, so scale's write stays.
+        # next iteration's add reads scale's buffer: s is read once before the loop, written once after.
+        assert not _transfers(final, "s", "get", in_loops=True) and not _transfers(final, "s", "put", in_loops=True)
         assert len(_transfers(final, "s", "get")) == 1 and len(_transfers(final, "s", "put")) == 2
+
+
+@pytest.mark.parametrize("target", ["sw26010", "host"])
+def test_a_row_the_previous_iteration_wrote_is_read_from_local_memory(target):
+    for final in _check_every_candidate(RECURRENCE, target):
+        # Iteration t reads y[t], which iteration t - 1 wrote from a buffer it still holds; every row is
+        # still written (y is an output), once.
+        assert not _transfers(final, "y", "get", in_loops=True)
+        assert len(_transfers(final, "y", "put", in_loops=True)) == 1
 
 
 def test_a_value_spread_differently_over_the_mesh_is_read_again():

@@ -69,10 +69,11 @@ class _State:
     buffers: dict[str, np.ndarray]
     # reply -> the transfers with that reply still in flight
     in_flight: dict[str, list[_Flight]] = field(default_factory=dict)
-    # Per output element, how many puts wrote it; per buffer box filled by a get, those counts then.
-    # A put whose box was written by another put since its get would overwrite that result.
+    # Per output element, how many puts wrote it; per buffer box filled by a get, the memory box it
+    # came from and those counts then. A put back to that box, written by another put since the get,
+    # would overwrite that result.
     versions: dict[str, np.ndarray] = field(default_factory=dict)
-    read_at: dict[Box, np.ndarray] = field(default_factory=dict)
+    read_at: dict[Box, tuple[Box, np.ndarray]] = field(default_factory=dict)
     counters: Counters = field(default_factory=Counters)
     timeline: Timeline | None = None
 
@@ -191,12 +192,13 @@ class _Machine(Visitor):
             local[...] = memory
             state.counters.dma_get_bytes += memory.nbytes
             if tensor.is_output:
-                state.read_at[local_box] = self.versions(state, tensor.name)[region].copy()
+                state.read_at[local_box] = (memory_box, self.versions(state, tensor.name)[region].copy())
         else:
             if tensor.is_output:
                 versions = self.versions(state, tensor.name)
-                read = state.read_at.pop(local_box, None)
-                if read is not None and read.shape == versions[region].shape and (read != versions[region]).any():
+                # A tile read from this box and written back to it: no other put may have come between.
+                box, read = state.read_at.pop(local_box, (None, None))
+                if box == memory_box and (read != versions[region]).any():
                     raise SimulationError(f"{format_stmt(stmt)[0].split('  #')[0].strip()} overwrites what another "
                                           f"put wrote to {tensor.name} after {stmt.buffer.name} was read")
                 versions[region] += 1

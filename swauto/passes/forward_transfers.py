@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from swauto.ir import expr as ex
-from swauto.ir.dependence import disjoint, loop_ranges
+from swauto.ir.dependence import disjoint, loop_range, loop_ranges
 from swauto.ir.nodes import Access, Alloc, Call, Dma, DmaWait, For, Let, Module, Seq, Stmt, Zero, seq
 from swauto.ir.visitor import Rewriter, walk
 
@@ -70,12 +70,78 @@ class _Forwarding:
     def block(self, body: Stmt, loop: For | None) -> Stmt:
         """`body` (the kernel's, or the sequence loop `loop`'s) with its top-level transfers forwarded
         and dead puts dropped; sequence loops inside it are blocks of their own."""
-        stmts = body.stmts if isinstance(body, Seq) else (body,)
-        stmts = tuple(For(s.var, s.start, s.stop, s.stride, self.block(s.body, s)) if self.is_sequence_loop(s)
-                      else s for s in stmts)
-        stmts = self.forward(stmts)
-        stmts = self.drop_dead_puts(stmts, loop)
-        return seq(*stmts)
+        return seq(*self.statements(body, loop)[0])
+
+    def statements(self, body: Stmt, loop: For | None) -> tuple[tuple[Stmt, ...], list[_Holding], dict[int, set[str]]]:
+        """The block's statements after forwarding and dropping dead puts, the holdings valid at its
+        end and, per statement, the holders it reads."""
+        stmts: list[Stmt] = []
+        for stmt in body.stmts if isinstance(body, Seq) else (body,):
+            stmts += self.sequence_loop(stmt) if self.is_sequence_loop(stmt) else [stmt]
+        forwarded, holdings, holders_of = self.forward(tuple(stmts))
+        return self.drop_dead_puts(forwarded, loop), holdings, holders_of
+
+    def sequence_loop(self, loop: For) -> list[Stmt]:  # type: ignore[override]
+        """The sequence loop as a block, with the values one iteration leaves in local memory for the
+        next carried there: a get the next iteration would make of a box a holder still holds is
+        replaced by one get before the loop; a write-back of a box the loop never reads is made once,
+        after it."""
+        stmts, holdings, holders_of = self.statements(loop.body, loop)
+        prologue: list[Stmt] = []
+        epilogue: list[Stmt] = []
+        if loop_range(loop) is not None:
+            stmts = self.carry(stmts, loop, holdings, holders_of, prologue)
+            stmts = self.sink_puts(stmts, loop, epilogue)
+        return [*prologue, For(loop.var, loop.start, loop.stop, loop.stride, seq(*stmts)), *epilogue]
+
+    def carry(self, stmts: tuple[Stmt, ...], loop: For, holdings: list[_Holding], holders_of: dict[int, set[str]],
+              prologue: list[Stmt]) -> tuple[Stmt, ...]:
+        """Gets of boxes that the previous iteration's holders hold, made once before the loop."""
+        previous = ex.Var(loop.var) - loop.stride
+        carried = [replace(h, region=replace(h.region, starts=tuple(ex.simplify(ex.substitute(e, {loop.var: previous}))
+                                                                    for e in h.region.starts)))
+                   for h in holdings if not any(ex.free_vars(e) for e in h.holder.starts)]
+        substitute: dict[str, Access] = {}
+        out: list[Stmt] = []
+        for index, stmt in enumerate(stmts):
+            stmt = _Substitute(substitute).rewrite(stmt) if substitute else stmt
+            if isinstance(stmt, Dma) and stmt.direction == "get" and \
+                    not _written(stmts[:index] + stmts[index + 1:], stmt.buffer.name):
+                region = replace(stmt.tensor, starts=tuple(ex.simplify(e) for e in stmt.tensor.starts))
+                valid = [h for h in carried if not any(_invalidated(h, s) for s in stmts[:index])]
+                holding = self.holding_for(replace(stmt, tensor=region), valid, holders_of)
+                reads = [i for i, s in enumerate(stmts) if any(a.name == stmt.buffer.name for n, _ in walk(s)
+                                                                for a in _boxes(n))]
+                if holding is not None and not _written(stmts[index + 1: reads[-1] + 1], holding.holder.name):
+                    substitute[stmt.buffer.name] = holding.holder
+                    holders_of.setdefault(self.statement_of[stmt.buffer.name], set()).add(holding.holder.name)
+                    self.residents.add(holding.holder.name)
+                    first = replace(stmt.tensor, starts=tuple(ex.simplify(ex.substitute(e, {loop.var: loop.start}))
+                                                              for e in stmt.tensor.starts))
+                    reply = f"{holding.holder.name}_carried"
+                    prologue += [Dma("get", first, holding.holder, reply), DmaWait(reply)]
+                    continue
+            out.append(stmt)
+        return tuple(out)
+
+    def sink_puts(self, stmts: tuple[Stmt, ...], loop: For, epilogue: list[Stmt]) -> tuple[Stmt, ...]:
+        """Write-backs of one box the loop never reads, made once after it from their buffer."""
+        out = list(stmts)
+        for index in reversed(range(len(out))):
+            put = out[index]
+            if not (isinstance(put, Dma) and put.direction == "put" and _plain(put)):
+                continue
+            names = {v for a in (put.tensor, put.buffer) for e in a.starts for v in ex.free_vars(e)}
+            others = [n for s in out for n, loops in walk(s) if isinstance(n, Dma) and n is not put and
+                      n.tensor.name == put.tensor.name and
+                      (n.direction == "get" or not _apart(n.tensor, put.tensor, loops))]
+            if names or others or _written(tuple(out[index + 1:]), put.buffer.name):
+                continue
+            del out[index]
+            reply = f"{put.reply}_last"
+            epilogue[:0] = [replace(put, reply=reply), DmaWait(reply)]
+            self.residents.add(put.buffer.name)
+        return tuple(out)
 
     def is_sequence_loop(self, stmt: Stmt) -> bool:
         return isinstance(stmt, For) and len({self.statement_of[a.name] for node, _ in walk(stmt.body)
@@ -83,7 +149,7 @@ class _Forwarding:
 
     # --- forwarding ----------------------------------------------------------------------------
 
-    def forward(self, stmts: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+    def forward(self, stmts: tuple[Stmt, ...]) -> tuple[tuple[Stmt, ...], list[_Holding], dict[int, set[str]]]:
         holdings: list[_Holding] = []
         substitute: dict[str, Access] = {}  # dropped buffer -> the holder box it reads instead
         holders_of: dict[int, set[str]] = {}  # per statement, the holder buffers it reads
@@ -101,13 +167,15 @@ class _Forwarding:
             if isinstance(stmt, Dma) and _plain(stmt):
                 holdings.append(_Holding(stmt.tensor, stmt.buffer, self.statement_of[stmt.buffer.name]))
             out.append(stmt)
-        return tuple(out)
+        return tuple(out), holdings, holders_of
 
     def holding_for(self, get: Dma, holdings: list[_Holding], holders_of: dict[int, set[str]]) -> _Holding | None:
         """The holding a get may read instead of memory, if any."""
         if not _plain(get):
             return None
         name = get.buffer.name
+        if name in self.residents:  # a holder filled before a sequence loop
+            return None
         statement = self.statement_of[name]
         if any(use != get.buffer or use.pad or use.steps for use in self.uses[name]):
             return None
@@ -201,6 +269,11 @@ def _invalidated(holding: _Holding, stmt: Stmt) -> bool:
         if written is not None and written.name == holding.holder.name:
             return True
     return False
+
+
+def _written(stmts: tuple[Stmt, ...], buffer: str) -> bool:
+    """Whether a statement among `stmts` (at any depth) writes `buffer`."""
+    return any((box := _written_box(node)) is not None and box.name == buffer for s in stmts for node, _ in walk(s))
 
 
 def _written_box(node: Stmt) -> Access | None:
