@@ -12,6 +12,11 @@ a loop whose body uses buffers of several statements), at its top level:
   same buffer box extents, dtype and spread over the mesh (so every CPE already holds its share:
   no exchange between CPEs is needed), and the dropped buffer is used nowhere but that box. The
   holder is marked `resident`: it keeps its local memory for the whole kernel.
+- **Carrying across iterations.** In a sequence loop (of constant bounds), a get of the box that the
+  previous iteration left in a holder (the box with the loop variable one step back; nothing before
+  the get in the iteration changes it or the holder, and the holder is not written again until the
+  reader is done) becomes one get into the holder before the loop. A write-back of one box that
+  nothing in the loop reads, from a buffer not written after it, is made once, after the loop.
 - **Dead writes.** A put whose box no later get in the block may read is dropped when a later put
   of the same box in the block overwrites it first, or when its tensor is an intermediate
   (`Tensor.is_local`) that nothing reads afterwards: the block is the kernel's body, or a sequence
@@ -81,7 +86,7 @@ class _Forwarding:
         forwarded, holdings, holders_of = self.forward(tuple(stmts))
         return self.drop_dead_puts(forwarded, loop), holdings, holders_of
 
-    def sequence_loop(self, loop: For) -> list[Stmt]:  # type: ignore[override]
+    def sequence_loop(self, loop: For) -> list[Stmt]:
         """The sequence loop as a block, with the values one iteration leaves in local memory for the
         next carried there: a get the next iteration would make of a box a holder still holds is
         replaced by one get before the loop; a write-back of a box the loop never reads is made once,
