@@ -70,6 +70,20 @@ operator recurrence(T = 5, N = 8) {
 }
 """
 
+WEIGHTED = """
+operator weighted(T = 4, N = 8) {
+  tensor x[T, N]
+  tensor w[N]
+  tensor y[T, N]
+  compute {
+    for t in 0..T {
+      scaled: mul(N = N, X = x[t], Y = w, Z = y[t])
+      shifted: add(N = N, X = y[t], Y = w, Z = y[t])
+    }
+  }
+}
+"""
+
 PRODUCT = """
 operator product(M = 16, N = 16, K = 8) {
   tensor a[M, K]
@@ -139,6 +153,12 @@ def test_a_row_the_previous_iteration_wrote_is_read_from_local_memory(target):
         # still written (y is an output), once.
         assert not _transfers(final, "y", "get", in_loops=True)
         assert len(_transfers(final, "y", "put", in_loops=True)) == 1
+
+
+@pytest.mark.parametrize("target", ["sw26010", "host"])
+def test_a_weight_the_loop_never_writes_is_read_once_before_it(target):
+    for final in _check_every_candidate(WEIGHTED, target):
+        assert not _transfers(final, "w", "get", in_loops=True) and _transfers(final, "w", "get")
 
 
 def test_a_value_spread_differently_over_the_mesh_is_read_again():

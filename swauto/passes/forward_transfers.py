@@ -97,14 +97,14 @@ class _Forwarding:
         if loop_range(loop) is not None:
             stmts = self.carry(stmts, loop, holdings, holders_of, prologue)
             stmts = self.sink_puts(stmts, loop, epilogue)
+            stmts = self.hoist_invariant_gets(stmts, prologue)
         return [*prologue, For(loop.var, loop.start, loop.stop, loop.stride, seq(*stmts)), *epilogue]
 
     def carry(self, stmts: tuple[Stmt, ...], loop: For, holdings: list[_Holding], holders_of: dict[int, set[str]],
               prologue: list[Stmt]) -> tuple[Stmt, ...]:
         """Gets of boxes that the previous iteration's holders hold, made once before the loop."""
         previous = ex.Var(loop.var) - loop.stride
-        carried = [replace(h, region=replace(h.region, starts=tuple(ex.simplify(ex.substitute(e, {loop.var: previous}))
-                                                                    for e in h.region.starts)))
+        carried = [replace(h, region=_substituted(h.region, {loop.var: previous}))
                    for h in holdings if not any(ex.free_vars(e) for e in h.holder.starts)]
         substitute: dict[str, Access] = {}
         out: list[Stmt] = []
@@ -112,7 +112,7 @@ class _Forwarding:
             stmt = _Substitute(substitute).rewrite(stmt) if substitute else stmt
             if isinstance(stmt, Dma) and stmt.direction == "get" and \
                     not _written(stmts[:index] + stmts[index + 1:], stmt.buffer.name):
-                region = replace(stmt.tensor, starts=tuple(ex.simplify(e) for e in stmt.tensor.starts))
+                region = _substituted(stmt.tensor, {})
                 valid = [h for h in carried if not any(_invalidated(h, s) for s in stmts[:index])]
                 holding = self.holding_for(replace(stmt, tensor=region), valid, holders_of)
                 reads = [i for i, s in enumerate(stmts) if any(a.name == stmt.buffer.name for n, _ in walk(s)
@@ -121,13 +121,33 @@ class _Forwarding:
                     substitute[stmt.buffer.name] = holding.holder
                     holders_of.setdefault(self.statement_of[stmt.buffer.name], set()).add(holding.holder.name)
                     self.residents.add(holding.holder.name)
-                    first = replace(stmt.tensor, starts=tuple(ex.simplify(ex.substitute(e, {loop.var: loop.start}))
-                                                              for e in stmt.tensor.starts))
+                    first = _substituted(stmt.tensor, {loop.var: loop.start})
                     reply = f"{holding.holder.name}_carried"
                     prologue += [Dma("get", first, holding.holder, reply), DmaWait(reply)]
                     continue
             out.append(stmt)
         return tuple(out)
+
+    def hoist_invariant_gets(self, stmts: tuple[Stmt, ...], prologue: list[Stmt]) -> tuple[Stmt, ...]:
+        """Gets of one box of a tensor the loop never writes, into a buffer nothing else writes (inside
+        loops of one iteration at most: a weight tile), made once before the loop."""
+        body = seq(*stmts)
+        written = {n.tensor.name for n, _ in walk(body) if isinstance(n, Dma) and n.direction == "put"}
+        hoisted: set[int] = set()
+        for node, loops in walk(body):
+            if not (isinstance(node, Dma) and node.direction == "get" and _plain(node)) or \
+                    node.tensor.name in written or any(_trips(loop) != 1 for loop in loops):
+                continue
+            fixed = {loop.var: loop.start for loop in loops}
+            get = replace(node, tensor=_substituted(node.tensor, fixed), buffer=_substituted(node.buffer, fixed))
+            writers = [n for n, _ in walk(body) if (box := _written_box(n)) is not None and box.name == get.buffer.name]
+            if writers != [node] or any(ex.free_vars(e) for a in (get.tensor, get.buffer) for e in a.starts):
+                continue
+            reply = f"{get.buffer.name}_invariant"
+            prologue += [replace(get, reply=reply), DmaWait(reply)]
+            self.residents.add(get.buffer.name)
+            hoisted.add(id(node))
+        return tuple(_Drop(hoisted).rewrite(stmt) for stmt in stmts) if hoisted else stmts
 
     def sink_puts(self, stmts: tuple[Stmt, ...], loop: For, epilogue: list[Stmt]) -> tuple[Stmt, ...]:
         """Write-backs of one box the loop never reads, made once after it from their buffer."""
@@ -330,6 +350,25 @@ class _Substitute(Rewriter):
 
     def rewrite_Call(self, stmt: Call) -> Stmt:
         return stmt.with_operands(lambda _, access: self.access(access))
+
+
+def _trips(loop: For) -> int | None:
+    span = loop_range(loop)
+    return None if span is None else (span[1] - span[0]) // loop.stride + 1
+
+
+def _substituted(access: Access, values: dict[str, ex.Expr]) -> Access:
+    return replace(access, starts=tuple(ex.simplify(ex.substitute(e, values)) for e in access.starts))
+
+
+class _Drop(Rewriter):
+    """Drops the statements in `dropped` (by identity)."""
+
+    def __init__(self, dropped: set[int]) -> None:
+        self.dropped = dropped
+
+    def rewrite_Dma(self, stmt: Dma) -> Stmt:
+        return Seq(()) if id(stmt) in self.dropped else stmt
 
 
 class _Prune(Rewriter):
