@@ -16,7 +16,9 @@ a loop whose body uses buffers of several statements), at its top level:
   previous iteration left in a holder (the box with the loop variable one step back; nothing before
   the get in the iteration changes it or the holder, and the holder is not written again until the
   reader is done) becomes one get into the holder before the loop. A write-back of one box that
-  nothing in the loop reads, from a buffer not written after it, is made once, after the loop.
+  nothing in the loop reads, from a buffer not written after it, is made once, after the loop. A
+  get of one box of a tensor the loop never writes, into a buffer nothing else writes (outside any
+  loop of more than one iteration), is made once before the loop.
 - **Dead writes.** A put whose box no later get in the block may read is dropped when a later put
   of the same box in the block overwrites it first, or when its tensor is an intermediate
   (`Tensor.is_local`) that nothing reads afterwards: the block is the kernel's body, or a sequence
