@@ -2,7 +2,7 @@
 
 Guarantees: every local buffer has a per-CPE offset, 32-byte aligned (one 256-bit register). The
 buffers of different statements of the compute block are never live at once, so each statement's
-start at the same place; `resident` buffers (values kept for later statements) come first and
+buffers start at the same place; `resident` buffers (values kept for later statements) come first and
 overlap nothing. No two buffers that may be live at once overlap, and the whole fits one CPE's
 usable local memory.
 Each buffer a GEMM computes on gets a float64 copy (`<name>_double`, `LocalBuffer.copy_of`; one tile
@@ -62,29 +62,24 @@ def footprint(module: Module, machine: LocalMemoryMachine, doubling: bool = Fals
 def plan_local_memory(module: Module, machine: LocalMemoryMachine) -> Module:
     buffers = [b for b in module.buffers if b.copy_of is None]
     twins = _twins(replace(module, buffers=tuple(buffers)), machine)
+    groups = dict.fromkeys(b.statement for b in buffers)
+    ordered = [b for statement in groups for b in buffers + twins if b.statement == statement]
     placed: dict[str, LocalBuffer] = {}
     resident = 0
-    for buffer in buffers + twins:
-        if buffer.resident:
-            placed[buffer.name] = replace(buffer, offset=resident)
-            resident += aligned(per_cpe_bytes(buffer, machine))
-    used = resident
-    for statement in dict.fromkeys(b.statement for b in buffers):
-        offset = resident
-        for buffer in buffers + twins:
-            if buffer.statement == statement and not buffer.resident:
-                placed[buffer.name] = replace(buffer, offset=offset)
-                offset += aligned(per_cpe_bytes(buffer, machine))
-        used = max(used, offset)
+    for buffer in (b for b in ordered if b.resident):
+        placed[buffer.name] = replace(buffer, offset=resident)
+        resident += aligned(per_cpe_bytes(buffer, machine))
+    ends = dict.fromkeys(groups, resident)  # per statement, where its next buffer goes
+    for buffer in (b for b in ordered if not b.resident):
+        placed[buffer.name] = replace(buffer, offset=ends[buffer.statement])
+        ends[buffer.statement] += aligned(per_cpe_bytes(buffer, machine))
+    used = max(ends.values(), default=resident)
     if used > machine.ldm_usable_bytes:
         raise Rejected(
             "local memory overflow",
             f"{used} B per CPE needed, {machine.ldm_usable_bytes} B available",
         )
-    ordered = [b for statement in dict.fromkeys(b.statement for b in buffers) for b in buffers + twins
-               if b.statement == statement]
-    return replace(module, buffers=tuple(placed[b.name] for b in ordered),
-                   body=_allocate_twins(module.body, twins))
+    return replace(module, buffers=tuple(placed[b.name] for b in ordered), body=_allocate_twins(module.body, twins))
 
 
 def _allocate_twins(body: Stmt, twins: list[LocalBuffer]) -> Stmt:
