@@ -206,7 +206,7 @@ class _Forwarding:
         statement = self.statement_of[name]
         if any(use != get.buffer or use.pad or use.steps for use in self.uses[name]):
             return None
-        if sum(isinstance(node, Zero) and node.buffer.name == name for node, _ in walk(self.module.body)):
+        if any(isinstance(node, Zero) and node.buffer.name == name for node, _ in walk(self.module.body)):
             return None
         mine = self.module.buffer(name)
         for holding in reversed(holdings):
