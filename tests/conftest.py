@@ -17,6 +17,21 @@ GEMM_SW = EXAMPLES / "gemm.sw"
 
 # Conv backward-data in scatter form: each (cRo, cCo, cKr, cKc) adds into an output box that overlaps
 # its neighbours' (the same as a transposed convolution). Stride 1 fuses image columns into M.
+# A sequence loop: each iteration updates s in place with two statements.
+STEPS_SW = """
+operator steps(T = 4, N = 8) {
+  tensor x[T, N]
+  tensor s[N]
+  compute {
+    start: copy(N = N, X = x[0], Z = s)
+    for t in 1..T {
+      add(N = N, X = s, Y = x[t], Z = s)
+      scale(N = N, X = s, Z = s, by = 0.5)
+    }
+  }
+}
+"""
+
 SCATTER_SW = """
 operator bwd(B = 4, Ni = 8, No = 8, Ro = 5, Co = 6, Kr = 3, Kc = 3, stride = 1) {
   let Rp = (Ro - 1) * stride + Kr

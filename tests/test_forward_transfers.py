@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import swauto
-from conftest import relative_error
+from conftest import STEPS_SW, relative_error
 from swauto.ir.nodes import Dma, Module
 from swauto.ir.visitor import walk
 from swauto.reference import reference
@@ -38,20 +38,6 @@ operator rewritten(N = 8) {
     a: relu(N = N, X = x, Z = y)
     b: exp(N = N, X = w, Z = y)
     c: scale(N = N, X = y, Z = z, by = 2.0)
-  }
-}
-"""
-
-CARRIED = """
-operator carried(T = 4, N = 8) {
-  tensor x[T, N]
-  tensor s[N]
-  compute {
-    start: copy(N = N, X = x[0], Z = s)
-    for t in 1..T {
-      add(N = N, X = s, Y = x[t], Z = s)
-      scale(N = N, X = s, Z = s, by = 0.5)
-    }
   }
 }
 """
@@ -139,7 +125,7 @@ def test_a_later_write_makes_a_held_value_stale(target):
 
 @pytest.mark.parametrize("target", ["sw26010", "host"])
 def test_a_value_carried_to_the_next_iteration_stays_in_local_memory(target):
-    for final in _check_every_candidate(CARRIED, target):
+    for final in _check_every_candidate(STEPS_SW, target):
         # Inside an iteration, scale reads add's result in local memory and add's write is dead; the
         # next iteration's add reads scale's buffer: s is read once before the loop, written once after.
         assert not _transfers(final, "s", "get", in_loops=True) and not _transfers(final, "s", "put", in_loops=True)

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conftest import STEPS_SW
 from swauto.errors import CheckError, ParameterError, ParseError
 from swauto.frontend.check import check
 from swauto.frontend.parser import parse
@@ -347,19 +348,7 @@ def test_loops_writing_one_axis_in_mixed_radix_must_not_overlap():
 
 
 def test_a_loop_around_several_statements_runs_them_in_sequence():
-    text = """
-    operator steps(T = 4, N = 8) {
-      tensor x[T, N]
-      tensor s[N]
-      compute {
-        start: copy(N = N, X = x[0], Z = s)
-        for t in 1..T {
-          add(N = N, X = s, Y = x[t], Z = s)
-          scale(N = N, X = s, Z = s, by = 0.5)
-        }
-      }
-    }
-    """
+    text = STEPS_SW
     op = load(text)
     assert op.space.nests == ((), (), ())  # the sequence loop is no statement's loop: never reordered or split
     assert op.seed.body.stmts[1].var == "t" and len(op.seed.body.stmts[1].body.stmts) == 2

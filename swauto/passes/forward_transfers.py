@@ -51,12 +51,10 @@ class _Holding:
 
 
 def forward_transfers(module: Module) -> Module:
-    statement_of = {buffer.name: buffer.statement for buffer in module.buffers}
-    if len(set(statement_of.values())) < 2:
+    if len({buffer.statement for buffer in module.buffers}) < 2:
         return module
-    uses = _buffer_uses(module.body)
-    forwarding = _Forwarding(module, statement_of, uses)
-    body = forwarding.block(module.body, loop=None)
+    forwarding = _Forwarding(module)
+    body = seq(*forwarding.statements(module.body, loop=None)[0])
     if body == module.body:
         return module
     issued = {node.reply for node, _ in walk(body) if isinstance(node, Dma)}
@@ -68,20 +66,20 @@ def forward_transfers(module: Module) -> Module:
 
 
 class _Forwarding:
-    def __init__(self, module: Module, statement_of: dict[str, int], uses: dict[str, list[Access]]) -> None:
+    def __init__(self, module: Module) -> None:
         self.module = module
-        self.statement_of = statement_of
-        self.uses = uses
+        self.statement_of = {buffer.name: buffer.statement for buffer in module.buffers}
+        self.uses: dict[str, list[Access]] = {}  # every box of each local buffer the body names
+        for node, _ in walk(module.body):
+            for access in _boxes(node):
+                self.uses.setdefault(access.name, []).append(access)
+        self.zeroed = {node.buffer.name for node, _ in walk(module.body) if isinstance(node, Zero)}
         self.residents: set[str] = set()
 
-    def block(self, body: Stmt, loop: For | None) -> Stmt:
-        """`body` (the kernel's, or the sequence loop `loop`'s) with its top-level transfers forwarded
-        and dead puts dropped; sequence loops inside it are blocks of their own."""
-        return seq(*self.statements(body, loop)[0])
-
     def statements(self, body: Stmt, loop: For | None) -> tuple[tuple[Stmt, ...], list[_Holding], dict[int, set[str]]]:
-        """The block's statements after forwarding and dropping dead puts, the holdings valid at its
-        end and, per statement, the holders it reads."""
+        """The statements of a block (the kernel's body, or the sequence loop `loop`'s) after forwarding
+        and dropping dead puts (sequence loops inside it are blocks of their own), the holdings valid
+        at its end and, per statement, the holders it reads."""
         stmts: list[Stmt] = []
         for stmt in body.stmts if isinstance(body, Seq) else (body,):
             stmts += self.sequence_loop(stmt) if self.is_sequence_loop(stmt) else [stmt]
@@ -120,9 +118,7 @@ class _Forwarding:
                 reads = [i for i, s in enumerate(stmts) if any(a.name == stmt.buffer.name for n, _ in walk(s)
                                                                 for a in _boxes(n))]
                 if holding is not None and not _written(stmts[index + 1: reads[-1] + 1], holding.holder.name):
-                    substitute[stmt.buffer.name] = holding.holder
-                    holders_of.setdefault(self.statement_of[stmt.buffer.name], set()).add(holding.holder.name)
-                    self.residents.add(holding.holder.name)
+                    self.read_through(stmt, holding, substitute, holders_of)
                     first = _substituted(stmt.tensor, {loop.var: loop.start})
                     reply = f"{holding.holder.name}_carried"
                     prologue += [Dma("get", first, holding.holder, reply), DmaWait(reply)]
@@ -135,6 +131,10 @@ class _Forwarding:
         loops of one iteration at most: a weight tile), made once before the loop."""
         body = seq(*stmts)
         written = {n.tensor.name for n, _ in walk(body) if isinstance(n, Dma) and n.direction == "put"}
+        writers: dict[str, list[Stmt]] = {}
+        for node, _ in walk(body):
+            if (box := _written_box(node)) is not None:
+                writers.setdefault(box.name, []).append(node)
         hoisted: set[int] = set()
         for node, loops in walk(body):
             if not (isinstance(node, Dma) and node.direction == "get" and _plain(node)) or \
@@ -142,8 +142,8 @@ class _Forwarding:
                 continue
             fixed = {loop.var: loop.start for loop in loops}
             get = replace(node, tensor=_substituted(node.tensor, fixed), buffer=_substituted(node.buffer, fixed))
-            writers = [n for n, _ in walk(body) if (box := _written_box(n)) is not None and box.name == get.buffer.name]
-            if writers != [node] or any(ex.free_vars(e) for a in (get.tensor, get.buffer) for e in a.starts):
+            varying = any(ex.free_vars(e) for a in (get.tensor, get.buffer) for e in a.starts)
+            if varying or writers[get.buffer.name] != [node]:
                 continue
             reply = f"{get.buffer.name}_invariant"
             prologue += [replace(get, reply=reply), DmaWait(reply)]
@@ -186,15 +186,20 @@ class _Forwarding:
             if isinstance(stmt, Dma) and stmt.direction == "get":
                 holding = self.holding_for(stmt, holdings, holders_of)
                 if holding is not None:
-                    substitute[stmt.buffer.name] = holding.holder
-                    holders_of.setdefault(self.statement_of[stmt.buffer.name], set()).add(holding.holder.name)
-                    self.residents.add(holding.holder.name)
+                    self.read_through(stmt, holding, substitute, holders_of)
                     continue
             holdings = [h for h in holdings if not _invalidated(h, stmt)]
             if isinstance(stmt, Dma) and _plain(stmt):
                 holdings.append(_Holding(stmt.tensor, stmt.buffer, self.statement_of[stmt.buffer.name]))
             out.append(stmt)
         return tuple(out), holdings, holders_of
+
+    def read_through(self, get: Dma, holding: _Holding, substitute: dict[str, Access],
+                     holders_of: dict[int, set[str]]) -> None:
+        """Record that `get`'s buffer is read through `holding`'s holder from now on."""
+        substitute[get.buffer.name] = holding.holder
+        holders_of.setdefault(self.statement_of[get.buffer.name], set()).add(holding.holder.name)
+        self.residents.add(holding.holder.name)
 
     def holding_for(self, get: Dma, holdings: list[_Holding], holders_of: dict[int, set[str]]) -> _Holding | None:
         """The holding a get may read instead of memory, if any."""
@@ -206,7 +211,7 @@ class _Forwarding:
         statement = self.statement_of[name]
         if any(use != get.buffer or use.pad or use.steps for use in self.uses[name]):
             return None
-        if any(isinstance(node, Zero) and node.buffer.name == name for node, _ in walk(self.module.body)):
+        if name in self.zeroed:
             return None
         mine = self.module.buffer(name)
         for holding in reversed(holdings):
@@ -323,15 +328,6 @@ def _boxes(node: Stmt) -> tuple[Access, ...]:
     if isinstance(node, Call):
         return tuple(access for _, access in node.operands)
     return ()
-
-
-def _buffer_uses(body: Stmt) -> dict[str, list[Access]]:
-    """Every box of each local buffer the body names (Allocs aside)."""
-    uses: dict[str, list[Access]] = {}
-    for node, _ in walk(body):
-        for access in _boxes(node):
-            uses.setdefault(access.name, []).append(access)
-    return uses
 
 
 class _Substitute(Rewriter):
