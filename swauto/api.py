@@ -26,7 +26,7 @@ from swauto.schedule.candidate import Candidate
 from swauto.targets import Program, Target
 from swauto.tuner import database
 from swauto.tuner.model_tuner import rank
-from swauto.tuner.space import MAX_CANDIDATES, explore
+from swauto.tuner.space import MAX_CANDIDATES, explore, explore_ranked
 
 DEFAULT_TARGET = "host"  # what `compile` builds for unless told
 DEFAULT_SCHEDULES_TARGET = "sw26010"  # whose rules `schedules` applies unless told
@@ -250,7 +250,14 @@ def _tune(op: BoundOperator, target: Target, tuner: str, threads: int, machine: 
     """The tuner's choice among every legal candidate: (candidate, stages)."""
     if tuner != "model":
         return target.tune(op, tuner, threads, machine, max_candidates)
-    best = rank(explore(op, machine, max_candidates=max_candidates), target.name, threads if target.threaded else 1)[0]
+    threads = threads if target.threaded else 1
+    if target.sketch_estimate is None:
+        space = explore(op, machine, max_candidates=max_candidates)
+    else:
+        price = target.sketch_estimate
+        space = explore_ranked(op, machine, lambda sketch, doubled: price(sketch, doubled, threads),
+                               max_candidates=max_candidates)
+    best = rank(space, target.name, threads)[0]
     return best.candidate, best.stages
 
 

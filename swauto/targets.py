@@ -66,6 +66,9 @@ class Target:
     report: Callable[[Module, int], Mapping[str, Any]]
     # What `swauto run` prints of a call it does not time itself (not threaded): report -> lines.
     describe_call: Callable[[Mapping[str, Any]], list[str]]
+    # The analytic model on a candidate's sketch (`swauto.tuner.sketch`): (sketch, double buffered, threads)
+    # -> seconds, what the model tuner ranks by before it lowers the fastest few; None: it lowers them all.
+    sketch_estimate: Callable[[Module, bool, int], float] | None = None
 
 
 def register(target: Target) -> Target:

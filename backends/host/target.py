@@ -38,6 +38,11 @@ def estimate(stages: Stages, threads: int) -> Estimate:
     return Estimate(dma_bytes, flops, min(host.traffic, host.seconds), host.seconds)
 
 
+def sketch_estimate(sketch: Module, double_buffered: bool, threads: int) -> float:
+    """The host model on a candidate's sketch (the host never double buffers)."""
+    return host_model.estimate(sketch, threads, host_model.machine()).seconds
+
+
 def peak_flops(threads: int) -> float:
     """`threads` cores of this host, each at the in-register FMA peak its calibration measured (per core
     times threads: cores share nothing an in-register loop uses, so it is the bound; when all cores are busy
@@ -84,4 +89,5 @@ TARGET = targets.register(targets.Target(
     tune=tune,
     report=report,
     describe_call=describe_call,
+    sketch_estimate=sketch_estimate,
 ))

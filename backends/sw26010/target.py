@@ -45,6 +45,11 @@ def estimate(stages: Stages, threads: int) -> Estimate:
     return Estimate(model.dma_bytes, model.flops, memory, model.compute_seconds, overlapped)
 
 
+def sketch_estimate(sketch: Module, double_buffered: bool, threads: int) -> float:
+    """The thesis' model on a candidate's sketch (`threads` does not apply)."""
+    return sw26010_model.sketch_seconds(sketch, double_buffered, SUNWAY)
+
+
 def peak_flops(threads: int) -> float:
     """One core group's peak, whatever `threads` says."""
     return SUNWAY.peak_flops
@@ -115,4 +120,5 @@ TARGET = targets.register(targets.Target(
     tune=tune,
     report=report,
     describe_call=describe_call,
+    sketch_estimate=sketch_estimate,
 ))

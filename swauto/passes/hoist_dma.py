@@ -2,7 +2,8 @@
 
 Guarantees: starting from algorithm 7's placement, each operand's transfer moves out over some of
 its dependent loops (its box grows to cover every iteration of those loops, and the primitive reads
-its tile at an offset) so that the bytes moved are as few as possible while every buffer still fits
+its tile at an offset; every peeled copy of the nest crosses those of the loops it has, as far as
+its own box allows: `call_levels`) so that the bytes moved are as few as possible while every buffer still fits
 local memory (counting double buffering when it will be applied); among placements that move as
 few bytes, the one using the least local memory. An output tile stays in local memory from its get
 to its put: it is hoisted only over loops where `swauto.ir.dependence` proves that no other call
@@ -22,7 +23,7 @@ from swauto.ir.dependence import disjoint, loop_ranges
 from swauto.ir.nodes import Call, LocalBuffer, Module
 from swauto.ir.visitor import walk
 from swauto.machine import DTYPE_BYTES, LocalMemoryMachine
-from swauto.passes.infer_dma import buffer_names, hoistable, place_transfers, transfer_box
+from swauto.passes.infer_dma import buffer_names, call_levels, hoistable, place_transfers, transfer_box
 from swauto.passes.plan_local_memory import aligned, footprint, per_cpe_bytes
 
 
@@ -31,10 +32,10 @@ def _option(scheduled: Module, role: str, level: int, machine: LocalMemoryMachin
     calls = _calls(scheduled)
     name = buffer_names(calls[0][0])[role]
     placements: dict[tuple, tuple[int, tuple[int, ...]]] = {}
-    for call, loops in calls:
+    for (call, loops), levels in zip(calls, call_levels(calls, {role: level}), strict=True):
         access = dict(call.transfers)[role]
         tensor = scheduled.tensor(access.name)
-        box = transfer_box(access, loops, level)
+        box = transfer_box(access, loops, levels[role])
         # Calls whose transfers coincide (same loop, same box and padding) share them.
         key = (None if box.home is None else id(box.home), box.starts, box.extents, access.pad)
         if key in placements:
@@ -56,15 +57,18 @@ def _window_is_private(scheduled: Module, role: str, level: int) -> bool:
     calls = _calls(scheduled)
     if role != calls[0][0].output_role:
         return True  # an input's tile is never written back
+    levels = [per_call[role] for per_call in call_levels(calls, {role: level})]
     for index, (call, loops) in enumerate(calls):
         access = dict(call.operands)[role]
-        box = transfer_box(access, loops, level)
-        for other, other_loops in calls[:index] + calls[index + 1:]:
+        box = transfer_box(access, loops, levels[index])
+        for other_index, (other, other_loops) in enumerate(calls):
+            if other_index == index:
+                continue
             inside = box.home is None or any(loop is box.home for loop in other_loops)
             tile = dict(other.operands)[role]
             if inside and not disjoint(box.starts, box.extents, tile.starts, tile.extents,
                                        loop_ranges((*loops, *other_loops))):
-                shared = transfer_box(tile, other_loops, level)
+                shared = transfer_box(tile, other_loops, levels[other_index])
                 if (shared.home is box.home and shared.starts == box.starts and shared.extents == box.extents
                         and tile.pad == access.pad):
                     continue  # the two calls share this transfer and its buffer

@@ -15,7 +15,7 @@ GEMM are spread over the mesh as its blocks; those of other primitives are data-
 (`LocalBuffer.spread`).
 
 `place_transfers` is the same placement with some operands hoisted over their innermost dependent
-loops (the `hoist_dma` pass chooses how far).
+loops (the `hoist_dma` pass chooses how far; `call_levels` says how far each call's transfer goes).
 """
 
 from __future__ import annotations
@@ -101,6 +101,33 @@ def transfer_box(access: Access, loops: tuple[For, ...], hoist: int) -> Transfer
     return TransferBox(home, crossed, tuple(starts), tuple(extents))
 
 
+def call_levels(calls: list[tuple[Call, tuple[For, ...]]], hoist: Mapping[str, int]) -> list[dict[str, int]]:
+    """Per call, how many of its dependent loops each operand's transfer is hoisted over, when `hoist`
+    says how many of the deepest call's: every call crosses the same loops, as far as it has them.
+    (Peeled copies of a nest lack some of its loops: the copy that runs a loop's last tile is not
+    inside that loop, and hoisting it over as many loops of its own would cross outer ones.)"""
+    deepest, loops = max(calls, key=lambda entry: len(entry[1]))
+    crossed = {}
+    for role, access in deepest.transfers:
+        deps = _dependent_vars(access, loops)
+        crossed[role] = set(deps[len(deps) - hoist.get(role, 0):]) if hoist.get(role, 0) else set()
+    levels = []
+    for call, loops in calls:
+        per_role = {}
+        for role, access in call.transfers:
+            deps = _dependent_vars(access, loops)
+            per_role[role] = next((count for count, var in enumerate(reversed(deps)) if var not in crossed[role]),
+                                  len(deps))
+        levels.append(per_role)
+    return levels
+
+
+def _dependent_vars(access: Access, loops: tuple[For, ...]) -> list[str]:
+    """The loops (outermost first) the box's address depends on."""
+    used = set().union(*(ex.free_vars(s) for s in access.starts))
+    return [loop.var for loop in loops if loop.var in used]
+
+
 def place(access: Access, loops: tuple[For, ...], hoist: int, buffer: str, reads: bool, writes: bool,
           tensor_shape: tuple[int, ...], context: tuple[tuple[str, int, int], ...] = (),
           zeroed: bool = False) -> _Placement:
@@ -160,7 +187,7 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
     before: dict[int | None, list[Stmt]] = {}
     after: dict[int | None, list[Stmt]] = {}
     new_calls: dict[int, Call] = {}
-    for call, loops in calls:
+    for (call, loops), levels in zip(calls, call_levels(calls, hoist or {}), strict=True):
         placed: dict[str, _Placement] = {}
         out = call.output_role
         for role, access in call.transfers:
@@ -168,7 +195,7 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
             writes = role == out
             zeroed = writes and call.overwrite  # the tile starts from 0 in local memory (`init_outputs`)
             reads = not writes or call.signature.reads_output() and not zeroed
-            draft = place(access, loops, (hoist or {}).get(role, 0), names[role], reads, writes, tensor.shape,
+            draft = place(access, loops, levels[role], names[role], reads, writes, tensor.shape,
                           module.context, zeroed)
             key = None if draft.home is None else id(draft.home)
             identity = (role, key, draft.before, draft.after)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from swauto.errors import Rejected, ScheduleError
@@ -16,12 +16,15 @@ from swauto.machine import LocalMemoryMachine
 from swauto.pipeline import lower
 from swauto.schedule.candidate import Candidate
 from swauto.schedule.space import candidates, fusion_choices, split_extent, tile_sizes
+from swauto.tuner.sketch import Sketcher
 
 # The most candidates `explore` builds unless told otherwise (`max_candidates=`, `--max-candidates`).
 # The project's largest spaces have a few thousand (conv2d.sw with a choice of the weight's layout:
 # 2304 on either target); a seed with 9 loops under `reorder any` has 9! orders alone, which takes
 # minutes and gigabytes to build.
 MAX_CANDIDATES = 100_000
+# How many legal candidates `explore_ranked` lowers: those whose sketches the model prices fastest.
+LOWERED = 16
 
 
 def count(op: BoundOperator, machine: LocalMemoryMachine) -> tuple[int, list[str]]:
@@ -55,10 +58,11 @@ class Space:
     operator: BoundOperator
     legal: list[tuple[Candidate, list[tuple[str, Module]]]] = field(default_factory=list)
     rejected: Counter[str] = field(default_factory=Counter)
+    sketched: int = 0  # candidates ranked by their sketches and not lowered (`explore_ranked`)
 
     @property
     def total(self) -> int:
-        return len(self.legal) + sum(self.rejected.values())
+        return len(self.legal) + sum(self.rejected.values()) + self.sketched
 
     @property
     def candidates(self) -> list[Candidate]:
@@ -83,14 +87,7 @@ def explore(op: BoundOperator, machine: LocalMemoryMachine, progress=None,
     Double buffering is explored only where DMAs are asynchronous. The machine's micro-kernel choices
     multiply the space, but they shape only the backend's code: the candidates differing in them
     alone share one lowering (and one list of stages)."""
-    max_candidates = check_integer(max_candidates, "max_candidates", 1)
-    total, factors = count(op, machine)
-    if total > max_candidates:
-        raise ScheduleError(
-            f"the schedule space of operator {op.name} has {total:,} candidates ({' x '.join(factors)}), more "
-            f"than the bound of {max_candidates:,}; narrow the schedule block (fewer tile sizes, a fixed "
-            f"`reorder {{...}}`) or raise the bound (--max-candidates N, max_candidates=N)"
-        )
+    _check_size(op, machine, max_candidates)
     space = Space(op)
     points = candidates(op, (False, True) if machine.asynchronous_dma else (False,))
     micro_kernels = machine.micro_kernels or (None,)
@@ -100,6 +97,62 @@ def explore(op: BoundOperator, machine: LocalMemoryMachine, progress=None,
         except Rejected as rejection:
             space.rejected[rejection.reason] += len(micro_kernels)
             continue
+        space.legal.extend((replace(candidate, micro_kernel=micro_kernel), stages) for micro_kernel in micro_kernels)
+    if not space.legal:
+        raise ScheduleError(_explain_empty(op, space))
+    return space
+
+
+def _check_size(op: BoundOperator, machine: LocalMemoryMachine, max_candidates: int) -> None:
+    """Refuse a space of more than `max_candidates` candidates before anything is built."""
+    max_candidates = check_integer(max_candidates, "max_candidates", 1)
+    total, factors = count(op, machine)
+    if total > max_candidates:
+        raise ScheduleError(
+            f"the schedule space of operator {op.name} has {total:,} candidates ({' x '.join(factors)}), more "
+            f"than the bound of {max_candidates:,}; narrow the schedule block (fewer tile sizes, a fixed "
+            f"`reorder {{...}}`) or raise the bound (--max-candidates N, max_candidates=N)"
+        )
+
+
+def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callable[[Module, bool], float],
+                   lowered: int = LOWERED, max_candidates: int = MAX_CANDIDATES) -> Space:
+    """Rank before lowering: every candidate's sketch (`swauto.tuner.sketch`) priced by `price`
+    (the target's model: sketch, double buffered -> seconds), then candidates lowered from the
+    cheapest sketch on until `lowered` of them are legal; the rest are counted in `Space.sketched`.
+    The model tuner ranks the lowered ones on their real IR. An operator the sketch does not apply
+    to (several statements) is explored whole (`explore`).
+
+    Candidates whose sketch finds no placement that fits local memory come last: the sketch doubles
+    every buffer of a double-buffered candidate, the pipeline only those it prefetches."""
+    sketcher = Sketcher(op, machine)
+    if not sketcher.applicable:
+        return explore(op, machine, max_candidates=max_candidates)
+    _check_size(op, machine, max_candidates)
+    space = Space(op)
+    priced: list[tuple[float, int, Candidate]] = []
+    for index, candidate in enumerate(candidates(op, (False, True) if machine.asynchronous_dma else (False,))):
+        try:
+            seconds = price(sketcher.sketch(candidate), candidate.double_buffer)
+        except Rejected as rejection:
+            if rejection.reason != "local memory overflow":
+                space.rejected[rejection.reason] += len(machine.micro_kernels or (None,))
+                continue
+            seconds = math.inf
+        priced.append((seconds, index, candidate))
+    priced.sort(key=lambda entry: entry[:2])
+    micro_kernels = machine.micro_kernels or (None,)
+    found = 0
+    for position, (_, _, candidate) in enumerate(priced):
+        if found == lowered:
+            space.sketched = (len(priced) - position) * len(micro_kernels)
+            break
+        try:
+            stages = lower(op, candidate, machine)
+        except Rejected as rejection:
+            space.rejected[rejection.reason] += len(micro_kernels)
+            continue
+        found += 1
         space.legal.extend((replace(candidate, micro_kernel=micro_kernel), stages) for micro_kernel in micro_kernels)
     if not space.legal:
         raise ScheduleError(_explain_empty(op, space))

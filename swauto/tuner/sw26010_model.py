@@ -38,6 +38,7 @@ import numpy as np
 from swauto.ir import expr as ex
 from swauto.ir.memory import merged_rows, row_major_strides, row_pieces, strided_box
 from swauto.ir.nodes import Alloc, Call, Dma, DmaWait, For, If, Module, Seq, Stmt
+from swauto.ir.visitor import walk
 from swauto.machine import DTYPE_BYTES, SW26010
 from swauto.primitives.elementwise import map_cycles
 
@@ -377,3 +378,16 @@ def estimate(module: Module, final: Module, double_buffered: bool, machine: SW26
     else:
         seconds = dma + compute
     return ModelEstimate(dma, compute, prologue, double_buffered, seconds, model.dma_bytes, model.flops)
+
+
+def sketch_seconds(sketch: Module, double_buffered: bool, machine: SW26010) -> float:
+    """The model's time for a candidate's sketch (`swauto.tuner.sketch`): as `estimate`, with every
+    transfer inside a loop prefetched when double buffered and a prologue of one of each get."""
+    model = _Model(sketch, machine)
+    body = sketch.body
+    _, _, work, _, _, _ = model.body(body.stmts if type(body) is Seq else (body,), {}, 1, False)
+    if not double_buffered:
+        return model.dma + model.compute
+    prologue = sum(model.dma_time(node, {loop.var: ex.evaluate(loop.start, {}) for loop in loops})
+                   for node, loops in walk(body) if type(node) is Dma and node.direction == "get")
+    return max(work, model.dma) + prologue

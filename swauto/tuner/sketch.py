@@ -1,0 +1,241 @@
+"""Ranking before lowering: a candidate's *sketch*, its loop nest with each operand's transfer where
+`infer_dma` and `hoist_dma` place it, built without the pass pipeline, so that a target's model can
+price every candidate of a space in the time lowering takes for a few dozen.
+
+Lowering a candidate costs milliseconds (scheduling, peeling, placing and hoisting transfers,
+double buffering, planning local memory), and a space holds thousands. Most of that work is shared:
+the candidates that differ only in loop order (a *tile class*) have the same tiles, the same
+primitive call and the same operand boxes; the order decides only where each transfer sits and how
+far it can be hoisted. So each class is scheduled once (`apply`, `pad_primitive`) and each order
+then permutes its loops, places each transfer in the innermost loop its box depends on, and hoists
+it as `hoist_dma` does (over the dependent loops that move the fewest bytes while the buffers and
+the primitive's float64 copies fit local memory), with the boxes of each set of crossed loops
+computed once per class.
+
+A sketch is an estimate's input, not a program: every tile is full (no peeled boundary), and it has
+no zeroing, waits, double-buffered halves or memory plan. The tuner lowers the candidates whose
+sketches its model prices fastest and ranks those on their real IR (`explore_ranked`). Only
+operators of one perfect nest are sketched (`Sketcher.applicable`); the others are lowered whole.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from dataclasses import dataclass, replace
+from math import ceil, prod
+
+from swauto.errors import Rejected
+from swauto.frontend.check import BoundOperator
+from swauto.ir import expr as ex
+from swauto.ir.analysis import trip_count
+from swauto.ir.nests import loop_nest, rebuild_nest, statements
+from swauto.ir.nodes import Access, Call, Dma, For, LocalBuffer, Module, Stmt, seq
+from swauto.machine import DTYPE_BYTES, LocalMemoryMachine
+from swauto.passes.infer_dma import buffer_names, hoistable, transfer_box
+from swauto.passes.pad_primitive import pad_primitive
+from swauto.passes.plan_local_memory import aligned
+from swauto.schedule.candidate import Candidate
+from swauto.schedule.space import apply
+
+
+@dataclass(frozen=True)
+class _Operand:
+    """One transfer of the class's call: its box at the first iteration, whether it is read and
+    written, its element size, how far it may be hoisted at most (None: as far as `hoistable`)."""
+
+    role: str
+    access: Access
+    buffer: str
+    reads: bool
+    writes: bool
+    element: int
+    cap: int | None
+    used: frozenset[str]  # the loop variables its box's address depends on
+
+
+@dataclass
+class _TileClass:
+    """What the candidates of one tile class share: the scheduled module (for its tensors), its loops
+    by name, the padded call, its transfers, the float64 copies' local memory, and the boxes per set
+    of crossed loops."""
+
+    module: Module
+    loops: dict[str, For]
+    call: Call
+    operands: tuple[_Operand, ...]
+    copies: int
+    spread: str
+    transfers: dict[tuple[str, frozenset[str]], _Transfer]
+    caps: dict[tuple[str, tuple[str, ...]], int]  # how far an operand hoists, per order of its loops
+
+
+@dataclass(frozen=True)
+class _Transfer:
+    """An operand's transfer hoisted over a set of loops: the bytes one execution moves (get and
+    put), its buffer's local bytes per CPE, the buffer, its get and put (None where there is none),
+    and the primitive's view of the buffer."""
+
+    moved: int
+    local: int
+    buffer: LocalBuffer
+    get: Dma | None
+    put: Dma | None
+    operand: Access
+
+
+class Sketcher:
+    """Sketches of the candidates of one operator on one machine (see the module docstring)."""
+
+    def __init__(self, op: BoundOperator, machine: LocalMemoryMachine) -> None:
+        self.op = op
+        self.machine = machine
+        self.classes: dict[Candidate, _TileClass | Rejected] = {}
+        # One perfect nest, no sequence loop: the sketch follows `_lower_nest` on the whole module.
+        self.applicable = len(statements(op.seed)) == 1 and not op.seed.context
+
+    def sketch(self, candidate: Candidate) -> Module:
+        """The sketch of `candidate`. Raises `Rejected` when its class cannot be scheduled (the reason
+        `apply` gives) or when no placement of its transfers fits local memory."""
+        key = replace(candidate, order=(), double_buffer=False, micro_kernel=None)
+        found = self.classes.get(key)
+        if found is None:
+            try:
+                found = self._tile_class(candidate)
+            except Rejected as rejection:
+                if rejection.reason != "primitive constraint":  # the others may depend on the loop order
+                    raise
+                found = rejection
+            self.classes[key] = found
+        if isinstance(found, Rejected):
+            raise found
+        return self._place(found, candidate)
+
+    def _tile_class(self, candidate: Candidate) -> _TileClass:
+        module = apply(self.op, candidate, self.machine)
+        loops, call = loop_nest(module.body)
+        first: dict[str, int] = {}
+        for loop in loops:  # the first iteration of every loop (a split's inner bounds depend on its outer loop)
+            first[loop.var] = ex.evaluate(loop.start, first)
+        # A loop runs as often as at the first iteration of the loops around it (full tiles): constant bounds.
+        loops = [replace(loop, start=ex.Const(first[loop.var]), stop=ex.Const(ex.evaluate(loop.stop, first)))
+                 for loop in loops]
+
+        def full(access: Access) -> Access:  # a last tile's min(...) extent at the first iteration: a full tile
+            return replace(access, extents=tuple(e if isinstance(e, int) else ex.evaluate(e, first)
+                                                 for e in access.extents))
+
+        call = replace(call.with_operands(lambda _, access: full(access)),
+                       sizes=tuple((d, s if isinstance(s, int) else ex.evaluate(s, first)) for d, s in call.sizes),
+                       epilogue=tuple(c.with_operands(lambda _, access: full(access)) for c in call.epilogue))
+        module = pad_primitive(replace(module, body=rebuild_nest(loops, call)), self.machine)
+        loops, call = loop_nest(module.body)
+        names = buffer_names(call)
+        out = call.output_role
+        operands = []
+        for role, access in call.transfers:
+            writes = role == out
+            zeroed = writes and call.overwrite
+            operands.append(_Operand(
+                role, access, names[role],
+                reads=not writes or call.signature.reads_output() and not zeroed,
+                writes=writes, element=DTYPE_BYTES[module.tensor(access.name).dtype],
+                cap=0 if writes and call.epilogue else None,  # fused consumers run on one call's box
+                used=frozenset().union(*(ex.free_vars(start) for start in access.starts))))
+        copies = 0
+        if call.signature.kind == "gemm" and self.machine.gemm_compute_dtype != "float32":
+            double = DTYPE_BYTES[self.machine.gemm_compute_dtype]
+            copies = sum(aligned(ceil(prod(access.padded_extents()) / self.machine.cpes) * double)
+                         for _, access in call.operands)
+        spread = "mesh" if call.signature.kind == "gemm" else "flat"
+        return _TileClass(module, {loop.var: loop for loop in loops}, call, tuple(operands), copies, spread, {}, {})
+
+    def _place(self, tiles: _TileClass, candidate: Candidate) -> Module:
+        if sorted(candidate.order) != sorted(tiles.loops):
+            raise Rejected("not in this space", "the loop order names other loops")
+        loops = tuple(tiles.loops[var] for var in candidate.order)
+        outside = list(itertools.accumulate((trip_count(loop) for loop in loops), operator.mul, initial=1))
+        position = {loop.var: index for index, loop in enumerate(loops)}
+        options: list[list[tuple[int, int, str | None, _Transfer]]] = []
+        for operand in tiles.operands:
+            deps = tuple(loop.var for loop in loops if loop.var in operand.used)
+            cap = tiles.caps.get((operand.role, deps))
+            if cap is None:
+                cap = tiles.caps[operand.role, deps] = min(hoistable(operand.access, loops),
+                                                           len(deps) if operand.cap is None else operand.cap)
+            per_level = []
+            for level in range(cap + 1):
+                transfer = self._transfer(tiles, operand, loops, frozenset(deps[len(deps) - level:] if level else ()))
+                home = deps[len(deps) - level - 1] if len(deps) > level else None
+                moved = transfer.moved * outside[position[home] + 1 if home is not None else 0]
+                # An option moving no fewer bytes in no less room than a lower level's is never chosen.
+                if not any(m <= moved and local <= transfer.local for m, local, _, _ in per_level):
+                    per_level.append((moved, transfer.local, home, transfer))
+            options.append(per_level)
+        room = self.machine.ldm_usable_bytes - tiles.copies
+        factor = 2 if candidate.double_buffer else 1
+        best = None
+        for chosen in itertools.product(*options):
+            local = moved = 0
+            for option in chosen:
+                moved += option[0]
+                local += option[1]
+            if factor * local <= room and (best is None or (moved, local) < best[0]):
+                best = ((moved, local), chosen)
+        if best is None:
+            raise Rejected("local memory overflow", "no placement of the transfers fits local memory")
+        return self._module(tiles, loops, [(home, transfer) for _, _, home, transfer in best[1]])
+
+    def _transfer(self, tiles: _TileClass, operand: _Operand, loops: tuple[For, ...],
+                  crossed: frozenset[str]) -> _Transfer:
+        """The operand's transfer hoisted over the loops `crossed`, remembered (it depends on nothing else;
+        where it sits is the caller's)."""
+        key = (operand.role, crossed)
+        found = tiles.transfers.get(key)
+        if found is not None:
+            return found
+        box = transfer_box(operand.access, loops, len(crossed))
+        access = operand.access
+        shape = tuple(e + p for e, p in zip(box.extents, access.pad or (0,) * len(box.extents), strict=True))
+        tensor_box = Access(access.name, box.starts, box.extents, access.dims, steps=access.steps)
+        buffer_box = Access(operand.buffer, tuple(ex.Const(0) for _ in shape), box.extents, access.dims)
+        found = tiles.transfers[key] = _Transfer(
+            moved=prod(box.extents) * operand.element * (operand.reads + operand.writes),
+            local=aligned(ceil(prod(shape) / self.machine.cpes) * operand.element),
+            buffer=LocalBuffer(operand.buffer, shape, spread=tiles.spread),
+            get=Dma("get", tensor_box, buffer_box, f"{operand.buffer}_ready") if operand.reads else None,
+            put=Dma("put", tensor_box, buffer_box, f"{operand.buffer}_written") if operand.writes else None,
+            operand=Access(operand.buffer, tuple(s - n for s, n in zip(access.starts, box.starts, strict=True)),
+                           access.extents, access.dims, access.pad))
+        return found
+
+    def _module(self, tiles: _TileClass, loops: tuple[For, ...],
+                placed: list[tuple[str | None, _Transfer]]) -> Module:
+        before: dict[str | None, list[Stmt]] = {}
+        after: dict[str | None, list[Stmt]] = {}
+        local: dict[str, Access] = {}
+        call = tiles.call
+        for operand, (_, transfer) in zip(tiles.operands, placed, strict=True):
+            local[operand.role] = transfer.operand
+        for home, transfer in placed:
+            if transfer.get is not None:
+                before.setdefault(home, []).append(transfer.get)
+            if transfer.put is not None:
+                if call.epilogue:
+                    # Fused consumers run on the output tile before its write-back, as `infer_dma` places them.
+                    after.setdefault(home, []).extend(self._epilogue(call, transfer.operand, local))
+                after.setdefault(home, []).append(transfer.put)
+        body: Stmt = replace(call.with_operands(lambda role, _: local[role]), epilogue=())
+        for loop in reversed(loops):
+            body = For(loop.var, loop.start, loop.stop, loop.stride,
+                       seq(*before.get(loop.var, ()), body, *after.get(loop.var, ())))
+        body = seq(*before.get(None, ()), body, *after.get(None, ()))
+        return replace(tiles.module, buffers=tuple(transfer.buffer for _, transfer in placed), body=body)
+
+    @staticmethod
+    def _epilogue(call: Call, tile: Access, local: dict[str, Access]) -> list[Call]:
+        """The fused consumers on the output tile `tile`, their other inputs' boxes in `local`."""
+        tile = replace(tile, pad=())
+        return [consumer.with_operands(lambda role, access, i=index, c=consumer: tile if access.name ==
+                                       call.output.name else local[f"{c.primitive}{i}_{role}"])
+                for index, consumer in enumerate(call.epilogue)]
