@@ -14,8 +14,9 @@ computed once per class.
 
 A sketch is an estimate's input, not a program: every tile is full (no peeled boundary), and it has
 no zeroing, waits, double-buffered halves or memory plan. The tuner lowers the candidates whose
-sketches its model prices fastest and ranks those on their real IR (`explore_ranked`). Only
-operators of one perfect nest are sketched (`Sketcher.applicable`); the others are lowered whole.
+sketches its model prices fastest and ranks those on their real IR (`explore_ranked`). Only a
+candidate that is one perfect nest once scheduled has a sketch (an operator of one statement, or
+one whose consumers are all fused into their producer); the others are lowered to be priced.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from swauto.ir.nests import loop_nest, rebuild_nest, statements
 from swauto.ir.nodes import Access, Call, Dma, For, LocalBuffer, Module, Stmt, seq
 from swauto.machine import DTYPE_BYTES, LocalMemoryMachine
 from swauto.passes.infer_dma import buffer_names, hoistable, transfer_box
+from swauto.passes.init_outputs import init_outputs
 from swauto.passes.pad_primitive import pad_primitive
 from swauto.passes.plan_local_memory import aligned
 from swauto.schedule.candidate import Candidate
@@ -90,16 +92,17 @@ class Sketcher:
     def __init__(self, op: BoundOperator, machine: LocalMemoryMachine) -> None:
         self.op = op
         self.machine = machine
-        self.classes: dict[Candidate, _TileClass | Rejected] = {}
-        # One perfect nest, no sequence loop: the sketch follows `_lower_nest` on the whole module.
-        self.applicable = len(statements(op.seed)) == 1 and not op.seed.context
+        self.classes: dict[Candidate, _TileClass | Rejected | None] = {}
 
-    def sketch(self, candidate: Candidate) -> Module:
-        """The sketch of `candidate`. Raises `Rejected` when its class cannot be scheduled (the reason
-        `apply` gives) or when no placement of its transfers fits local memory."""
+    def sketch(self, candidate: Candidate) -> Module | None:
+        """The sketch of `candidate`, or None when it is not one perfect loop nest once scheduled
+        (several statements, unless fused into one; an output filled by a statement of its own): such
+        a candidate must be lowered to be priced. Raises `Rejected` when its class cannot be scheduled
+        (the reason `apply` gives) or when no placement of its transfers fits local memory."""
         key = replace(candidate, order=(), double_buffer=False, micro_kernel=None)
-        found = self.classes.get(key)
-        if found is None:
+        if key in self.classes:
+            found = self.classes[key]
+        else:
             try:
                 found = self._tile_class(candidate)
             except Rejected as rejection:
@@ -109,10 +112,12 @@ class Sketcher:
             self.classes[key] = found
         if isinstance(found, Rejected):
             raise found
-        return self._place(found, candidate)
+        return None if found is None else self._place(found, candidate)
 
-    def _tile_class(self, candidate: Candidate) -> _TileClass:
-        module = apply(self.op, candidate, self.machine)
+    def _tile_class(self, candidate: Candidate) -> _TileClass | None:
+        module = init_outputs(apply(self.op, candidate, self.machine))
+        if len(statements(module)) != 1 or not isinstance(module.body, For | Call) or module.context:
+            return None
         loops, call = loop_nest(module.body)
         first: dict[str, int] = {}
         for loop in loops:  # the first iteration of every loop (a split's inner bounds depend on its outer loop)
@@ -151,9 +156,10 @@ class Sketcher:
         return _TileClass(module, {loop.var: loop for loop in loops}, call, tuple(operands), copies, spread, {}, {})
 
     def _place(self, tiles: _TileClass, candidate: Candidate) -> Module:
-        if sorted(candidate.order) != sorted(tiles.loops):
+        # A fused consumer's loops are gone: the order's other loops are the nest's.
+        loops = tuple(tiles.loops[var] for var in candidate.order if var in tiles.loops)
+        if len(loops) != len(tiles.loops):
             raise Rejected("not in this space", "the loop order names other loops")
-        loops = tuple(tiles.loops[var] for var in candidate.order)
         outside = list(itertools.accumulate((trip_count(loop) for loop in loops), operator.mul, initial=1))
         position = {loop.var: index for index, loop in enumerate(loops)}
         options: list[list[tuple[int, int, str | None, _Transfer]]] = []

@@ -13,7 +13,7 @@ from swauto.frontend.check import BoundOperator
 from swauto.frontend.integers import check_integer
 from swauto.ir.nodes import Module
 from swauto.machine import LocalMemoryMachine
-from swauto.pipeline import lower
+from swauto.pipeline import Stages, lower
 from swauto.schedule.candidate import Candidate
 from swauto.schedule.space import candidates, fusion_choices, split_extent, tile_sizes
 from swauto.tuner.sketch import Sketcher
@@ -120,40 +120,50 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callab
     """Rank before lowering: every candidate's sketch (`swauto.tuner.sketch`) priced by `price`
     (the target's model: sketch, double buffered -> seconds), then candidates lowered from the
     cheapest sketch on until `lowered` of them are legal; the rest are counted in `Space.sketched`.
-    The model tuner ranks the lowered ones on their real IR. An operator the sketch does not apply
-    to (several statements) is explored whole (`explore`).
+    The model tuner ranks the lowered ones on their real IR. Candidates without a sketch (several
+    statements) are all lowered.
 
     Candidates whose sketch finds no placement that fits local memory come last: the sketch doubles
     every buffer of a double-buffered candidate, the pipeline only those it prefetches."""
-    sketcher = Sketcher(op, machine)
-    if not sketcher.applicable:
-        return explore(op, machine, max_candidates=max_candidates)
     _check_size(op, machine, max_candidates)
+    sketcher = Sketcher(op, machine)
     space = Space(op)
-    priced: list[tuple[float, int, Candidate]] = []
-    for index, candidate in enumerate(candidates(op, (False, True) if machine.asynchronous_dma else (False,))):
-        try:
-            seconds = price(sketcher.sketch(candidate), candidate.double_buffer)
-        except Rejected as rejection:
-            if rejection.reason != "local memory overflow":
-                space.rejected[rejection.reason] += len(machine.micro_kernels or (None,))
-                continue
-            seconds = math.inf
-        priced.append((seconds, index, candidate))
-    priced.sort(key=lambda entry: entry[:2])
     micro_kernels = machine.micro_kernels or (None,)
-    found = 0
-    for position, (_, _, candidate) in enumerate(priced):
-        if found == lowered:
-            space.sketched = (len(priced) - position) * len(micro_kernels)
-            break
+
+    lowered_at: list[tuple[int, list[tuple[Candidate, Stages]]]] = []  # by place in the space
+
+    def add(index: int, candidate: Candidate) -> bool:
         try:
             stages = lower(op, candidate, machine)
         except Rejected as rejection:
             space.rejected[rejection.reason] += len(micro_kernels)
+            return False
+        lowered_at.append((index, [(replace(candidate, micro_kernel=kernel), stages) for kernel in micro_kernels]))
+        return True
+
+    priced: list[tuple[float, int, Candidate]] = []
+    for index, candidate in enumerate(candidates(op, (False, True) if machine.asynchronous_dma else (False,))):
+        try:
+            sketch = sketcher.sketch(candidate)
+        except Rejected as rejection:
+            if rejection.reason != "local memory overflow":
+                space.rejected[rejection.reason] += len(micro_kernels)
+                continue
+            priced.append((math.inf, index, candidate))
             continue
-        found += 1
-        space.legal.extend((replace(candidate, micro_kernel=micro_kernel), stages) for micro_kernel in micro_kernels)
+        if sketch is None:
+            add(index, candidate)  # no sketch: priced on its real IR like the lowered few
+        else:
+            priced.append((price(sketch, candidate.double_buffer), index, candidate))
+    priced.sort(key=lambda entry: entry[:2])
+    found = 0
+    for position, (_, index, candidate) in enumerate(priced):
+        if found == lowered:
+            space.sketched = (len(priced) - position) * len(micro_kernels)
+            break
+        found += add(index, candidate)
+    # In the space's order, as `explore` keeps them: the model tuner breaks ties by it.
+    space.legal = [entry for _, entries in sorted(lowered_at, key=lambda pair: pair[0]) for entry in entries]
     if not space.legal:
         raise ScheduleError(_explain_empty(op, space))
     return space
