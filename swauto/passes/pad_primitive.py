@@ -18,7 +18,8 @@ from swauto.ir.visitor import Rewriter
 from swauto.machine import LocalMemoryMachine
 
 
-def _multiples(machine: LocalMemoryMachine, vectorize: str) -> dict[str, int]:
+def multiples(machine: LocalMemoryMachine, vectorize: str) -> dict[str, int]:
+    """What each GEMM dimension's size must be a multiple of, with `vectorize` the vectorized one."""
     constraints = machine.gemm
     other = "N" if vectorize == "M" else "M"
     return {vectorize: constraints.vectorized_multiple, other: constraints.other_multiple, "K": constraints.k_multiple}
@@ -45,7 +46,7 @@ class _Pad(Rewriter):
         assert call.vectorize is not None, "pad_primitive runs after vectorization is chosen"
         operands = dict(call.operands)
         sizes = dict(call.sizes)
-        for dim, multiple in _multiples(self.machine, call.vectorize).items():
+        for dim, multiple in multiples(self.machine, call.vectorize).items():
             for name, access in operands.items():
                 if dim not in access.dims:
                     continue

@@ -35,7 +35,7 @@ from swauto.ir.nodes import Access, Call, Dma, For, LocalBuffer, Module, Stmt, s
 from swauto.machine import DTYPE_BYTES, LocalMemoryMachine
 from swauto.passes.infer_dma import buffer_names, hoistable, transfer_box
 from swauto.passes.init_outputs import init_outputs
-from swauto.passes.pad_primitive import pad_primitive
+from swauto.passes.pad_primitive import multiples, pad_primitive
 from swauto.passes.plan_local_memory import aligned
 from swauto.schedule.candidate import Candidate
 from swauto.schedule.space import apply
@@ -68,6 +68,7 @@ class _TileClass:
     operands: tuple[_Operand, ...]
     copies: int
     spread: str
+    share: float  # `Sketch.share`
     transfers: dict[tuple[str, frozenset[str]], _Transfer]
     caps: dict[tuple[str, tuple[str, ...]], int]  # how far an operand hoists, per order of its loops
 
@@ -86,6 +87,17 @@ class _Transfer:
     operand: Access
 
 
+@dataclass(frozen=True)
+class Sketch:
+    """A candidate's sketch: its loop nest with every transfer placed (`module`), and the share of the
+    work of its whole tiles the candidate really does (`share`: 13 columns in tiles of 4 run 3 whole
+    tiles and one of a column, 13/16 of the sketch's 4 whole tiles). A price of the module times the
+    share estimates the candidate's."""
+
+    module: Module
+    share: float
+
+
 class Sketcher:
     """Sketches of the candidates of one operator on one machine (see the module docstring)."""
 
@@ -94,7 +106,7 @@ class Sketcher:
         self.machine = machine
         self.classes: dict[Candidate, _TileClass | Rejected | None] = {}
 
-    def sketch(self, candidate: Candidate) -> Module | None:
+    def sketch(self, candidate: Candidate) -> Sketch | None:
         """The sketch of `candidate`, or None when it is not one perfect loop nest once scheduled
         (several statements, unless fused into one; an output filled by a statement of its own): such
         a candidate must be lowered to be priced. Raises `Rejected` when its class cannot be scheduled
@@ -112,13 +124,14 @@ class Sketcher:
             self.classes[key] = found
         if isinstance(found, Rejected):
             raise found
-        return None if found is None else self._place(found, candidate)
+        return None if found is None else Sketch(self._place(found, candidate), found.share)
 
     def _tile_class(self, candidate: Candidate) -> _TileClass | None:
         module = init_outputs(apply(self.op, candidate, self.machine))
         if len(statements(module)) != 1 or not isinstance(module.body, For | Call) or module.context:
             return None
         loops, call = loop_nest(module.body)
+        share = _share_of_work(loops, call, self.machine)
         first: dict[str, int] = {}
         for loop in loops:  # the first iteration of every loop (a split's inner bounds depend on its outer loop)
             first[loop.var] = ex.evaluate(loop.start, first)
@@ -153,7 +166,8 @@ class Sketcher:
             copies = sum(aligned(ceil(prod(access.padded_extents()) / self.machine.cpes) * double)
                          for _, access in call.operands)
         spread = "mesh" if call.signature.kind == "gemm" else "flat"
-        return _TileClass(module, {loop.var: loop for loop in loops}, call, tuple(operands), copies, spread, {}, {})
+        return _TileClass(module, {loop.var: loop for loop in loops}, call, tuple(operands), copies, spread, share,
+                          {}, {})
 
     def _place(self, tiles: _TileClass, candidate: Candidate) -> Module:
         # A fused consumer's loops are gone: the order's other loops are the nest's.
@@ -245,3 +259,38 @@ class Sketcher:
         return [consumer.with_operands(lambda role, access, i=index, c=consumer: tile if access.name ==
                                        call.output.name else local[f"{c.primitive}{i}_{role}"])
                 for index, consumer in enumerate(call.epilogue)]
+
+
+def _share_of_work(loops: list[For], call: Call, machine: LocalMemoryMachine) -> float:
+    """The work the nest does over the work of whole tiles at every iteration: the mean, over the
+    iterations of the loops its last tiles depend on, of the call's padded volume times the trips of
+    the loops whose bounds vary (a split loop's last part), over their value at the first iteration.
+    1 when nothing varies, or when those loops are too many to count (a sketch only ranks)."""
+    sizes = dict(call.sizes)
+    varying = [loop for loop in loops if ex.constant_value(loop.start) is None or ex.constant_value(loop.stop) is None]
+    names = set().union(*(ex.free_vars(size) for size in sizes.values() if not isinstance(size, int)),
+                        *(ex.free_vars(loop.start) | ex.free_vars(loop.stop) for loop in varying))
+    if not names:
+        return 1.0
+    outer = [loop for loop in loops if loop.var in names]
+    if any(loop in varying for loop in outer) or prod(trip_count(loop) for loop in outer) > 4096:
+        return 1.0
+    rounding = multiples(machine, call.vectorize) if call.signature.kind == "gemm" and call.vectorize else {}
+
+    def volume(env: dict[str, int]) -> int:
+        total = 1
+        for dim, size in sizes.items():
+            value = size if isinstance(size, int) else ex.evaluate(size, env)
+            step = rounding.get(dim, 1)
+            total *= -(-value // step) * step
+        for loop in varying:
+            total *= trip_count(loop, env)
+        return total
+
+    first: dict[str, int] = {}
+    for loop in loops:
+        first[loop.var] = ex.evaluate(loop.start, first)
+    ranges = [range(ex.evaluate(loop.start, {}), ex.evaluate(loop.stop, {}), loop.stride) for loop in outer]
+    volumes = [volume({**first, **dict(zip((loop.var for loop in outer), values, strict=True))})
+               for values in itertools.product(*ranges)]
+    return sum(volumes) / (len(volumes) * volume(first)) if volumes else 1.0

@@ -118,7 +118,7 @@ def _check_size(op: BoundOperator, machine: LocalMemoryMachine, max_candidates: 
 def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callable[[Module, bool], float],
                    lowered: int = LOWERED, max_candidates: int = MAX_CANDIDATES) -> Space:
     """Rank before lowering: every candidate's sketch (`swauto.tuner.sketch`) priced by `price`
-    (the target's model: sketch, double buffered -> seconds), then candidates lowered from the
+    (the target's model: sketch, double buffered -> seconds) times its share of work, then candidates lowered from the
     cheapest sketch on until `lowered` of them are legal; the rest are counted in `Space.sketched`.
     The model tuner ranks the lowered ones on their real IR. Candidates without a sketch (several
     statements) are all lowered.
@@ -154,7 +154,7 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callab
         if sketch is None:
             add(index, candidate)  # no sketch: priced on its real IR like the lowered few
         else:
-            priced.append((price(sketch, candidate.double_buffer), index, candidate))
+            priced.append((price(sketch.module, candidate.double_buffer) * sketch.share, index, candidate))
     priced.sort(key=lambda entry: entry[:2])
     found = 0
     for position, (_, index, candidate) in enumerate(priced):
