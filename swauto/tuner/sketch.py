@@ -71,6 +71,8 @@ class _TileClass:
     share: float  # `Sketch.share`
     transfers: dict[tuple[str, frozenset[str]], _Transfer]
     caps: dict[tuple[str, tuple[str, ...]], int]  # how far an operand hoists, per order of its loops
+    trips: dict[str, int]  # per loop
+    calls: dict[tuple[int, ...], Call]  # the call on its buffers, per choice of transfers (by identity)
 
 
 @dataclass(frozen=True)
@@ -167,14 +169,14 @@ class Sketcher:
                          for _, access in call.operands)
         spread = "mesh" if call.signature.kind == "gemm" else "flat"
         return _TileClass(module, {loop.var: loop for loop in loops}, call, tuple(operands), copies, spread, share,
-                          {}, {})
+                          {}, {}, {loop.var: trip_count(loop) for loop in loops}, {})
 
     def _place(self, tiles: _TileClass, candidate: Candidate) -> Module:
         # A fused consumer's loops are gone: the order's other loops are the nest's.
         loops = tuple(tiles.loops[var] for var in candidate.order if var in tiles.loops)
         if len(loops) != len(tiles.loops):
             raise Rejected("not in this space", "the loop order names other loops")
-        outside = list(itertools.accumulate((trip_count(loop) for loop in loops), operator.mul, initial=1))
+        outside = list(itertools.accumulate((tiles.trips[loop.var] for loop in loops), operator.mul, initial=1))
         position = {loop.var: index for index, loop in enumerate(loops)}
         options: list[list[tuple[int, int, str | None, _Transfer]]] = []
         for operand in tiles.operands:
@@ -245,7 +247,11 @@ class Sketcher:
                     # Fused consumers run on the output tile before its write-back, as `infer_dma` places them.
                     after.setdefault(home, []).extend(self._epilogue(call, transfer.operand, local))
                 after.setdefault(home, []).append(transfer.put)
-        body: Stmt = replace(call.with_operands(lambda role, _: local[role]), epilogue=())
+        key = tuple(id(transfer) for _, transfer in placed)
+        on_buffers = tiles.calls.get(key)
+        if on_buffers is None:
+            on_buffers = tiles.calls[key] = replace(call.with_operands(lambda role, _: local[role]), epilogue=())
+        body: Stmt = on_buffers
         for loop in reversed(loops):
             body = For(loop.var, loop.start, loop.stop, loop.stride,
                        seq(*before.get(loop.var, ()), body, *after.get(loop.var, ())))
