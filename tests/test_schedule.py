@@ -3,6 +3,7 @@ stable ids, JSON round trips, and the printed IR of one candidate after each pas
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,7 +28,8 @@ GOLDEN = Path(__file__).parent / "golden"
 
 
 def test_space_is_the_product_of_the_choices(gemm_source):
-    space = explore(load(gemm_source, {"M": 512, "N": 512, "K": 512}), SUNWAY)
+    # 640: every tile size leaves loops of several iterations, so every loop takes part in the orders.
+    space = explore(load(gemm_source, {"M": 640, "N": 640, "K": 640}), SUNWAY)
     # M, N, K tile sets x loop orders x vectorized dimension x double buffering or not
     assert space.total == 3 * 3 * 4 * 6 * 2 * 2
     assert len(space.legal) + sum(space.rejected.values()) == space.total
@@ -38,10 +40,19 @@ def test_space_is_the_product_of_the_choices(gemm_source):
 
 
 def test_tiles_larger_than_their_dimension_are_not_in_the_space(gemm_source):
-    """M = 256 keeps M's tile sizes 128 and 256 of {128, 256, 512}, N = 384 likewise, K = 128 three of four."""
+    """M = 256 keeps M's tile sizes 128 and 256 of {128, 256, 512}, N = 384 likewise, K = 128 three of four.
+    A tile as large as its dimension leaves a loop of one iteration, which takes no part in the
+    orders (it sits outermost): per choice of tiles, the factorial of the loops that run more than once."""
     space = explore(load(gemm_source, {"M": 256, "N": 384, "K": 128}), SUNWAY)
-    assert space.total == 2 * 2 * 3 * 6 * 2 * 2 and not space.rejected
+    orders = sum(math.factorial(sum(1 for size, tile in ((256, m), (384, n), (128, k)) if tile < size))
+                 for m in (128, 256) for n in (128, 256) for k in (32, 64, 128))
+    assert space.total == orders * 2 * 2 and not space.rejected
     assert {dict(c.splits)["M"] for c in space.candidates} == {128, 256}
+    for candidate in space.candidates:
+        tiles = dict(candidate.splits)
+        whole = [f"{dim}_outer" for dim, size in (("M", 256), ("N", 384), ("K", 128)) if tiles[dim] >= size]
+        assert candidate.order[: len(whole)] == tuple(name for name in ("M_outer", "N_outer", "K_outer")
+                                                       if name in whole)
 
 
 def test_primitive_constraints_reject_small_vectorized_tiles():
@@ -190,9 +201,10 @@ def test_a_space_beyond_the_bound_is_refused_before_it_is_built():
 
 def test_the_bound_can_be_lowered_and_raised(gemm_source):
     params = {"M": 256, "N": 128, "K": 64}
-    with pytest.raises(ScheduleError, match="has 96 candidates .* more than the bound of 95"):
-        swauto.schedules(gemm_source, params, max_candidates=95)
-    assert swauto.schedules(gemm_source, params, max_candidates=96)
+    # N = 128 and K = 64 in one tile leave loops of one iteration; K in tiles of 32 does not (20 in all).
+    with pytest.raises(ScheduleError, match="has 20 candidates .* more than the bound of 19"):
+        swauto.schedules(gemm_source, params, max_candidates=19)
+    assert swauto.schedules(gemm_source, params, max_candidates=20)
     assert explore(load(_nest(4)), SUNWAY, max_candidates=96).total == 96  # 4! orders x 2 x 2
 
 

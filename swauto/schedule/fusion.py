@@ -45,7 +45,9 @@ def fuse_consumers(module: Module, seed: Module, fusions: list[tuple[int, int]])
     gone = set()
     for consumer, producer in fusions:
         loops, call = loop_nest(nests[producer])
-        indexing = [any(loop.var in ex.free_vars(start) for start in call.output.starts) for loop in loops]
+        # A loop that runs once cannot complete a tile after its write-back: it counts as indexing.
+        indexing = [any(loop.var in ex.free_vars(start) for start in call.output.starts)
+                    or ex.constant_value(loop.stop - loop.start) == 1 for loop in loops]
         innermost = max((i for i, indexes in enumerate(indexing) if indexes), default=-1)
         if not all(indexing[:innermost]):
             raise Rejected("reduction outside the fused output tile",

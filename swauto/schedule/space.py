@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
@@ -135,26 +136,68 @@ def _tensors(nest: Stmt) -> set[str]:
     return {access.name for _, access in loop_nest(nest)[1].operands}
 
 
-def _orders(op: BoundOperator) -> Iterable[tuple[str, ...]]:
-    """The loop orders of the space (lazily: there may be n! of them)."""
+def single_trip_loops(op: BoundOperator, factors: dict[str, int]) -> frozenset[str]:
+    """The loops of the space that run once with these tile sizes (a split whose tile covers its
+    extent, a kernel loop of a 1 x 1 convolution). Where such a loop sits in a nest changes nothing, so
+    `reorder any` places them outermost instead of counting each of their positions as a candidate."""
+    trips: dict[str, int | None] = {}
+    for nest in statements(op.seed):
+        for loop in loop_nest(nest)[0]:
+            trips[loop.var] = ex.constant_value(loop.stop - loop.start) if loop.stride == 1 else None
+    for split in op.space.splits:  # in directive order: a split may cut a loop an earlier one made
+        extent = split_extent(op, split) if split.on_primitive else trips.pop(split.target, None)
+        factor = factors.get(split.target)
+        if extent is None or factor is None:
+            trips[split.outer] = None
+            continue
+        trips[split.outer] = -(-extent // factor)
+        if split.inner:
+            trips[split.inner] = min(factor, extent)
+    for fuse in op.space.fuses:
+        first = trips.pop(fuse.loop, None)
+        if fuse.into_dim is None and fuse.fused is not None:
+            second = trips.pop(fuse.with_loop or "", None)
+            trips[fuse.fused] = None if first is None or second is None else first * second
+    return frozenset(name for name in op.space.loops if trips.get(name) == 1)
+
+
+def _orders(op: BoundOperator, single: frozenset[str] = frozenset()) -> Iterable[tuple[str, ...]]:
+    """The loop orders of the space (lazily: there may be n! of them); under `reorder any`, the loops
+    that run once (`single`) come first in each nest, in its order, and the others take every order."""
     space = op.space
     if space.order is not None:
         return [space.order]
     if space.reorder_any:  # those statements' loops in any order
-        return _concatenated_permutations(space.nests, set(space.reorder_any))
+        return _concatenated_permutations(space.nests, set(space.reorder_any), single)
     return [space.loops]
 
 
-def _concatenated_permutations(nests: tuple[tuple[str, ...], ...], free: set[int], first: int = 0
-                               ) -> Iterator[tuple[str, ...]]:
-    """Every order of the loops of each nest in `free` (the others in their order), nest after nest,
-    generated lazily (itertools.product would list every permutation of each nest first)."""
+def order_count(op: BoundOperator, single: frozenset[str] = frozenset()) -> int:
+    """How many orders `_orders` gives."""
+    space = op.space
+    if space.order is not None or not space.reorder_any:
+        return 1
+    return math.prod(math.factorial(sum(name not in single for name in space.nests[index]))
+                     for index in set(space.reorder_any))
+
+
+def _concatenated_permutations(nests: tuple[tuple[str, ...], ...], free: set[int], single: frozenset[str],
+                               first: int = 0) -> Iterator[tuple[str, ...]]:
+    """Every order of the loops of each nest in `free` (the others in their order; in a free nest the
+    `single` loops first), nest after nest, generated lazily (itertools.product would list every
+    permutation of each nest first)."""
     if first == len(nests):
         yield ()
         return
-    orders = itertools.permutations(nests[first]) if first in free else [nests[first]]
+    nest = nests[first]
+    if first in free:
+        fixed = tuple(name for name in nest if name in single)
+        orders: Iterable[tuple[str, ...]] = (fixed + order for order in
+                                             itertools.permutations(name for name in nest if name not in single))
+    else:
+        orders = [nest]
     for order in orders:
-        for rest in _concatenated_permutations(nests, free, first + 1):
+        for rest in _concatenated_permutations(nests, free, single, first + 1):
             yield order + rest
 
 
@@ -166,8 +209,9 @@ def candidates(op: BoundOperator, double_buffering: tuple[bool, ...] = (False, T
     layout_sets = [[(layout.tensor, p) for p in layout.permutations] for layout in space.layouts]
     for fused in fusion_choices(op):
         for choice in itertools.product(*factor_sets):
-            for order in _orders(op):
-                if fused and not _default_choices(op, fused, dict(choice), order):
+            single = single_trip_loops(op, dict(choice))
+            for order in _orders(op, single):
+                if fused and not _default_choices(op, fused, dict(choice), order, single):
                     continue  # a fused statement's own tiles and loops are gone: one candidate stands for all
                 for layouts in itertools.product(*layout_sets):
                     for dim in space.vectorize:
@@ -184,7 +228,8 @@ def fusion_choices(op: BoundOperator) -> list[tuple[str, ...]]:
     return [tuple(name for part in parts for name in part) for parts in itertools.product(*prefixes)]
 
 
-def _default_choices(op: BoundOperator, fused: tuple[str, ...], splits: dict[str, int], order: tuple[str, ...]) -> bool:
+def _default_choices(op: BoundOperator, fused: tuple[str, ...], splits: dict[str, int], order: tuple[str, ...],
+                     single: frozenset[str]) -> bool:
     """Whether the fused statements' own splits and loop orders are the space's first ones."""
     space = op.space
     statements = {f.consumer for f in space.fusions if f.name in fused}
@@ -193,6 +238,7 @@ def _default_choices(op: BoundOperator, fused: tuple[str, ...], splits: dict[str
             return False
     for statement in statements:
         loops = space.nests[statement]
-        if tuple(name for name in order if name in loops) != loops:
+        first = tuple(name for name in loops if name in single) + tuple(name for name in loops if name not in single)
+        if tuple(name for name in order if name in loops) != first:
             return False
     return True

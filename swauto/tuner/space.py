@@ -3,6 +3,7 @@ with their IR stages and the others counted by reason (what the tuners rank)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -15,7 +16,7 @@ from swauto.ir.nodes import Module
 from swauto.machine import LocalMemoryMachine
 from swauto.pipeline import Stages, lower
 from swauto.schedule.candidate import Candidate
-from swauto.schedule.space import candidates, fusion_choices, split_extent, tile_sizes
+from swauto.schedule.space import candidates, fusion_choices, order_count, single_trip_loops, split_extent, tile_sizes
 from swauto.tuner.sketch import Sketcher
 
 # The most candidates `explore` builds unless told otherwise (`max_candidates=`, `--max-candidates`).
@@ -32,13 +33,22 @@ def count(op: BoundOperator, machine: LocalMemoryMachine) -> tuple[int, list[str
     counts them), without building any; and the factors of that product, in words."""
     space = op.space
     factors: list[tuple[int, str]] = []
-    for split in space.splits:
-        sizes = len(tile_sizes(split, split_extent(op, split)))
-        factors.append((sizes, f"{sizes} tile sizes of {split.target}"))
-    if space.order is None:
-        for loops in (space.nests[statement] for statement in space.reorder_any):
-            n = len(loops)
-            factors.append((math.factorial(n), f"{n}! = {math.factorial(n):,} loop orders"))
+    sizes = [tile_sizes(split, split_extent(op, split)) for split in space.splits]
+    # Loops of one iteration take no part in the orders, so the orders may depend on the tile sizes.
+    orders = [order_count(op, single_trip_loops(op, {split.target: size for split, size in
+                                                    zip(space.splits, choice, strict=True)}))
+              for choice in itertools.product(*sizes)]
+    if len(set(orders)) == 1:
+        for split, offered in zip(space.splits, sizes, strict=True):
+            factors.append((len(offered), f"{len(offered)} tile sizes of {split.target}"))
+        free = [len(space.nests[statement]) for statement in space.reorder_any] if space.order is None else []
+        if len(free) == 1 and orders[0] == math.factorial(free[0]):
+            factors.append((orders[0], f"{free[0]}! = {orders[0]:,} loop orders"))
+        else:
+            factors.append((orders[0], f"{orders[0]:,} loop orders"))
+    else:
+        factors.append((sum(orders), f"{len(orders)} choices of tile sizes with {sum(orders):,} loop orders in all "
+                                     "(loops that run once take no part in them)"))
     for layout in space.layouts:
         factors.append((len(layout.permutations), f"{len(layout.permutations)} layouts of {layout.tensor}"))
     factors.append((len(space.vectorize), f"{len(space.vectorize)} vectorized dimensions"))
