@@ -11,7 +11,7 @@ import pytest
 
 from swauto import targets
 from swauto.api import load
-from swauto.errors import Rejected
+from swauto.errors import Rejected, ScheduleError
 from swauto.ir.nodes import Call
 from swauto.ir.visitor import walk
 from swauto.passes.peel_boundaries import peel_boundaries
@@ -98,10 +98,16 @@ def test_candidates_of_several_statements_are_lowered_to_be_priced():
     assert ranked.sketched == 0 and len(ranked.legal) == len(explore(op, machine).legal)
 
 
-def test_a_sketch_that_fits_no_placement_comes_last():
-    """A class whose tiles fit no local memory is ranked after every other and counted as not lowered."""
-    op = load(EXAMPLES / "conv2d.sw", {"B": 128, "Ni": 512, "No": 512, "Ri": 8, "Ci": 8})
+def test_candidates_whose_sketch_fits_no_placement_are_still_lowered(monkeypatch):
+    """A 512 x 512 weight slice at B = 128 fits no placement: no sketch has a price, so each candidate
+    is lowered after the priced ones (here there are none), and the space reports the lowering's reason."""
+    monkeypatch.setenv("SWAUTO_VERIFY", "0")
+    op = load(EXAMPLES / "conv2d.sw", {"B": 128, "Ni": 512, "No": 512, "Ri": 2, "Ci": 2})
     machine = targets.get("sw26010").machine()
     sketcher = Sketcher(op, machine)
-    with pytest.raises(Rejected, match="local memory"):
-        sketcher.sketch(next(iter(candidates(op))))
+    assert count(op, machine)[0] > 0
+    for candidate in candidates(op):
+        with pytest.raises(Rejected, match="local memory"):
+            sketcher.sketch(candidate)
+    with pytest.raises(ScheduleError, match=r"no legal candidate among \d+ .*local memory overflow"):
+        explore_ranked(op, machine, lambda sketch, doubled: math.nan)

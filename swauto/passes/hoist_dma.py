@@ -15,6 +15,7 @@ hoisted over. The result is what `place_transfers` gives with those placements.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from math import prod
 
 from swauto.errors import Rejected
@@ -99,19 +100,27 @@ def hoist_dma(scheduled: Module, machine: LocalMemoryMachine, double_buffered: b
     placed = placed or place_transfers(scheduled, dict.fromkeys(roles, 0))
     # The float64 copies do not depend on where transfers sit: count them once, from any placement.
     copies = footprint(placed, machine) - sum(aligned(per_cpe_bytes(b, machine)) for b in placed.buffers)
-    factor = 2 if double_buffered else 1
-    best: tuple[int, int, tuple[int, ...]] | None = None
-    for levels in itertools.product(*(range(caps[role] + 1) for role in roles)):
-        chosen = [options[role][level] for role, level in zip(roles, levels, strict=True)]
-        local = copies + factor * sum(local for _, local in chosen)
-        if local > machine.ldm_usable_bytes:
-            continue
-        key = (sum(moved for moved, _ in chosen), local, levels)
-        if best is None or key < best:
-            best = key
-    if best is None or not any(best[2]):
+    levels = cheapest([options[role] for role in roles], machine.ldm_usable_bytes - copies,
+                      2 if double_buffered else 1)
+    if levels is None or not any(levels):
         return placed
-    return place_transfers(scheduled, dict(zip(roles, best[2], strict=True)))
+    return place_transfers(scheduled, dict(zip(roles, levels, strict=True)))
+
+
+def cheapest(options: Sequence[Sequence[tuple[int, int]]], room: int, factor: int) -> tuple[int, ...] | None:
+    """Per operand, which of its options (bytes moved, local bytes per CPE) to take: the fewest bytes
+    moved in all while `factor` times their local bytes fit in `room` (`factor` 2 for buffers that
+    will be double buffered); among those, the least local memory, then the earliest options. None
+    when no choice fits. (`swauto.tuner.sketch` chooses its placements with this too.)"""
+    best: tuple[int, int, tuple[int, ...]] | None = None
+    for picks in itertools.product(*(range(len(per_operand)) for per_operand in options)):
+        moved = local = 0
+        for per_operand, pick in zip(options, picks, strict=True):
+            moved += per_operand[pick][0]
+            local += per_operand[pick][1]
+        if factor * local <= room and (best is None or (moved, local, picks) < best):
+            best = (moved, local, picks)
+    return None if best is None else best[2]
 
 
 def _calls(module: Module) -> list[tuple[Call, tuple]]:

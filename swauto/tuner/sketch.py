@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import operator
 from dataclasses import dataclass, replace
-from math import ceil, prod
+from math import prod
 
 from swauto.errors import Rejected
 from swauto.frontend.check import BoundOperator
@@ -33,18 +33,20 @@ from swauto.ir.analysis import trip_count
 from swauto.ir.nests import loop_nest, rebuild_nest, statements
 from swauto.ir.nodes import Access, Call, Dma, For, LocalBuffer, Module, Stmt, seq
 from swauto.machine import DTYPE_BYTES, LocalMemoryMachine
+from swauto.passes.hoist_dma import cheapest
 from swauto.passes.infer_dma import buffer_names, hoistable, transfer_box
 from swauto.passes.init_outputs import init_outputs
 from swauto.passes.pad_primitive import multiples, pad_primitive
-from swauto.passes.plan_local_memory import aligned
+from swauto.passes.plan_local_memory import aligned, per_cpe_bytes
 from swauto.schedule.candidate import Candidate
 from swauto.schedule.space import apply
 
 
 @dataclass(frozen=True)
 class _Operand:
-    """One transfer of the class's call: its box at the first iteration, whether it is read and
-    written, its element size, how far it may be hoisted at most (None: as far as `hoistable`)."""
+    """One transfer of the class's call: its box at the first iteration, its buffer, whether it is
+    read and written (as `place_transfers` decides), its element size, how far it may be hoisted at
+    most (None: as far as `hoistable`)."""
 
     role: str
     access: Access
@@ -78,14 +80,15 @@ class _TileClass:
 @dataclass(frozen=True)
 class _Transfer:
     """An operand's transfer hoisted over a set of loops: the bytes one execution moves (get and
-    put), its buffer's local bytes per CPE, the buffer, its get and put (None where there is none),
-    and the primitive's view of the buffer."""
+    put), its buffer's local bytes per CPE, the buffer, its get and its put (at the start and at the
+    end of its loop's body; none where the operand is not read or not written), and the primitive's
+    view of the buffer."""
 
     moved: int
     local: int
     buffer: LocalBuffer
-    get: Dma | None
-    put: Dma | None
+    before: tuple[Stmt, ...]
+    after: tuple[Stmt, ...]
     operand: Access
 
 
@@ -133,10 +136,10 @@ class Sketcher:
         if len(statements(module)) != 1 or not isinstance(module.body, For | Call) or module.context:
             return None
         loops, call = loop_nest(module.body)
-        share = _share_of_work(loops, call, self.machine)
         first: dict[str, int] = {}
         for loop in loops:  # the first iteration of every loop (a split's inner bounds depend on its outer loop)
             first[loop.var] = ex.evaluate(loop.start, first)
+        share = _share_of_work(loops, call, first, self.machine)
         # A loop runs as often as at the first iteration of the loops around it (full tiles): constant bounds.
         loops = [replace(loop, start=ex.Const(first[loop.var]), stop=ex.Const(ex.evaluate(loop.stop, first)))
                  for loop in loops]
@@ -156,17 +159,18 @@ class Sketcher:
         for role, access in call.transfers:
             writes = role == out
             zeroed = writes and call.overwrite
+            tensor = module.tensor(access.name)
             operands.append(_Operand(
                 role, access, names[role],
                 reads=not writes or call.signature.reads_output() and not zeroed,
-                writes=writes, element=DTYPE_BYTES[module.tensor(access.name).dtype],
+                writes=writes, element=DTYPE_BYTES[tensor.dtype],
                 cap=0 if writes and call.epilogue else None,  # fused consumers run on one call's box
                 used=frozenset().union(*(ex.free_vars(start) for start in access.starts))))
-        copies = 0
+        copies = 0  # the primitive's float64 copies of its operand tiles (`plan_local_memory`)
         if call.signature.kind == "gemm" and self.machine.gemm_compute_dtype != "float32":
-            double = DTYPE_BYTES[self.machine.gemm_compute_dtype]
-            copies = sum(aligned(ceil(prod(access.padded_extents()) / self.machine.cpes) * double)
-                         for _, access in call.operands)
+            copies = sum(aligned(per_cpe_bytes(LocalBuffer(f"{names[role]}_double", access.padded_extents(),
+                                                           self.machine.gemm_compute_dtype), self.machine))
+                         for role, access in call.operands)
         spread = "mesh" if call.signature.kind == "gemm" else "flat"
         return _TileClass(module, {loop.var: loop for loop in loops}, call, tuple(operands), copies, spread, share,
                           {}, {}, {loop.var: trip_count(loop) for loop in loops}, {})
@@ -194,19 +198,11 @@ class Sketcher:
                 if not any(m <= moved and local <= transfer.local for m, local, _, _ in per_level):
                     per_level.append((moved, transfer.local, home, transfer))
             options.append(per_level)
-        room = self.machine.ldm_usable_bytes - tiles.copies
-        factor = 2 if candidate.double_buffer else 1
-        best = None
-        for chosen in itertools.product(*options):
-            local = moved = 0
-            for option in chosen:
-                moved += option[0]
-                local += option[1]
-            if factor * local <= room and (best is None or (moved, local) < best[0]):
-                best = ((moved, local), chosen)
-        if best is None:
+        picks = cheapest([[(moved, local) for moved, local, _, _ in per_level] for per_level in options],
+                         self.machine.ldm_usable_bytes - tiles.copies, 2 if candidate.double_buffer else 1)
+        if picks is None:
             raise Rejected("local memory overflow", "no placement of the transfers fits local memory")
-        return self._module(tiles, loops, [(home, transfer) for _, _, home, transfer in best[1]])
+        return self._module(tiles, loops, [per_level[pick][2:] for per_level, pick in zip(options, picks, strict=True)])
 
     def _transfer(self, tiles: _TileClass, operand: _Operand, loops: tuple[For, ...],
                   crossed: frozenset[str]) -> _Transfer:
@@ -216,17 +212,19 @@ class Sketcher:
         found = tiles.transfers.get(key)
         if found is not None:
             return found
+        # The boxes `infer_dma.place` makes, without its zeroing and waits (the models read neither).
         box = transfer_box(operand.access, loops, len(crossed))
         access = operand.access
         shape = tuple(e + p for e, p in zip(box.extents, access.pad or (0,) * len(box.extents), strict=True))
         tensor_box = Access(access.name, box.starts, box.extents, access.dims, steps=access.steps)
         buffer_box = Access(operand.buffer, tuple(ex.Const(0) for _ in shape), box.extents, access.dims)
+        buffer = LocalBuffer(operand.buffer, shape, spread=tiles.spread)
         found = tiles.transfers[key] = _Transfer(
             moved=prod(box.extents) * operand.element * (operand.reads + operand.writes),
-            local=aligned(ceil(prod(shape) / self.machine.cpes) * operand.element),
-            buffer=LocalBuffer(operand.buffer, shape, spread=tiles.spread),
-            get=Dma("get", tensor_box, buffer_box, f"{operand.buffer}_ready") if operand.reads else None,
-            put=Dma("put", tensor_box, buffer_box, f"{operand.buffer}_written") if operand.writes else None,
+            local=aligned(per_cpe_bytes(buffer, self.machine)),
+            buffer=buffer,
+            before=(Dma("get", tensor_box, buffer_box, f"{operand.buffer}_ready"),) if operand.reads else (),
+            after=(Dma("put", tensor_box, buffer_box, f"{operand.buffer}_written"),) if operand.writes else (),
             operand=Access(operand.buffer, tuple(s - n for s, n in zip(access.starts, box.starts, strict=True)),
                            access.extents, access.dims, access.pad))
         return found
@@ -239,14 +237,12 @@ class Sketcher:
         call = tiles.call
         for operand, (_, transfer) in zip(tiles.operands, placed, strict=True):
             local[operand.role] = transfer.operand
-        for home, transfer in placed:
-            if transfer.get is not None:
-                before.setdefault(home, []).append(transfer.get)
-            if transfer.put is not None:
-                if call.epilogue:
-                    # Fused consumers run on the output tile before its write-back, as `infer_dma` places them.
-                    after.setdefault(home, []).extend(self._epilogue(call, transfer.operand, local))
-                after.setdefault(home, []).append(transfer.put)
+        for (home, transfer), operand in zip(placed, tiles.operands, strict=True):
+            before.setdefault(home, []).extend(transfer.before)
+            if operand.writes and call.epilogue:
+                # Fused consumers run on the output tile before its write-back, as `infer_dma` places them.
+                after.setdefault(home, []).extend(self._epilogue(call, transfer.operand, local))
+            after.setdefault(home, []).extend(transfer.after)
         key = tuple(id(transfer) for _, transfer in placed)
         on_buffers = tiles.calls.get(key)
         if on_buffers is None:
@@ -267,10 +263,11 @@ class Sketcher:
                 for index, consumer in enumerate(call.epilogue)]
 
 
-def _share_of_work(loops: list[For], call: Call, machine: LocalMemoryMachine) -> float:
+def _share_of_work(loops: list[For], call: Call, first: dict[str, int], machine: LocalMemoryMachine) -> float:
     """The work the nest does over the work of whole tiles at every iteration: the mean, over the
     iterations of the loops its last tiles depend on, of the call's padded volume times the trips of
-    the loops whose bounds vary (a split loop's last part), over their value at the first iteration.
+    the loops whose bounds vary (a split loop's last part), over their value at the first iteration
+    `first`.
     1 when nothing varies, or when those loops are too many to count (a sketch only ranks)."""
     sizes = dict(call.sizes)
     varying = [loop for loop in loops if ex.constant_value(loop.start) is None or ex.constant_value(loop.stop) is None]
@@ -293,9 +290,6 @@ def _share_of_work(loops: list[For], call: Call, machine: LocalMemoryMachine) ->
             total *= trip_count(loop, env)
         return total
 
-    first: dict[str, int] = {}
-    for loop in loops:
-        first[loop.var] = ex.evaluate(loop.start, first)
     ranges = [range(ex.evaluate(loop.start, {}), ex.evaluate(loop.stop, {}), loop.stride) for loop in outer]
     volumes = [volume({**first, **dict(zip((loop.var for loop in outer), values, strict=True))})
                for values in itertools.product(*ranges)]

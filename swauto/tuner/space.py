@@ -100,14 +100,8 @@ def explore(op: BoundOperator, machine: LocalMemoryMachine, progress=None,
     _check_size(op, machine, max_candidates)
     space = Space(op)
     points = candidates(op, (False, True) if machine.asynchronous_dma else (False,))
-    micro_kernels = machine.micro_kernels or (None,)
     for candidate in progress(points) if progress else points:
-        try:
-            stages = lower(op, candidate, machine)
-        except Rejected as rejection:
-            space.rejected[rejection.reason] += len(micro_kernels)
-            continue
-        space.legal.extend((replace(candidate, micro_kernel=micro_kernel), stages) for micro_kernel in micro_kernels)
+        space.legal += _lowered(op, candidate, machine, space)
     if not space.legal:
         raise ScheduleError(_explain_empty(op, space))
     return space
@@ -127,9 +121,10 @@ def _check_size(op: BoundOperator, machine: LocalMemoryMachine, max_candidates: 
 
 def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callable[[Module, bool], float],
                    lowered: int = LOWERED, max_candidates: int = MAX_CANDIDATES) -> Space:
-    """Rank before lowering: every candidate's sketch (`swauto.tuner.sketch`) priced by `price`
-    (the target's model: sketch, double buffered -> seconds) times its share of work, then candidates lowered from the
-    cheapest sketch on until `lowered` of them are legal; the rest are counted in `Space.sketched`.
+    """Rank before lowering: every candidate's sketch (`swauto.tuner.sketch`) priced by `price` (the
+    target's model: sketch, double buffered -> seconds) times its share of work, then candidates
+    lowered from the cheapest sketch on until `lowered` of them are legal; the rest are counted in
+    `Space.sketched`.
     The model tuner ranks the lowered ones on their real IR. Candidates without a sketch (several
     statements) are all lowered.
 
@@ -143,13 +138,10 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callab
     lowered_at: list[tuple[int, list[tuple[Candidate, Stages]]]] = []  # by place in the space
 
     def add(index: int, candidate: Candidate) -> bool:
-        try:
-            stages = lower(op, candidate, machine)
-        except Rejected as rejection:
-            space.rejected[rejection.reason] += len(micro_kernels)
-            return False
-        lowered_at.append((index, [(replace(candidate, micro_kernel=kernel), stages) for kernel in micro_kernels]))
-        return True
+        entries = _lowered(op, candidate, machine, space)
+        if entries:
+            lowered_at.append((index, entries))
+        return bool(entries)
 
     priced: list[tuple[float, int, Candidate]] = []
     for index, candidate in enumerate(candidates(op, (False, True) if machine.asynchronous_dma else (False,))):
@@ -177,6 +169,19 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callab
     if not space.legal:
         raise ScheduleError(_explain_empty(op, space))
     return space
+
+
+def _lowered(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine,
+             space: Space) -> list[tuple[Candidate, Stages]]:
+    """The candidate lowered, once per micro-kernel of the machine (they share the stages: the tiles shape
+    only the backend's code); none, with the rejection counted in `space`, when it is illegal."""
+    micro_kernels = machine.micro_kernels or (None,)
+    try:
+        stages = lower(op, candidate, machine)
+    except Rejected as rejection:
+        space.rejected[rejection.reason] += len(micro_kernels)
+        return []
+    return [(replace(candidate, micro_kernel=micro_kernel), stages) for micro_kernel in micro_kernels]
 
 
 def _explain_empty(op: BoundOperator, space: Space) -> str:
