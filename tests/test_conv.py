@@ -24,6 +24,7 @@ from swauto.ir.visitor import walk
 from swauto.machine import SUNWAY
 from swauto.pipeline import lower
 from swauto.schedule.candidate import Candidate
+from swauto.schedule.space import candidates
 from swauto.tuner.space import explore
 
 CONV_SW = EXAMPLES / "conv2d.sw"
@@ -44,12 +45,14 @@ def params_of(shape) -> dict[str, int]:
     return {"B": b, "Ni": ni, "No": no, "Ri": ri, "Ci": ci, "Kr": k, "Kc": k, "stride": stride, "pad": pad}
 
 
-def convolution(inputs: np.ndarray, weight: np.ndarray, stride: int, pad: int) -> np.ndarray:
-    """output[ro, co, no, b] = sum weight[kr, kc, no, ni] input[ro*s+kr-pad, co*s+kc-pad, ni, b], in float64."""
+def convolution(inputs: np.ndarray, weight: np.ndarray, stride: int, pad: int, pad_c: int | None = None) -> np.ndarray:
+    """output[ro, co, no, b] = sum weight[kr, kc, no, ni] input[ro*s+kr-pad, co*s+kc-pad_c, ni, b], in float64
+    (`pad_c`: `pad` unless given)."""
+    pad_c = pad if pad_c is None else pad_c
     ri, ci, _, _ = inputs.shape
     kr_, kc_, _, _ = weight.shape
-    padded = np.pad(inputs.astype(np.float64), ((pad, pad), (pad, pad), (0, 0), (0, 0)))
-    ro, co = (ri + 2 * pad - kr_) // stride + 1, (ci + 2 * pad - kc_) // stride + 1
+    padded = np.pad(inputs.astype(np.float64), ((pad, pad), (pad_c, pad_c), (0, 0), (0, 0)))
+    ro, co = (ri + 2 * pad - kr_) // stride + 1, (ci + 2 * pad_c - kc_) // stride + 1
     out = np.zeros((ro, co, weight.shape[2], inputs.shape[3]))
     for kr in range(kr_):
         for kc in range(kc_):
@@ -104,6 +107,49 @@ def test_sampled_candidates_on_both_backends(shape):
             output = arrays["output"].copy()
             kernel(input=arrays["input"], weight=arrays["weight"], output=output)
             assert relative_error(output, expected) <= 1e-5, (target, candidate)
+
+
+def _compare(params: dict[str, int], candidates: list[Candidate], seed: int) -> None:
+    """Each candidate compiled for both targets against the reference convolution."""
+    rng = np.random.default_rng(seed)
+    op = load(CONV_SW, params)
+    arrays = {t.name: rng.standard_normal(t.shape, dtype=np.float32) for t in op.seed.tensors}
+    expected = arrays["output"] + convolution(arrays["input"], arrays["weight"], params["stride"],
+                                              op.params["pad_r"], op.params["pad_c"])
+    for candidate in candidates:
+        for target in ("host", "sw26010"):
+            kernel = swauto.compile(CONV_SW, params, target=target, schedule=candidate)
+            output = arrays["output"].copy()
+            kernel(input=arrays["input"], weight=arrays["weight"], output=output)
+            assert relative_error(output, expected) <= 1e-5, (target, candidate)
+
+
+@pytest.mark.parametrize(("kr", "kc", "pad_r", "pad_c"), [(1, 3, 0, 1), (3, 1, 1, 0), (1, 5, 0, 2)])
+def test_a_kernel_padded_differently_along_rows_and_columns(kr, kc, pad_r, pad_c):
+    """Inception's 1 x 7 and 7 x 1 layers: `pad_r` and `pad_c` (both `pad` by default) keep the image's size."""
+    params = {"B": 2, "Ni": 8, "No": 8, "Ri": 5, "Ci": 6, "Kr": kr, "Kc": kc, "stride": 1, "pad_r": pad_r,
+              "pad_c": pad_c}
+    op = load(CONV_SW, params)
+    assert op.seed.tensor("output").shape[:2] == (5, 6) and op.params["pad"] == 1
+    _compare(params, _sample(swauto.schedules(CONV_SW, params), 4, seed=kr + kc), seed=kr)
+
+
+def test_channel_blocks_where_the_weight_slice_is_large():
+    """Ni = 300, No = 270: blocks of 256 channels and a last one of 44 (14), or all the channels in one block,
+    both right on both targets; at 512 x 512 only blocked candidates fit the SW26010's local memory."""
+    params = {"B": 2, "Ni": 300, "No": 270, "Ri": 3, "Ci": 3, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1}
+    points = list(candidates(load(CONV_SW, params)))
+    blocked = [c for c in points if dict(c.splits)["K"] == 256 and dict(c.splits)["N"] == 256]
+    whole = [c for c in points if dict(c.splits)["K"] == 300 and dict(c.splits)["N"] == 270]
+    assert blocked and whole
+    assert all(c.order[-1] == "K_outer" for c in blocked)
+    # Only a loop that runs once (the columns in one tile) comes before the loop over No blocks.
+    assert all(set(c.order[: c.order.index("N_outer")]) <= {"cCo_outer"} for c in blocked)
+    _compare(params, _sample(blocked, 3, seed=1) + _sample(whole, 1, seed=2), seed=3)
+    params = {"B": 1, "Ni": 512, "No": 512, "Ri": 2, "Ci": 2, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1}
+    kernel = swauto.compile(CONV_SW, params, target="sw26010")
+    assert dict(kernel.schedule.splits)["K"] < 512 or dict(kernel.schedule.splits)["N"] < 512
+    _compare(params, [kernel.schedule], seed=4)
 
 
 def _variant(candidate: Candidate, double_buffer: bool) -> Candidate:
@@ -209,7 +255,7 @@ def test_figure_6_2_golden_ir():
     params = {"B": 8, "Ni": 64, "No": 128, "Ri": 28, "Ci": 28, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1}
     op = load(CONV_SW, params)
     candidate = Candidate(
-        (("cCo", 4),), ("cRo", "cCo_outer", "cKr", "cKc"), "N",
+        (("cCo", 4), ("N", 128), ("K", 64)), ("N_outer", "K_outer", "cRo", "cCo_outer", "cKr", "cKc"), "N",
         (("input", (0, 1, 2, 3)), ("output", (0, 1, 2, 3))), True,
     )
     assert_golden_stages(op, candidate, "conv2d_figure_6_2.txt")

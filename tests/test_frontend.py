@@ -104,6 +104,11 @@ BAD = [
      "can be vectorized over M or N, not K", 6, 14),
     (GOOD.replace("{128}", "{128} reorder {a, b}"), CheckError, "reorder must list every loop exactly once: M_outer",
      6, 36),
+    (GOOD.replace("{128} }", "{128} reorder any with gemm.N.outer innermost }"), CheckError,
+     "no loop gemm.N.outer to keep innermost; the loops reordered are M_outer", 6, 53),
+    (GOOD.replace("{128} }", "{128} reorder any with gemm.M.outer innermost, gemm.M.outer outermost }"), CheckError,
+     "loop gemm.M.outer is given two places", 6, 77),
+    (GOOD.replace("{128} }", "{128} reorder any with gemm.M.outer first }"), ParseError, "expected", 6, 66),
     (GOOD.replace("split gemm.M by {128}", "fuse a into gemm.M"), CheckError, "no loop a to fuse; the nest has no",
      6, 14),
     (GOOD.replace("compute { gemm", "compute { for i in 0..M { for i in 0..N { gemm")
@@ -113,6 +118,8 @@ BAD = [
     (GOOD.replace("tensor A[M, K]", "tensor A[M, K, 2]").replace("compute { gemm", "compute { for i in 0..4 { gemm")
      .replace("A = A,", "A = A[:M, :K, i],").replace("C += C) }", "C += C) } }"), CheckError,
      "takes values 0..3, outside 0..1", 5, 69),
+    (GOOD.replace("operator g(M = 256, N = 128", "operator g(M = N, N = 128"), CheckError,
+     "the default of parameter M names N, which is not a parameter declared before it", 1, 12),
     ("operator g(M = 4) {\n  let R = M - 9\n  tensor A[R]\n  compute { gemm(M=R,N=R,K=R,A=A,B=A,C=A) }\n}",
      CheckError, "R is -5 for these parameters", 2, 11),
 ]

@@ -417,7 +417,8 @@ CONV5_1_SAMPLE = 16
 
 def _conv5_1_family(candidate: Candidate) -> bool:
     """The model's pick of the issue: split cCo=4; loops cCo_outer > cKr > cKc > cRo; weight [0, 1, 3, 2]."""
-    return (dict(candidate.splits).get("cCo") == 4 and candidate.order == ("cCo_outer", "cKr", "cKc", "cRo")
+    return (dict(candidate.splits).get("cCo") == 4
+            and candidate.order == ("N_outer", "K_outer", "cCo_outer", "cKr", "cKc", "cRo")
             and dict(candidate.layouts).get("weight") == (0, 1, 3, 2))
 
 

@@ -22,7 +22,7 @@ from swauto.machine import SUNWAY, HostScratchpad, local_memory_machine
 from swauto.pipeline import lower
 from swauto.schedule.candidate import Candidate
 from swauto.schedule.space import candidates
-from swauto.tuner.space import explore
+from swauto.tuner.space import count, explore
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -39,20 +39,37 @@ def test_space_is_the_product_of_the_choices(gemm_source):
     assert len(doubled) < len(single)  # double buffering overflows more often: it needs twice the tiles
 
 
-def test_tiles_larger_than_their_dimension_are_not_in_the_space(gemm_source):
-    """M = 256 keeps M's tile sizes 128 and 256 of {128, 256, 512}, N = 384 likewise, K = 128 three of four.
-    A tile as large as its dimension leaves a loop of one iteration, which takes no part in the
+def test_a_tile_larger_than_its_dimension_is_the_whole_dimension(gemm_source):
+    """gemm.sw splits M, N by {128, 256, 512} and K by {32, 64, 128, 256}. At M = 256 that is tiles of
+    128 and 256 (512 is the whole 256 too), at N = 384 of 128, 256 and 384, at K = 128 of 32, 64 and
+    128. A tile as large as its dimension leaves a loop of one iteration, which takes no part in the
     orders (it sits outermost): per choice of tiles, the factorial of the loops that run more than once."""
     space = explore(load(gemm_source, {"M": 256, "N": 384, "K": 128}), SUNWAY)
     orders = sum(math.factorial(sum(1 for size, tile in ((256, m), (384, n), (128, k)) if tile < size))
-                 for m in (128, 256) for n in (128, 256) for k in (32, 64, 128))
-    assert space.total == orders * 2 * 2 and not space.rejected
-    assert {dict(c.splits)["M"] for c in space.candidates} == {128, 256}
+                 for m in (128, 256) for n in (128, 256, 384) for k in (32, 64, 128))
+    assert space.total == orders * 2 * 2
+    assert {dict(c.splits)["M"] for c in candidates(space.operator)} == {128, 256}
+    assert {dict(c.splits)["N"] for c in candidates(space.operator)} == {128, 256, 384}
     for candidate in space.candidates:
         tiles = dict(candidate.splits)
         whole = [f"{dim}_outer" for dim, size in (("M", 256), ("N", 384), ("K", 128)) if tiles[dim] >= size]
         assert candidate.order[: len(whole)] == tuple(name for name in ("M_outer", "N_outer", "K_outer")
                                                        if name in whole)
+
+
+def test_pinned_loops_keep_their_place_and_the_others_take_every_order(gemm_source):
+    """`reorder any with gemm.K.outer innermost, gemm.N.outer outermost`: of the three tile loops only
+    M_outer is free, so one order per choice of tiles; loops that run once still come first."""
+    text = gemm_source.read_text().replace("reorder any", "reorder any with gemm.K.outer innermost, "
+                                                          "gemm.N.outer outermost")
+    op = load(text, {"M": 640, "N": 640, "K": 640})
+    points = list(candidates(op))
+    assert {c.order for c in points} == {("N_outer", "M_outer", "K_outer")}
+    assert len(points) == count(op, SUNWAY)[0] == 3 * 3 * 4 * 2 * 2
+    op = load(text, {"M": 640, "N": 128, "K": 640})  # N's tile is all of N: its loop runs once
+    assert {c.order for c in candidates(op)} == {("N_outer", "M_outer", "K_outer")}
+    op = load(text.replace("gemm.N.outer outermost", "gemm.M.outer outermost"), {"M": 128, "N": 640, "K": 640})
+    assert {c.order for c in candidates(op)} == {("M_outer", "N_outer", "K_outer")}
 
 
 def test_primitive_constraints_reject_small_vectorized_tiles():

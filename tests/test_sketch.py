@@ -99,10 +99,12 @@ def test_candidates_of_several_statements_are_lowered_to_be_priced():
 
 
 def test_candidates_whose_sketch_fits_no_placement_are_still_lowered(monkeypatch):
-    """A 512 x 512 weight slice at B = 128 fits no placement: no sketch has a price, so each candidate
-    is lowered after the priced ones (here there are none), and the space reports the lowering's reason."""
+    """Without channel blocks, a 512 x 512 weight slice at B = 128 fits no placement: no sketch has a
+    price, so each candidate is lowered after the priced ones (here there are none), and the space
+    reports the lowering's reason."""
     monkeypatch.setenv("SWAUTO_VERIFY", "0")
-    op = load(EXAMPLES / "conv2d.sw", {"B": 128, "Ni": 512, "No": 512, "Ri": 2, "Ci": 2})
+    text = (EXAMPLES / "conv2d.sw").read_text().replace("by {256, 512}", "by {4096}")
+    op = load(text, {"B": 128, "Ni": 512, "No": 512, "Ri": 2, "Ci": 2})
     machine = targets.get("sw26010").machine()
     sketcher = Sketcher(op, machine)
     assert count(op, machine)[0] > 0

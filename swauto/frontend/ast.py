@@ -50,7 +50,7 @@ Expression = Number | Name | BinaryOp | Negate | Function
 @dataclass(frozen=True)
 class Param:
     name: str
-    default: int | None
+    default: int | str | None  # a value, an earlier parameter's name, or none (it must be given)
     position: Position
 
 
@@ -166,11 +166,13 @@ class Split:
 @dataclass(frozen=True)
 class Reorder:
     """`reorder {a, b, c}` (this order), `reorder any` (every statement's loops in any order) or
-    `reorder gemm any` (that statement's)."""
+    `reorder gemm any` (that statement's); `... any with gemm.K.outer innermost, ...`: those loops
+    keep that place (outermost or innermost, in the order listed) and the others take every order."""
 
     order: tuple[Target, ...] | None  # None: any legal order
     position: Position
     statement: str | None = None
+    pins: tuple[tuple[Target, str], ...] = ()  # (loop, "outermost" | "innermost")
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,7 @@ class ScheduleSpace:
     layouts: tuple[LayoutChoice, ...] = ()
     nests: tuple[tuple[str, ...], ...] = ()  # the loops after splits and fusions, per statement, in their default order
     fusions: tuple[ConsumerFusion, ...] = ()  # in statement order
+    pins: tuple[tuple[str, str], ...] = ()  # loops of `reorder_any` statements kept outermost or innermost, in order
 
     @property
     def loops(self) -> tuple[str, ...]:
@@ -185,6 +186,11 @@ class _Checker:
         bound: dict[str, int] = {}
         for name, param in declared.items():
             value = params.get(name, param.default)
+            if isinstance(value, str) and name not in params:  # the default names an earlier parameter
+                if value not in bound:
+                    raise self.fail(f"the default of parameter {name} names {value}, which is not a parameter "
+                                    "declared before it", param.position)
+                value = bound[value]
             if value is None:
                 raise ParameterError(
                     f"parameter {name} of operator {self.operator.name} has no value; "
@@ -655,6 +661,17 @@ class _Checker:
                 if len(set(reorder_any)) != len(reorder_any):
                     raise self.fail("a statement is reordered twice", reorders[-1].position)
                 reorder_any = tuple(sorted(reorder_any))
+        pins: list[tuple[str, str]] = []
+        for reorder in reorders:
+            for target, place in reorder.pins:
+                loop = self.loop_target(target)
+                free = [name for statement in reorder_any for name in nest_loops[statement]]
+                if loop not in free:
+                    known = f"the loops reordered are {', '.join(free)}" if free else "no loop is reordered"
+                    raise self.fail(f"no loop {target} to keep {place}; {known}", target.position)
+                if any(name == loop for name, _ in pins):
+                    raise self.fail(f"loop {target} is given two places", target.position)
+                pins.append((loop, place))
         for fusion, directive in fusions:
             chain = sorted(f.consumer for f, _ in fusions if f.producer == fusion.producer)
             if chain != list(range(fusion.producer + 1, fusion.producer + 1 + len(chain))):
@@ -665,7 +682,7 @@ class _Checker:
                 raise self.fail(f"{fusion.name} is fused twice", directive.position)
         return ScheduleSpace(tuple(splits), order, reorder_any, vectorize, tuple(f for f, _ in fuses), tuple(layouts),
                              tuple(tuple(loops) for loops in nest_loops),
-                             tuple(sorted((f for f, _ in fusions), key=lambda f: f.consumer)))
+                             tuple(sorted((f for f, _ in fusions), key=lambda f: f.consumer)), tuple(pins))
 
     def consumer_fusion(self, directive: ast.Fuse, seeds: list[Call]) -> ConsumerFusion:
         """`fuse relu into gemm`: checked to be expressible as relu running on gemm's output tiles."""

@@ -7,6 +7,8 @@ transformer, so no input can exhaust Python's stack.
 
 from __future__ import annotations
 
+import hashlib
+import io
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -30,10 +32,36 @@ MAX_LOOP_DEPTH = 64
 _EXPRESSION_RULES = frozenset({"sum", "product", "neg", "function"})
 
 
+_OPTIONS = {"parser": "lalr", "propagate_positions": True, "maybe_placeholders": True}
+
+
 @cache
 def _parser() -> lark.Lark:
+    """The LALR parser of the grammar. Building its tables takes most of a small compile (about 70 ms),
+    so the built parser is kept in the cache folder under a name that changes with the grammar, the
+    options and Lark's version; a damaged file is built again and rewritten (said once, like every
+    cache entry), an unusable folder means building it every time."""
+    from swauto.cache import cache_dir, warn_once, warn_unusable, write_atomically
+
     grammar = resources.files("swauto.grammar").joinpath("swauto.lark").read_text()
-    return lark.Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+    key = hashlib.sha256(f"{grammar}{sorted(_OPTIONS.items())}{lark.__version__}".encode()).hexdigest()[:24]
+    path = cache_dir() / "parser" / f"swauto-{key}.lark"
+    try:
+        return lark.Lark.load(io.BytesIO(path.read_bytes()))
+    except FileNotFoundError:
+        pass
+    except OSError as error:
+        warn_unusable(error)
+    except Exception as error:  # noqa: BLE001 - any damage to the file (truncated, not Lark's) means rebuilding
+        warn_once("damaged", path, f"the cached parser {path} is damaged ({type(error).__name__}); building it again")
+    parser = lark.Lark(grammar, **_OPTIONS)
+    saved = io.BytesIO()
+    parser.save(saved)
+    try:
+        write_atomically(path, saved.getvalue())
+    except OSError as error:
+        warn_unusable(error)
+    return parser
 
 
 def _position(item: Token | lark.Tree | object) -> Position:
@@ -157,7 +185,9 @@ class _ToAst(Transformer_NonRecursive):
     # declarations
     def param(self, meta, children):
         name, default = children
-        return ast.Param(str(name), None if default is None else int(default), _position(name))
+        if default is not None:
+            default = int(default) if default.type == "INT" else str(default)
+        return ast.Param(str(name), default, _position(name))
 
     def let(self, meta, children):
         return ast.Let(str(children[0]), children[1], _position(children[0]))
@@ -218,7 +248,16 @@ class _ToAst(Transformer_NonRecursive):
         return ast.Split(children[0], children[1], self._at(meta))
 
     def reorder_any(self, meta, children):
-        return ast.Reorder(None, self._at(meta), str(children[0]) if children else None)
+        return ast.Reorder(None, self._at(meta), None, children[0] or ())
+
+    def reorder_named(self, meta, children):
+        return ast.Reorder(None, self._at(meta), str(children[0]), children[1] or ())
+
+    def pins(self, meta, children):
+        return tuple(children)
+
+    def pin(self, meta, children):
+        return children[0], str(children[1])
 
     def reorder(self, meta, children):
         return ast.Reorder(tuple(children), self._at(meta))

@@ -29,10 +29,10 @@ def split_extent(op: BoundOperator, split: SplitChoice) -> int:
 
 
 def tile_sizes(split: SplitChoice, extent: int) -> tuple[int, ...]:
-    """The tile sizes a split of `extent` elements may take: those the schedule block offers up to
-    the extent, or the whole extent as one tile when every one of them exceeds it (so a `.sw`
-    written for large sizes compiles for small ones)."""
-    return tuple(f for f in split.factors if f <= extent) or (extent,)
+    """The tile sizes a split of `extent` elements may take: those the schedule block offers, a size
+    beyond the extent meaning one tile of the whole extent (so a `.sw` written for large sizes
+    compiles for small ones, and `{256, 512}` at 384 offers blocks of 256 or none)."""
+    return tuple(dict.fromkeys(min(f, extent) for f in split.factors))
 
 
 def apply(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) -> Module:
@@ -108,7 +108,7 @@ def _scheduled_nest(seed: Module, splits: tuple[tuple[SplitChoice, int], ...],
             module = transforms.fuse_into_primitive(module, fuse.loop, fuse.into_dim, 0)
         else:
             module = transforms.fuse_loops(module, fuse.loop, fuse.with_loop or "", fuse.fused or "")
-    module = transforms.reorder(module, order)
+    module = transforms.drop_single_trip_loops(transforms.reorder(module, order))
     for tensor, permutation in layouts:
         module = transforms.set_layout(module, tensor, permutation)
     if loop_nest(module.body)[1].signature.kind == "gemm":
@@ -163,12 +163,13 @@ def single_trip_loops(op: BoundOperator, factors: dict[str, int]) -> frozenset[s
 
 def _orders(op: BoundOperator, single: frozenset[str] = frozenset()) -> Iterable[tuple[str, ...]]:
     """The loop orders of the space (lazily: there may be n! of them); under `reorder any`, the loops
-    that run once (`single`) come first in each nest, in its order, and the others take every order."""
+    that run once (`single`) come first in each nest, in its order, then the loops pinned outermost,
+    every order of the others, and the loops pinned innermost."""
     space = op.space
     if space.order is not None:
         return [space.order]
     if space.reorder_any:  # those statements' loops in any order
-        return _concatenated_permutations(space.nests, set(space.reorder_any), single)
+        return _concatenated_permutations(op, set(space.reorder_any), single)
     return [space.loops]
 
 
@@ -177,27 +178,34 @@ def order_count(op: BoundOperator, single: frozenset[str] = frozenset()) -> int:
     space = op.space
     if space.order is not None or not space.reorder_any:
         return 1
-    return math.prod(math.factorial(sum(name not in single for name in space.nests[index]))
-                     for index in set(space.reorder_any))
+    return math.prod(math.factorial(len(_nest_order(op, index, single)[1])) for index in set(space.reorder_any))
 
 
-def _concatenated_permutations(nests: tuple[tuple[str, ...], ...], free: set[int], single: frozenset[str],
+def _nest_order(op: BoundOperator, index: int, single: frozenset[str]) -> tuple[tuple[str, ...], ...]:
+    """The loops of reordered nest `index` as (those that come first, those in any order, those that
+    come last)."""
+    nest = op.space.nests[index]
+    pins = [(name, place) for name, place in op.space.pins if name in nest and name not in single]
+    first = tuple(name for name in nest if name in single) + tuple(n for n, place in pins if place == "outermost")
+    last = tuple(name for name, place in pins if place == "innermost")
+    return first, tuple(name for name in nest if name not in first and name not in last), last
+
+
+def _concatenated_permutations(op: BoundOperator, free: set[int], single: frozenset[str],
                                first: int = 0) -> Iterator[tuple[str, ...]]:
-    """Every order of the loops of each nest in `free` (the others in their order; in a free nest the
-    `single` loops first), nest after nest, generated lazily (itertools.product would list every
-    permutation of each nest first)."""
+    """Every order of the loops of each nest in `free` (the others in their order; see `_orders`), nest
+    after nest, generated lazily (itertools.product would list every permutation of each nest first)."""
+    nests = op.space.nests
     if first == len(nests):
         yield ()
         return
-    nest = nests[first]
     if first in free:
-        fixed = tuple(name for name in nest if name in single)
-        orders: Iterable[tuple[str, ...]] = (fixed + order for order in
-                                             itertools.permutations(name for name in nest if name not in single))
+        head, middle, tail = _nest_order(op, first, single)
+        orders: Iterable[tuple[str, ...]] = (head + order + tail for order in itertools.permutations(middle))
     else:
-        orders = [nest]
+        orders = [nests[first]]
     for order in orders:
-        for rest in _concatenated_permutations(nests, free, single, first + 1):
+        for rest in _concatenated_permutations(op, free, single, first + 1):
             yield order + rest
 
 
@@ -205,18 +213,43 @@ def candidates(op: BoundOperator, double_buffering: tuple[bool, ...] = (False, T
     """Every point of the space, legal or not, in a stable order; single and double buffered, or
     only as `double_buffering` says. Nothing is materialized: the points come one at a time."""
     space = op.space
-    factor_sets = [[(s.target, f) for f in tile_sizes(s, split_extent(op, s))] for s in space.splits]
     layout_sets = [[(layout.tensor, p) for p in layout.permutations] for layout in space.layouts]
+    for fused, choice, orders in _tile_choices(op):
+        for order in orders:
+            for layouts in itertools.product(*layout_sets):
+                for dim in space.vectorize:
+                    for double_buffer in double_buffering:
+                        yield Candidate(choice, order, dim, tuple(layouts), double_buffer, fused=fused)
+
+
+def tile_classes(op: BoundOperator) -> Iterator[tuple[Candidate, Iterable[tuple[str, ...]]]]:
+    """The space's points grouped by everything but their loop order and buffering (a *tile class*:
+    the same tiles, layouts and vectorized dimension): per class, its candidate with the first order,
+    single buffered, and every order it takes (lazily). `candidates` lists the same points."""
+    space = op.space
+    layout_sets = [[(layout.tensor, p) for p in layout.permutations] for layout in space.layouts]
+    for fused, choice, orders in _tile_choices(op):
+        orders = list(orders)
+        if not orders:
+            continue
+        for layouts in itertools.product(*layout_sets):
+            for dim in space.vectorize:
+                yield Candidate(choice, orders[0], dim, tuple(layouts), fused=fused), orders
+
+
+def _tile_choices(op: BoundOperator) -> Iterator[tuple[tuple[str, ...], tuple[tuple[str, int], ...],
+                                                       Iterator[tuple[str, ...]]]]:
+    """Per fusion choice and choice of tile sizes: the loop orders it takes (lazily; a fused statement's
+    own tiles and loops are gone, so one of them stands for all)."""
+    space = op.space
+    factor_sets = [[(s.target, f) for f in tile_sizes(s, split_extent(op, s))] for s in space.splits]
     for fused in fusion_choices(op):
         for choice in itertools.product(*factor_sets):
             single = single_trip_loops(op, dict(choice))
-            for order in _orders(op, single):
-                if fused and not _default_choices(op, fused, dict(choice), order, single):
-                    continue  # a fused statement's own tiles and loops are gone: one candidate stands for all
-                for layouts in itertools.product(*layout_sets):
-                    for dim in space.vectorize:
-                        for double_buffer in double_buffering:
-                            yield Candidate(tuple(choice), order, dim, tuple(layouts), double_buffer, fused=fused)
+            orders = _orders(op, single)
+            if fused:
+                orders = (order for order in orders if _default_choices(op, fused, dict(choice), order, single))
+            yield fused, tuple(choice), iter(orders)
 
 
 def fusion_choices(op: BoundOperator) -> list[tuple[str, ...]]:
@@ -238,7 +271,10 @@ def _default_choices(op: BoundOperator, fused: tuple[str, ...], splits: dict[str
             return False
     for statement in statements:
         loops = space.nests[statement]
-        first = tuple(name for name in loops if name in single) + tuple(name for name in loops if name not in single)
+        if statement in space.reorder_any:
+            first = sum(_nest_order(op, statement, single), ())
+        else:
+            first = loops
         if tuple(name for name in order if name in loops) != first:
             return False
     return True

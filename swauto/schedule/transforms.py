@@ -213,6 +213,27 @@ def reorder(module: Module, order: tuple[str, ...]) -> Module:
     return replace_statements(module, nests)
 
 
+def drop_single_trip_loops(module: Module, statement: int = 0) -> Module:
+    """Replace each loop of nest `statement` that runs exactly once (a tile as large as its dimension)
+    by its body at that iteration: the loop variable becomes the loop's start everywhere inside.
+    The same iterations in the same order, so always legal; it keeps loops of one iteration out of
+    the IR, the passes and the generated code."""
+    return _change(module, statement, _drop_single_trip_loops)
+
+
+def _drop_single_trip_loops(loops: list[For], call: Call) -> Nest:
+    kept: list[For] = []
+    mapping: dict[str, ex.Expr] = {}
+    for loop in loops:
+        loop = substitute_loops([loop], mapping)[0] if mapping else loop
+        span = ex.constant_value(loop.stop - loop.start)
+        if span is not None and 0 < span <= loop.stride:
+            mapping[loop.var] = loop.start
+        else:
+            kept.append(loop)
+    return kept, substitute_call(call, mapping) if mapping else call
+
+
 def set_layout(module: Module, tensor_name: str, permutation: tuple[int, ...]) -> Module:
     """Store tensor `tensor_name` with its declared axes in `permutation` order (memory axis i is
     declared axis permutation[i]); every access to it follows."""

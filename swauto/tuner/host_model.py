@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from swauto.ir import expr as ex
+from swauto.ir.analysis import trip_count
 from swauto.ir.nodes import Call, Dma, For, Module
 from swauto.ir.visitor import walk
 
@@ -102,13 +102,15 @@ def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
     from swauto.backends.host.parallel import split
 
     tile = _default_tile()
-    phases = split(module)
+    # On one thread, where the parallel phases would start changes nothing: they are not looked for.
+    phases = split(module) if threads > 1 else None
     transposing = _transposing_buffers(module)
     in_group = set()
-    if phases.loops:
+    shared, share = 1, 1.0
+    if phases is not None and phases.loops:
         in_group = {id(node) for node, _ in walk(phases.loops[-1].body)}
-    shared = max(1, min(threads, phases.iterations)) if phases.loops else 1
-    share = ceil(phases.iterations / shared) / phases.iterations if phases.loops else 1.0
+        shared = max(1, min(threads, phases.iterations))
+        share = ceil(phases.iterations / shared) / phases.iterations
     level = _source_bandwidth(module, machine)
     # Compute and traffic out of the caches scale with the threads; DRAM traffic only up to its total bandwidth.
     traffic_share = share
@@ -206,7 +208,7 @@ def _source_bandwidth(module: Module, machine: Machine) -> float:
 
 
 def _trips(loops: tuple[For, ...]) -> int:
-    return prod(max(0, -(-ex.evaluate(loop.stop - loop.start, {}) // loop.stride)) for loop in loops)
+    return prod(trip_count(loop) for loop in loops)
 
 
 # --- calibration ----------------------------------------------------------------------------------
@@ -217,8 +219,17 @@ def machine(cache_dir: Path | None = None) -> Machine:
     first when missing, outdated, made on another CPU or damaged (a damaged file is said once, as a
     `CacheWarning`). A calibration that could not be stored is measured once per process."""
     path, cpu = _calibration_file(cache_dir), _cpu()
+    try:
+        stat = path.stat()
+        version = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+    except OSError:
+        version = None
+    loaded = _LOADED.get((path, cpu))
+    if loaded is not None and version is not None and loaded[0] == version:
+        return loaded[1]  # the model asks for every candidate: the file is read again only when it changed
     stored = _load_calibration(path, cpu)
     if stored is not None:
+        _LOADED[(path, cpu)] = (version, stored)
         return stored
     return _MEASURED.get((path, cpu)) or recalibrate(cache_dir)
 
@@ -250,6 +261,8 @@ def recalibrate(folder: Path | None = None) -> Machine:
 # Calibrations this process measured but could not store or trust, by (file, cpu): pricing every candidate
 # must not measure again.
 _MEASURED: dict[tuple[Path, str], Machine] = {}
+# Calibrations read from their files, by (file, cpu), with the file's (mtime, size, inode) when read.
+_LOADED: dict[tuple[Path, str], tuple[tuple[int, int, int] | None, Machine]] = {}
 
 
 def _calibration_file(folder: Path | None) -> Path:

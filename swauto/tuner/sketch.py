@@ -72,7 +72,9 @@ class _TileClass:
     spread: str
     share: float  # `Sketch.share`
     transfers: dict[tuple[str, frozenset[str]], _Transfer]
-    caps: dict[tuple[str, tuple[str, ...]], int]  # how far an operand hoists, per order of its loops
+    # Per operand and order of the loops its box depends on: its transfer hoisted over none, one, ...
+    # of them, as far as it may be, each with its home (the loop whose body holds it; None: none).
+    ladders: dict[tuple[str, tuple[str, ...]], tuple[tuple[str | None, _Transfer], ...]]
     trips: dict[str, int]  # per loop
     calls: dict[tuple[int, ...], Call]  # the call on its buffers, per choice of transfers (by identity)
 
@@ -97,18 +99,41 @@ class Sketch:
     """A candidate's sketch: its loop nest with every transfer placed (`module`), and the share of the
     work of its whole tiles the candidate really does (`share`: 13 columns in tiles of 4 run 3 whole
     tiles and one of a column, 13/16 of the sketch's 4 whole tiles). A price of the module times the
-    share estimates the candidate's."""
+    share estimates the candidate's.
+
+    `signature` is equal for two sketches of one tile class whose nests differ only by the order of
+    loops within a *run* (consecutive loops with no transfer between them): the same transfers, each
+    crossing the same loops and running as often, the same trips. A price that depends on the loops'
+    order only through where transfers sit (`commuting` in `Sketcher`) is the same for both."""
 
     module: Module
+    share: float
+    signature: tuple
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a candidate's transfers sit, its sketch without the module: per operand, the loop whose
+    body holds its transfer (None: outside every loop) and the transfer; `signature` and `share` as
+    the sketch's. A tuner compares signatures before it builds a module (`Sketcher.module`)."""
+
+    tiles: _TileClass
+    loops: tuple[For, ...]
+    placed: tuple[tuple[str | None, _Transfer], ...]
+    signature: tuple
     share: float
 
 
 class Sketcher:
-    """Sketches of the candidates of one operator on one machine (see the module docstring)."""
+    """Sketches of the candidates of one operator on one machine (see the module docstring).
+    `commuting`: whether the price the sketches are for is unchanged by swapping two loops with no
+    transfer between them (the models multiply such loops' trips). Otherwise the outermost run of
+    loops keeps its order in the signature (the host's threads share its outermost loops)."""
 
-    def __init__(self, op: BoundOperator, machine: LocalMemoryMachine) -> None:
+    def __init__(self, op: BoundOperator, machine: LocalMemoryMachine, commuting: bool = True) -> None:
         self.op = op
         self.machine = machine
+        self.commuting = commuting
         self.classes: dict[Candidate, _TileClass | Rejected | None] = {}
 
     def sketch(self, candidate: Candidate) -> Sketch | None:
@@ -116,6 +141,30 @@ class Sketcher:
         (several statements, unless fused into one; an output filled by a statement of its own): such
         a candidate must be lowered to be priced. Raises `Rejected` when its class cannot be scheduled
         (the reason `apply` gives) or when no placement of its transfers fits local memory."""
+        placement = self.placement(candidate)
+        return None if placement is None else Sketch(self.module(placement), placement.share, placement.signature)
+
+    def placement(self, candidate: Candidate) -> Placement | None:
+        """The placement of `candidate`'s transfers (its sketch without the module); None and
+        `Rejected` as `sketch`."""
+        found = self._class_of(candidate)
+        return None if found is None else self._place(found, candidate)
+
+    def compute_nest(self, candidate: Candidate) -> Sketch | None:
+        """The nest of `candidate`'s tile class with no transfer at all, its call on whole tiles in
+        local memory: what every sketch of the class computes, with nothing moved. A model that
+        prices a sketch at least as this nest single buffered (both of swauto's do: the transfers
+        add their time, or overlap the compute) bounds every sketch of the class from below. None
+        and `Rejected` as `sketch`."""
+        found = self._class_of(candidate)
+        if found is None:
+            return None
+        loops = tuple(found.loops.values())
+        local = {operand.role: self._transfer(found, operand, loops, frozenset()).operand for operand in found.operands}
+        call = replace(found.call.with_operands(lambda role, _: local[role]), epilogue=())
+        return Sketch(replace(found.module, buffers=(), body=rebuild_nest(list(loops), call)), found.share, ())
+
+    def _class_of(self, candidate: Candidate) -> _TileClass | None:
         key = replace(candidate, order=(), double_buffer=False, micro_kernel=None)
         if key in self.classes:
             found = self.classes[key]
@@ -129,7 +178,7 @@ class Sketcher:
             self.classes[key] = found
         if isinstance(found, Rejected):
             raise found
-        return None if found is None else Sketch(self._place(found, candidate), found.share)
+        return found
 
     def _tile_class(self, candidate: Candidate) -> _TileClass | None:
         module = init_outputs(apply(self.op, candidate, self.machine))
@@ -175,7 +224,7 @@ class Sketcher:
         return _TileClass(module, {loop.var: loop for loop in loops}, call, tuple(operands), copies, spread, share,
                           {}, {}, {loop.var: trip_count(loop) for loop in loops}, {})
 
-    def _place(self, tiles: _TileClass, candidate: Candidate) -> Module:
+    def _place(self, tiles: _TileClass, candidate: Candidate) -> Placement:
         # A fused consumer's loops are gone: the order's other loops are the nest's.
         loops = tuple(tiles.loops[var] for var in candidate.order if var in tiles.loops)
         if len(loops) != len(tiles.loops):
@@ -185,14 +234,11 @@ class Sketcher:
         options: list[list[tuple[int, int, str | None, _Transfer]]] = []
         for operand in tiles.operands:
             deps = tuple(loop.var for loop in loops if loop.var in operand.used)
-            cap = tiles.caps.get((operand.role, deps))
-            if cap is None:
-                cap = tiles.caps[operand.role, deps] = min(hoistable(operand.access, loops),
-                                                           len(deps) if operand.cap is None else operand.cap)
-            per_level = []
-            for level in range(cap + 1):
-                transfer = self._transfer(tiles, operand, loops, frozenset(deps[len(deps) - level:] if level else ()))
-                home = deps[len(deps) - level - 1] if len(deps) > level else None
+            ladder = tiles.ladders.get((operand.role, deps))
+            if ladder is None:
+                ladder = tiles.ladders[operand.role, deps] = self._ladder(tiles, operand, loops, deps)
+            per_level: list[tuple[int, int, str | None, _Transfer]] = []
+            for home, transfer in ladder:
                 moved = transfer.moved * outside[position[home] + 1 if home is not None else 0]
                 # An option moving no fewer bytes in no less room than a lower level's is never chosen.
                 if not any(m <= moved and local <= transfer.local for m, local, _, _ in per_level):
@@ -202,7 +248,16 @@ class Sketcher:
                          self.machine.ldm_usable_bytes - tiles.copies, 2 if candidate.double_buffer else 1)
         if picks is None:
             raise Rejected("local memory overflow", "no placement of the transfers fits local memory")
-        return self._module(tiles, loops, [per_level[pick][2:] for per_level, pick in zip(options, picks, strict=True)])
+        placed = tuple(per_level[pick][2:] for per_level, pick in zip(options, picks, strict=True))
+        return Placement(tiles, loops, placed, self._signature(tiles, loops, placed), tiles.share)
+
+    def _ladder(self, tiles: _TileClass, operand: _Operand, loops: tuple[For, ...],
+                deps: tuple[str, ...]) -> tuple[tuple[str | None, _Transfer], ...]:
+        """`_TileClass.ladders` for the operand's dependent loops `deps` (outermost first) in `loops`."""
+        cap = min(hoistable(operand.access, loops), len(deps) if operand.cap is None else operand.cap)
+        return tuple((deps[len(deps) - level - 1] if len(deps) > level else None,
+                      self._transfer(tiles, operand, loops, frozenset(deps[len(deps) - level:] if level else ())))
+                     for level in range(cap + 1))
 
     def _transfer(self, tiles: _TileClass, operand: _Operand, loops: tuple[For, ...],
                   crossed: frozenset[str]) -> _Transfer:
@@ -229,8 +284,10 @@ class Sketcher:
                            access.extents, access.dims, access.pad))
         return found
 
-    def _module(self, tiles: _TileClass, loops: tuple[For, ...],
-                placed: list[tuple[str | None, _Transfer]]) -> Module:
+    def module(self, placement: Placement) -> Module:
+        """The sketch's module: the class's nest in the placement's loop order, each transfer in its
+        home's body (gets first, write-backs last), the call on the transfers' buffers."""
+        tiles, placed = placement.tiles, placement.placed
         before: dict[str | None, list[Stmt]] = {}
         after: dict[str | None, list[Stmt]] = {}
         local: dict[str, Access] = {}
@@ -248,11 +305,31 @@ class Sketcher:
         if on_buffers is None:
             on_buffers = tiles.calls[key] = replace(call.with_operands(lambda role, _: local[role]), epilogue=())
         body: Stmt = on_buffers
-        for loop in reversed(loops):
+        for loop in reversed(placement.loops):
             body = For(loop.var, loop.start, loop.stop, loop.stride,
                        seq(*before.get(loop.var, ()), body, *after.get(loop.var, ())))
         body = seq(*before.get(None, ()), body, *after.get(None, ()))
         return replace(tiles.module, buffers=tuple(transfer.buffer for _, transfer in placed), body=body)
+
+    def _signature(self, tiles: _TileClass, loops: tuple[For, ...],
+                   placed: tuple[tuple[str | None, _Transfer], ...]) -> tuple:
+        """`Sketch.signature`: the class, the transfers outside every loop, then each run of loops (a set,
+        unless it is the outermost and the loops do not commute) with the transfers at its end."""
+        homed: dict[str | None, list[int]] = {}
+        for home, transfer in placed:
+            homed.setdefault(home, []).append(id(transfer))  # transfers live as long as their class
+        runs: list[object] = [id(tiles), tuple(homed.get(None, ()))]
+        run: list[str] = []
+        for loop in loops:
+            run.append(loop.var)
+            if loop.var in homed:
+                runs.append((self._run(run, first=len(runs) == 2), tuple(homed[loop.var])))
+                run = []
+        runs.append(self._run(run, first=len(runs) == 2))
+        return tuple(runs)
+
+    def _run(self, loops: list[str], first: bool) -> tuple[str, ...] | frozenset[str]:
+        return tuple(loops) if first and not self.commuting else frozenset(loops)
 
     @staticmethod
     def _epilogue(call: Call, tile: Access, local: dict[str, Access]) -> list[Call]:

@@ -3,10 +3,11 @@ with their IR stages and the others counted by reason (what the tuners rank)."""
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 from swauto.errors import Rejected, ScheduleError
@@ -16,7 +17,15 @@ from swauto.ir.nodes import Module
 from swauto.machine import LocalMemoryMachine
 from swauto.pipeline import Stages, lower
 from swauto.schedule.candidate import Candidate
-from swauto.schedule.space import candidates, fusion_choices, order_count, single_trip_loops, split_extent, tile_sizes
+from swauto.schedule.space import (
+    candidates,
+    fusion_choices,
+    order_count,
+    single_trip_loops,
+    split_extent,
+    tile_classes,
+    tile_sizes,
+)
 from swauto.tuner.sketch import Sketcher
 
 # The most candidates `explore` builds unless told otherwise (`max_candidates=`, `--max-candidates`).
@@ -120,51 +129,95 @@ def _check_size(op: BoundOperator, machine: LocalMemoryMachine, max_candidates: 
 
 
 def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callable[[Module, bool], float],
-                   lowered: int = LOWERED, max_candidates: int = MAX_CANDIDATES) -> Space:
-    """Rank before lowering: every candidate's sketch (`swauto.tuner.sketch`) priced by `price` (the
-    target's model: sketch, double buffered -> seconds) times its share of work, then candidates
-    lowered from the cheapest sketch on until `lowered` of them are legal; the rest are counted in
-    `Space.sketched`.
-    The model tuner ranks the lowered ones on their real IR. Candidates without a sketch (several
-    statements) are all lowered.
+                   lowered: int = LOWERED, max_candidates: int = MAX_CANDIDATES, commuting: bool = True) -> Space:
+    """Rank before lowering: candidates are lowered from the cheapest sketch (`swauto.tuner.sketch`)
+    on, priced by `price` (the target's model: sketch, double buffered -> seconds) times its share of
+    work, until `lowered` of them are legal; the rest are counted in `Space.sketched`. The model
+    tuner ranks the lowered ones on their real IR.
 
-    Candidates whose sketch finds no placement that fits local memory come last: the sketch doubles
-    every buffer of a double-buffered candidate, the pipeline only those it prefetches."""
+    Work is shared and skipped where that cannot change which candidates are lowered:
+    - a tile class (the candidates that differ only in loop order and buffering) is scheduled once;
+      its sketches are built only when its *bound*, the price of its nest with no transfer
+      (`Sketcher.compute_nest`), is below the price of every candidate still to lower: no sketch of
+      the class can be cheaper than that (classes are opened cheapest bound first);
+    - of sketches with one signature (the same nest up to the order of loops with no transfer
+      between them; `commuting`: `price` is unchanged by that order), one is priced and the first
+      lowered: the others are the same program to the model.
+
+    Candidates without a sketch (several statements) are all lowered. Those whose sketch finds no
+    placement that fits local memory come last: the sketch doubles every buffer of a double-buffered
+    candidate, the pipeline only those it prefetches."""
     _check_size(op, machine, max_candidates)
-    sketcher = Sketcher(op, machine)
+    sketcher = Sketcher(op, machine, commuting)
     space = Space(op)
-    micro_kernels = machine.micro_kernels or (None,)
+    bufferings = (False, True) if machine.asynchronous_dma else (False,)
+    micro_kernels = len(machine.micro_kernels or (None,))
+    lowered_at: list[tuple[tuple[int, ...], list[tuple[Candidate, Stages]]]] = []
+    # Entries (price or bound, 0 for a class to open / 1 for a candidate to lower, place, candidate or
+    # class, signature): a class comes before a candidate of its bound's price.
+    queue: list[tuple[float, int, tuple[int, ...], Candidate, Iterable[tuple[str, ...]] | tuple]] = []
+    waiting = 0  # candidates in the queue or in its unopened classes
 
-    lowered_at: list[tuple[int, list[tuple[Candidate, Stages]]]] = []  # by place in the space
-
-    def add(index: int, candidate: Candidate) -> bool:
+    def add(place: tuple[int, ...], candidate: Candidate) -> bool:
         entries = _lowered(op, candidate, machine, space)
         if entries:
-            lowered_at.append((index, entries))
+            lowered_at.append((place, entries))
         return bool(entries)
 
-    priced: list[tuple[float, int, Candidate]] = []
-    for index, candidate in enumerate(candidates(op, (False, True) if machine.asynchronous_dma else (False,))):
+    def open_class(number: int, orders: Iterable[tuple[str, ...]], first: Candidate) -> None:
+        nonlocal waiting
+        prices: dict[tuple, float] = {}
+        for position, order in enumerate(orders):
+            for double_buffer in bufferings:
+                candidate = replace(first, order=order, double_buffer=double_buffer)
+                place = (number, position, double_buffer)
+                try:
+                    placement = sketcher.placement(candidate)
+                except Rejected as rejection:
+                    if rejection.reason == "local memory overflow":
+                        heapq.heappush(queue, (math.inf, 1, place, candidate, ()))
+                    else:
+                        space.rejected[rejection.reason] += micro_kernels
+                        waiting -= 1
+                    continue
+                if placement is None:  # no sketch: priced on its real IR like the lowered few
+                    add(place, candidate)
+                    waiting -= 1
+                    continue
+                signature = (double_buffer, placement.signature)
+                seconds = prices.get(signature)
+                if seconds is None:
+                    seconds = prices[signature] = price(sketcher.module(placement), double_buffer) * placement.share
+                heapq.heappush(queue, (seconds, 1, place, candidate, signature))
+
+    for number, (first, orders) in enumerate(tile_classes(op)):
+        orders = list(orders)
+        waiting += len(orders) * len(bufferings)
         try:
-            sketch = sketcher.sketch(candidate)
+            nest = sketcher.compute_nest(first)
         except Rejected as rejection:
-            if rejection.reason != "local memory overflow":
-                space.rejected[rejection.reason] += len(micro_kernels)
+            if rejection.reason == "primitive constraint":  # the class's every candidate
+                space.rejected[rejection.reason] += len(orders) * len(bufferings) * micro_kernels
+                waiting -= len(orders) * len(bufferings)
                 continue
-            priced.append((math.inf, index, candidate))
-            continue
-        if sketch is None:
-            add(index, candidate)  # no sketch: priced on its real IR like the lowered few
-        else:
-            priced.append((price(sketch.module, candidate.double_buffer) * sketch.share, index, candidate))
-    priced.sort(key=lambda entry: entry[:2])
+            nest = None  # a reason that may depend on the order: each candidate says
+        bound = -math.inf if nest is None else price(nest.module, False) * nest.share
+        heapq.heappush(queue, (bound, 0, (number,), first, orders))
     found = 0
-    for position, (_, index, candidate) in enumerate(priced):
-        if found == lowered:
-            space.sketched = (len(priced) - position) * len(micro_kernels)
-            break
-        found += add(index, candidate)
-    # In the space's order, as `explore` keeps them: the model tuner breaks ties by it.
+    seen: set[tuple] = set()
+    while queue and found < lowered:
+        _, kind, place, candidate, payload = heapq.heappop(queue)
+        if kind == 0:
+            open_class(place[0], payload, candidate)  # type: ignore[arg-type]
+            continue
+        waiting -= 1
+        if payload and payload in seen:
+            space.sketched += micro_kernels
+            continue
+        seen.add(payload)
+        found += add(place, candidate)
+    space.sketched += waiting * micro_kernels
+    # In the space's order (tile classes, then orders): the model tuner breaks ties by it.
     space.legal = [entry for _, entries in sorted(lowered_at, key=lambda pair: pair[0]) for entry in entries]
     if not space.legal:
         raise ScheduleError(_explain_empty(op, space))

@@ -1,0 +1,145 @@
+"""Every convolution layer of the workload list and of ResNet-18, MobileNetV2 and Inception-v3 through
+the model tuner, on both targets (issue 11: coverage and compile time).
+
+    python benchmarks/coverage.py [--targets sw26010 host] [--batches 1 32 128] [--layers N]
+
+Layers: ../shared/workloads/cnn_conv_layers.csv and benchmarks/workloads/networks.csv, each distinct
+shape once (`--layers N`: the first N). Each is compiled from `examples/conv2d.sw` as written, as
+`swauto.compile(..., tuner="model")` does up to its choice, in one process, one after the other: parse
+and check, rank the candidates' sketches, lower the cheapest, rank those on their real IR. Reported per
+layer and batch: the space's size, the wall time from parse to chosen candidate (cold: nothing is
+remembered between layers but the parser), and the pick's predicted time, GFLOPS and percent of the
+target's peak (a core group of the simulated SW26010; one core of this host, priced for one thread);
+or why nothing compiled. Depthwise layers (MobileNetV2) are listed as not covered: conv2d.sw is a dense
+convolution. Writes benchmarks/results/coverage.{csv,md,png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import time
+
+from common import RESULTS, ROOT, header, write_tables
+from tqdm import tqdm
+
+WORKLOADS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"
+NETWORKS = ROOT / "benchmarks" / "workloads" / "networks.csv"
+SHAPE = ("ci", "co", "in_hw", "kr", "kc", "stride", "pad_r", "pad_c", "groups")
+FIELDS = ["target", "model", "layer", "B", *SHAPE, "status", "candidates", "tune_s", "pick_ms", "gflops",
+          "peak_pct", "pick"]
+
+
+def _rows(path) -> list[dict[str, str]]:
+    with open(path) as source:
+        return list(csv.DictReader(line for line in source if not line.startswith("#")))
+
+
+def layer_shapes() -> list[dict[str, str]]:
+    """Distinct layer shapes of both files, in file order (the workload list's square kernels and
+    pads written out as kr = kc, pad_r = pad_c)."""
+    rows = [{**row, "kr": row["k"], "kc": row["k"], "pad_r": row["pad"], "pad_c": row["pad"], "groups": "1"}
+            for row in _rows(WORKLOADS)] if WORKLOADS.exists() else []
+    rows += _rows(NETWORKS)
+    seen, chosen = set(), []
+    for row in rows:
+        shape = tuple(row[k] for k in SHAPE)
+        if shape not in seen:
+            seen.add(shape)
+            chosen.append(row)
+    return chosen
+
+
+def measure(target_name: str, layer: dict[str, str], batch: int) -> dict[str, object]:
+    from swauto import targets
+    from swauto.api import load
+    from swauto.errors import ScheduleError
+    from swauto.tuner.model_tuner import rank
+    from swauto.tuner.space import explore_ranked
+
+    row: dict[str, object] = {"target": target_name, "model": layer["model"], "layer": layer["layer"], "B": batch,
+                              **{k: int(layer[k]) for k in SHAPE}}
+    if int(layer["groups"]) != 1:
+        row["status"] = "not covered: a depthwise layer (conv2d.sw is dense)"
+        return row
+    target = targets.get(target_name)
+    machine = target.machine()
+    params = {"B": batch, "Ni": int(layer["ci"]), "No": int(layer["co"]), "Ri": int(layer["in_hw"]),
+              "Ci": int(layer["in_hw"]), "Kr": int(layer["kr"]), "Kc": int(layer["kc"]),
+              "stride": int(layer["stride"]), "pad_r": int(layer["pad_r"]), "pad_c": int(layer["pad_c"])}
+    started = time.perf_counter()
+    try:
+        op = load(ROOT / "examples" / "conv2d.sw", params)
+        space = explore_ranked(op, machine, lambda sketch, doubled: target.sketch_estimate(sketch, doubled, 1))
+        picked = rank(space, target_name)[0]
+    except ScheduleError as error:
+        row.update(status=f"no legal candidate ({str(error).split('(')[-1].rstrip(')')})",
+                   tune_s=time.perf_counter() - started)
+        return row
+    seconds = picked.estimate.seconds
+    flops = picked.estimate.flops
+    row.update(status="ok", candidates=space.total, tune_s=time.perf_counter() - started, pick_ms=1e3 * seconds,
+               gflops=flops / seconds / 1e9, peak_pct=100 * flops / seconds / target.peak_flops(1),
+               pick=picked.candidate.describe())
+    return row
+
+
+def summary(rows: list[dict[str, object]], targets: list[str], batches: list[int]) -> list[str]:
+    lines = []
+    for target in targets:
+        for batch in batches:
+            runs = [row for row in rows if row["target"] == target and row["B"] == batch]
+            dense = [row for row in runs if not str(row["status"]).startswith("not covered")]
+            compiled = [row for row in dense if row["status"] == "ok"]
+            times = [float(row["tune_s"]) for row in compiled]
+            line = f"{target} B={batch}: {len(compiled)} of {len(dense)} dense layers compile"
+            if times:
+                line += (f"; model tuning median {statistics.median(times):.2f} s, worst {max(times):.2f} s; "
+                         f"pick median {statistics.median(float(r['peak_pct']) for r in compiled):.0f}% of peak")
+            lines.append(line + f" ({len(runs) - len(dense)} depthwise layers not covered)")
+    return lines
+
+
+def plot(rows: list[dict[str, object]], targets: list[str]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(targets), figsize=(6 * len(targets), 4), squeeze=False)
+    for axis, target in zip(axes[0], targets, strict=True):
+        for batch in sorted({int(row["B"]) for row in rows}):
+            times = sorted(float(row["tune_s"]) for row in rows
+                           if row["target"] == target and row["B"] == batch and row["status"] == "ok")
+            axis.plot(range(len(times)), times, marker=".", linestyle="", label=f"B = {batch}")
+        for limit in (0.3, 1.0):
+            axis.axhline(limit, color="grey", linewidth=0.8, linestyle="--")
+        axis.set_yscale("log")
+        axis.set_title(f"model tuning per conv layer, {target}")
+        axis.set_xlabel("layers, sorted by time")
+        axis.set_ylabel("seconds, parse to chosen candidate")
+        axis.legend()
+    figure.tight_layout()
+    figure.savefig(RESULTS / "coverage.png", dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--targets", nargs="+", default=["sw26010", "host"])
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 32, 128])
+    parser.add_argument("--layers", type=int, default=None)
+    args = parser.parse_args()
+    shapes = layer_shapes()[: args.layers]
+    tasks = [(target, layer, batch) for target in args.targets for batch in args.batches for layer in shapes]
+    rows = [measure(*task) for task in tqdm(tasks, desc="compiling layers", unit="layer")]
+    notes = summary(rows, args.targets, args.batches)
+    print(header())
+    print("\n".join(notes))
+    write_tables("coverage", FIELDS, rows, "Every conv layer through the model tuner: coverage and compile time",
+                 notes="\n".join(notes), group="target")
+    plot(rows, args.targets)
+
+
+if __name__ == "__main__":
+    main()
