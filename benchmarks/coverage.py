@@ -53,10 +53,8 @@ def layer_shapes() -> list[dict[str, str]]:
 
 def measure(target_name: str, layer: dict[str, str], batch: int) -> dict[str, object]:
     from swauto import targets
-    from swauto.api import load
+    from swauto.api import load, rank_by_model
     from swauto.errors import ScheduleError
-    from swauto.tuner.model_tuner import rank
-    from swauto.tuner.space import explore_ranked
 
     row: dict[str, object] = {"target": target_name, "model": layer["model"], "layer": layer["layer"], "B": batch,
                               **{k: int(layer[k]) for k in SHAPE}}
@@ -64,15 +62,14 @@ def measure(target_name: str, layer: dict[str, str], batch: int) -> dict[str, ob
         row["status"] = "not covered: a depthwise layer (conv2d.sw is dense)"
         return row
     target = targets.get(target_name)
-    machine = target.machine()
     params = {"B": batch, "Ni": int(layer["ci"]), "No": int(layer["co"]), "Ri": int(layer["in_hw"]),
               "Ci": int(layer["in_hw"]), "Kr": int(layer["kr"]), "Kc": int(layer["kc"]),
               "stride": int(layer["stride"]), "pad_r": int(layer["pad_r"]), "pad_c": int(layer["pad_c"])}
     started = time.perf_counter()
     try:
         op = load(ROOT / "examples" / "conv2d.sw", params)
-        space = explore_ranked(op, machine, lambda sketch, doubled: target.sketch_estimate(sketch, doubled, 1))
-        picked = rank(space, target_name)[0]
+        ranked, space = rank_by_model(op, target)
+        picked = ranked[0]
     except ScheduleError as error:
         row.update(status=f"no legal candidate ({str(error).split('(')[-1].rstrip(')')})",
                    tune_s=time.perf_counter() - started)

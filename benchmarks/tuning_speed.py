@@ -46,10 +46,10 @@ def layer_shapes() -> list[dict[str, str]]:
 
 def measure(target_name: str, layer: dict[str, str], batch: int) -> dict[str, object]:
     from swauto import targets
-    from swauto.api import load
+    from swauto.api import load, rank_by_model
     from swauto.errors import ScheduleError
     from swauto.tuner.model_tuner import rank
-    from swauto.tuner.space import explore, explore_ranked
+    from swauto.tuner.space import explore
 
     target = targets.get(target_name)
     machine = target.machine()
@@ -63,8 +63,8 @@ def measure(target_name: str, layer: dict[str, str], batch: int) -> dict[str, ob
     try:
         started = time.perf_counter()
         op = load(source, params)
-        space = explore_ranked(op, machine, lambda sketch, doubled: target.sketch_estimate(sketch, doubled, 1))
-        picked = rank(space, target_name)[0]
+        ranked, space = rank_by_model(op, target)
+        picked = ranked[0]
         row["ranked_s"] = time.perf_counter() - started
         started = time.perf_counter()
         best = rank(explore(load(source, params), machine), target_name)[0]

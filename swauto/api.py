@@ -25,8 +25,8 @@ from swauto.pipeline import lower
 from swauto.schedule.candidate import Candidate
 from swauto.targets import Program, Target
 from swauto.tuner import database
-from swauto.tuner.model_tuner import rank
-from swauto.tuner.space import MAX_CANDIDATES, explore, explore_ranked
+from swauto.tuner.model_tuner import Ranked, rank
+from swauto.tuner.space import MAX_CANDIDATES, Space, explore, explore_ranked
 
 DEFAULT_TARGET = "host"  # what `compile` builds for unless told
 DEFAULT_SCHEDULES_TARGET = "sw26010"  # whose rules `schedules` applies unless told
@@ -250,15 +250,24 @@ def _tune(op: BoundOperator, target: Target, tuner: str, threads: int, machine: 
     """The tuner's choice among every legal candidate: (candidate, stages)."""
     if tuner != "model":
         return target.tune(op, tuner, threads, machine, max_candidates)
+    best = rank_by_model(op, target, threads, max_candidates)[0][0]
+    return best.candidate, best.stages
+
+
+def rank_by_model(op: BoundOperator, target: Target, threads: int = 1,
+                  max_candidates: int = MAX_CANDIDATES) -> tuple[list[Ranked], Space]:
+    """What the model tuner does: the candidates it lowers, ranked by the target's model on their real
+    IR (fastest first), and the space they came from. With a sketch model the target ranks every
+    candidate's sketch first and lowers only the cheapest (`explore_ranked`); without, it lowers all."""
     threads = threads if target.threaded else 1
+    machine = target.machine()
     if target.sketch_estimate is None:
         space = explore(op, machine, max_candidates=max_candidates)
     else:
         price = target.sketch_estimate
         space = explore_ranked(op, machine, lambda sketch, doubled: price(sketch, doubled, threads),
-                               max_candidates=max_candidates)
-    best = rank(space, target.name, threads)[0]
-    return best.candidate, best.stages
+                               max_candidates=max_candidates, commuting=threads == 1)
+    return rank(space, target.name, threads), space
 
 
 def _available_threads() -> int:

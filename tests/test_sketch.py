@@ -5,18 +5,19 @@ tuner's pick from the few candidates it lowers is as good as from lowering them 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from swauto import targets
-from swauto.api import load
+from swauto.api import load, rank_by_model
 from swauto.errors import Rejected, ScheduleError
 from swauto.ir.nodes import Call
 from swauto.ir.visitor import walk
 from swauto.passes.peel_boundaries import peel_boundaries
 from swauto.pipeline import lower
-from swauto.schedule.space import apply, candidates
+from swauto.schedule.space import apply, candidates, tile_classes
 from swauto.tuner.model_tuner import rank
 from swauto.tuner.sketch import Sketcher
 from swauto.tuner.space import count, explore, explore_ranked
@@ -78,11 +79,11 @@ def test_the_ranked_pick_is_the_exhaustive_pick(target_name, example, params, mo
     machine = target.machine()
     op = load(EXAMPLES / example, params)
     exhaustive = explore(op, machine)
-    ranked = explore_ranked(op, machine, lambda sketch, doubled: target.sketch_estimate(sketch, doubled, 1))
+    ranking, ranked = rank_by_model(op, target)
     assert ranked.total == exhaustive.total == count(op, machine)[0]
     assert len(ranked.legal) <= len(exhaustive.legal)
     best = rank(exhaustive, target_name)[0]
-    picked = rank(ranked, target_name)[0]
+    picked = ranking[0]
     assert best.estimate.seconds <= picked.estimate.seconds <= 1.01 * best.estimate.seconds
     if target_name == "sw26010":
         assert picked.estimate.seconds == pytest.approx(best.estimate.seconds, rel=1e-9)
@@ -113,3 +114,41 @@ def test_candidates_whose_sketch_fits_no_placement_are_still_lowered(monkeypatch
             sketcher.sketch(candidate)
     with pytest.raises(ScheduleError, match=r"no legal candidate among \d+ .*local memory overflow"):
         explore_ranked(op, machine, lambda sketch, doubled: math.nan)
+
+
+@pytest.mark.parametrize(("example", "params"), [("conv2d.sw", {"Ni": 300, "No": 270, "Ri": 5, "Ci": 5}),
+                                                 ("conv2d_bias_relu.sw", {}), ("lstm.sw", {}), ("gemm.sw", {})])
+def test_the_tile_classes_hold_the_points_of_the_space(example, params):
+    """`tile_classes` groups the very points `candidates` lists: each once, with every order it takes."""
+    op = load(EXAMPLES / example, params)
+    grouped = [replace(first, order=order, double_buffer=doubled) for first, orders in tile_classes(op)
+               for order in orders for doubled in (False, True)]
+    assert len(grouped) == len(set(grouped)) and set(grouped) == set(candidates(op))
+
+
+@pytest.mark.parametrize("target_name", ["sw26010", "host"])
+@pytest.mark.parametrize(("example", "params"), DIVIDING[:2] + ODD)
+def test_no_sketch_is_priced_below_its_class_bound_and_one_signature_one_price(target_name, example, params):
+    """What lets `explore_ranked` skip work without changing what it lowers: every sketch of a tile
+    class costs at least its compute nest (the class's bound), and sketches of one signature (orders
+    that differ only among loops without a transfer between them) cost the same."""
+    target = targets.get(target_name)
+    machine = target.machine()
+    op = load(EXAMPLES / example, params)
+    sketcher = Sketcher(op, machine)
+    prices: dict[tuple, float] = {}
+    checked = 0
+    for candidate in candidates(op, (False, True) if machine.asynchronous_dma else (False,)):
+        try:
+            sketch = sketcher.sketch(candidate)
+        except Rejected:
+            continue
+        bound = sketcher.compute_nest(candidate)
+        price = target.sketch_estimate(sketch.module, candidate.double_buffer, 1) * sketch.share
+        assert price >= target.sketch_estimate(bound.module, False, 1) * bound.share * (1 - 1e-12), candidate
+        key = (candidate.double_buffer, sketch.signature)
+        assert price == pytest.approx(prices.setdefault(key, price), rel=1e-12), candidate
+        checked += 1
+    assert checked > 0
+    if example == "conv2d.sw":  # the output's loops above the reduction's: orders that share a signature
+        assert len(prices) < checked

@@ -26,6 +26,7 @@ from swauto.ir.nodes import Access, Alloc, Call, Dma, DmaWait, For, If, Let, Mod
 from swauto.ir.printer import format_stmt
 from swauto.ir.visitor import Visitor
 from swauto.machine import SW26010
+from swauto.passes.plan_local_memory import per_cpe_bytes
 from swauto.primitives.semantics import run_call
 
 
@@ -74,6 +75,9 @@ class _State:
     # would overwrite that result.
     versions: dict[str, np.ndarray] = field(default_factory=dict)
     read_at: dict[Box, tuple[Box, np.ndarray]] = field(default_factory=dict)
+    # Buffers whose local memory another buffer sharing it has written since they were last written
+    # themselves (-> that other buffer): reading one would read the other's data.
+    clobbered: dict[str, str] = field(default_factory=dict)
     counters: Counters = field(default_factory=Counters)
     timeline: Timeline | None = None
 
@@ -102,7 +106,25 @@ class _Machine(Visitor):
     def allocate(self) -> tuple[dict[str, np.ndarray], int]:
         used = check_local_memory(self.module, self.machine)
         buffers = {b.name: np.zeros(b.shape, dtype=b.dtype) for b in self.module.buffers}
+        # Buffers that share local memory (the plan gives buffers never live at once the same bytes):
+        # each is kept apart here, and a write to one spoils the others' contents.
+        spans = {b.name: (b.offset, b.offset + per_cpe_bytes(b, self.machine)) for b in self.module.buffers
+                 if b.offset is not None}
+        self.sharing = {name: {other for other, (start, end) in spans.items()
+                               if other != name and start < span[1] and span[0] < end} for name, span in spans.items()}
+        self.twins = {b.copy_of: b.name for b in self.module.buffers if b.copy_of is not None}
         return buffers, used
+
+    def write(self, name: str, state: _State) -> None:
+        """`name`'s local memory now holds its data: whatever shares those bytes lost its own."""
+        state.clobbered.pop(name, None)
+        for other in self.sharing.get(name, ()):
+            state.clobbered[other] = name
+
+    def read(self, name: str, what: str, state: _State) -> None:
+        if name in state.clobbered:
+            raise SimulationError(f"{what} reads {name}, whose local memory {state.clobbered[name]} (sharing it) "
+                                  "has written since")
 
     # --- execution --------------------------------------------------------------------------------
 
@@ -134,6 +156,7 @@ class _Machine(Visitor):
         if state.busy((stmt.buffer.name, starts, stmt.buffer.extents)):
             raise SimulationError(f"zeroing {stmt.buffer.name} while a DMA on that tile is in flight")
         buffer[box_slices(starts, stmt.buffer.extents)] = 0
+        self.write(stmt.buffer.name, state)
         self.statements.visit(stmt, env, state.timeline)
 
     def visit_Alloc(self, stmt: Alloc, env: dict[str, int], state: _State) -> None:
@@ -189,11 +212,13 @@ class _Machine(Visitor):
         region = strided_slices(tensor_starts, extents, steps)
         memory = array[region]
         if stmt.direction == "get":
+            self.write(stmt.buffer.name, state)
             local[...] = memory
             state.counters.dma_get_bytes += memory.nbytes
             if tensor.is_output:
                 state.read_at[local_box] = (memory_box, self.versions(state, tensor.name)[region].copy())
         else:
+            self.read(stmt.buffer.name, f"the put `{format_stmt(stmt)[0].split('  #')[0].strip()}`", state)
             if tensor.is_output:
                 versions = self.versions(state, tensor.name)
                 # A tile read from this box and written back to it: no other put may have come between.
@@ -223,6 +248,16 @@ class _Machine(Visitor):
                 raise SimulationError(f"{stmt.primitive} reads {name} from {access.name} before its DMA was "
                                       "waited for")
             views[name] = buffer[box_slices(starts, extents)]
+        for call in (stmt, *stmt.epilogue):
+            for role, access in call.operands:
+                # An output is read only where the result combines into it (`+=`, not overwritten).
+                if role != call.output_role or call.signature.reads_output() and not call.overwrite:
+                    self.read(access.name, call.primitive, state)
+        for _, access in stmt.operands:
+            if access.name in self.twins:  # the primitive's float64 copy of the tile
+                self.write(self.twins[access.name], state)
+        for call in (stmt, *stmt.epilogue):
+            self.write(call.output.name, state)
         run_call(stmt, views)
         state.counters.flops += stmt.flops
         state.counters.gemm_calls += stmt.signature.kind == "gemm"

@@ -30,7 +30,7 @@ from swauto.ir.nodes import Call, Dma, DmaWait, For, If, Let, Module, Seq, Stmt,
 from swauto.ir.verify import VerificationError, verify
 from swauto.ir.visitor import Visitor, walk
 from swauto.machine import DTYPE_BYTES, SW26010
-from swauto.passes.plan_local_memory import per_cpe_bytes
+from swauto.passes.plan_local_memory import live_ranges, per_cpe_bytes
 from swauto.primitives.elementwise import map_cycles
 
 STATS = ("dma_get_bytes", "dma_put_bytes", "dma_transactions", "dma_requests", "dma_blocks", "flops",
@@ -294,7 +294,9 @@ def _loop_facts(loop: For, module: Module, machine: SW26010) -> _LoopFacts:
 
 def check_local_memory(module: Module, machine: SW26010) -> int:
     """The bytes of local memory the program needs per CPE; raises `SimulationError` when its
-    buffers overlap or do not fit (both simulators run it first)."""
+    buffers do not fit, or when two that may be live at once (`live_ranges`) overlap (both simulators
+    run it first; the functional one also checks each read against what wrote those bytes last)."""
+    live = live_ranges(module)
     used = 0
     ranges: dict[int, list[tuple[int, int, str]]] = {}  # per statement: buffers of others may overlap
     resident: list[tuple[int, int, str]] = []  # buffers kept across statements overlap none
@@ -304,11 +306,13 @@ def check_local_memory(module: Module, machine: SW26010) -> int:
         placed = (start, start + size, buffer.name)
         (resident if buffer.resident else ranges.setdefault(buffer.statement, [])).append(placed)
         used = max(used, start + size)
+    owners = {b.name: b.copy_of or b.name for b in module.buffers}  # a float64 twin lives as its buffer
     for placed in [resident + group for group in ranges.values()] or [resident]:
-        placed.sort()
-        for (_, end, first), (start, _, second) in zip(placed, placed[1:], strict=False):
-            if start < end:
-                raise SimulationError(f"local buffers {first} and {second} overlap in LDM")
+        for index, (start, end, first) in enumerate(placed):
+            for other_start, other_end, second in placed[index + 1:]:
+                one, other = live[owners[first]], live[owners[second]]
+                if start < other_end and other_start < end and one[0] <= other[1] and other[0] <= one[1]:
+                    raise SimulationError(f"local buffers {first} and {second} overlap in LDM while both are live")
     if used > machine.ldm_usable_bytes:
         raise SimulationError(
             f"the program needs {used} B of local memory per CPE; a CPE has "

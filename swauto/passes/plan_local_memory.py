@@ -3,8 +3,10 @@
 Guarantees: every local buffer has a per-CPE offset, 32-byte aligned (one 256-bit register). The
 buffers of different statements of the compute block are never live at once, so each statement's
 buffers start at the same place; `resident` buffers (values kept for later statements) come first and
-overlap nothing. No two buffers that may be live at once overlap, and the whole fits one CPE's
-usable local memory.
+overlap nothing. Within a statement, a buffer is live from the first to the last top-level statement
+of the body that uses it (a transfer, its wait, a zeroing, a call): the peeled copies of a nest that
+run one after another share local memory. No two buffers that may be live at once overlap, and the
+whole fits one CPE's usable local memory.
 Each buffer a GEMM computes on gets a float64 copy (`<name>_double`, `LocalBuffer.copy_of`; one tile
 even when the buffer is double buffered): the primitive converts single precision to double in LDM.
 Raises `Rejected` when the buffers do not fit.
@@ -16,7 +18,7 @@ from dataclasses import replace
 from math import ceil, prod
 
 from swauto.errors import Rejected
-from swauto.ir.nodes import Alloc, Call, LocalBuffer, Module, Seq, Stmt, seq
+from swauto.ir.nodes import Alloc, Call, Dma, DmaWait, LocalBuffer, Module, Seq, Stmt, Zero, seq
 from swauto.ir.visitor import walk
 from swauto.machine import DTYPE_BYTES, LocalMemoryMachine
 
@@ -64,15 +66,28 @@ def plan_local_memory(module: Module, machine: LocalMemoryMachine) -> Module:
     twins = _twins(replace(module, buffers=tuple(buffers)), machine)
     groups = dict.fromkeys(b.statement for b in buffers)
     ordered = [b for statement in groups for b in buffers + twins if b.statement == statement]
+    live = live_ranges(module)
     placed: dict[str, LocalBuffer] = {}
     resident = 0
     for buffer in (b for b in ordered if b.resident):
         placed[buffer.name] = replace(buffer, offset=resident)
         resident += aligned(per_cpe_bytes(buffer, machine))
-    ends = dict.fromkeys(groups, resident)  # per statement, where its next buffer goes
+    ends = dict.fromkeys(groups, resident)  # per statement, the end of its highest buffer
     for buffer in (b for b in ordered if not b.resident):
-        placed[buffer.name] = replace(buffer, offset=ends[buffer.statement])
-        ends[buffer.statement] += aligned(per_cpe_bytes(buffer, machine))
+        span = live[buffer.copy_of or buffer.name]
+        size = aligned(per_cpe_bytes(buffer, machine))
+        # Lowest offset clear of every buffer of its statement live at the same time (first fit).
+        taken = sorted((other.offset, other.offset + aligned(per_cpe_bytes(other, machine)))
+                       for other in placed.values()
+                       if not other.resident and other.statement == buffer.statement
+                       and _overlap(span, live[other.copy_of or other.name]))
+        offset = resident
+        for start, end in taken:
+            if offset + size <= start:
+                break
+            offset = max(offset, end)
+        placed[buffer.name] = replace(buffer, offset=offset)
+        ends[buffer.statement] = max(ends[buffer.statement], offset + size)
     used = max(ends.values(), default=resident)
     if used > machine.ldm_usable_bytes:
         raise Rejected(
@@ -80,6 +95,38 @@ def plan_local_memory(module: Module, machine: LocalMemoryMachine) -> Module:
             f"{used} B per CPE needed, {machine.ldm_usable_bytes} B available",
         )
     return replace(module, buffers=tuple(placed[b.name] for b in ordered), body=_allocate_twins(module.body, twins))
+
+
+def live_ranges(module: Module) -> dict[str, tuple[int, int]]:
+    """Per local buffer of `module`, the first and last top-level statement of its body that uses it:
+    a transfer into or out of it, the wait for such a transfer, a zeroing, a call on it. A buffer no
+    statement uses is live throughout. (A use inside a loop makes the buffer live for the whole loop:
+    iterations may carry it.)"""
+    top = module.body.stmts if isinstance(module.body, Seq) else (module.body,)
+    everywhere = (0, max(0, len(top) - 1))
+    ranges: dict[str, tuple[int, int]] = {}
+    owner: dict[str, str] = {}  # reply -> the buffer its transfer moves
+    for index, stmt in enumerate(top):
+        for node, _ in walk(stmt):
+            if isinstance(node, Dma):
+                owner[node.reply] = node.buffer.name
+                names: tuple[str, ...] = (node.buffer.name,)
+            elif isinstance(node, DmaWait):
+                names = (owner[node.reply],) if node.reply in owner else ()
+            elif isinstance(node, Zero):
+                names = (node.buffer.name,)
+            elif isinstance(node, Call):
+                names = tuple(access.name for call in (node, *node.epilogue) for _, access in call.operands)
+            else:
+                continue
+            for name in names:
+                first, last = ranges.get(name, (index, index))
+                ranges[name] = (min(first, index), max(last, index))
+    return {buffer.name: ranges.get(buffer.name, everywhere) for buffer in module.buffers}
+
+
+def _overlap(one: tuple[int, int], other: tuple[int, int]) -> bool:
+    return one[0] <= other[1] and other[0] <= one[1]
 
 
 def _allocate_twins(body: Stmt, twins: list[LocalBuffer]) -> Stmt:
