@@ -53,7 +53,7 @@ def layer_shapes() -> list[dict[str, str]]:
 
 def measure(target_name: str, layer: dict[str, str], batch: int) -> dict[str, object]:
     from swauto import targets
-    from swauto.api import load, rank_by_model
+    from swauto.api import load, tune_by_model
     from swauto.errors import ScheduleError
 
     row: dict[str, object] = {"target": target_name, "model": layer["model"], "layer": layer["layer"], "B": batch,
@@ -68,7 +68,7 @@ def measure(target_name: str, layer: dict[str, str], batch: int) -> dict[str, ob
     started = time.perf_counter()
     try:
         op = load(ROOT / "examples" / "conv2d.sw", params)
-        ranked, space = rank_by_model(op, target)
+        ranked, space = tune_by_model(op, target)
         picked = ranked[0]
     except ScheduleError as error:
         row.update(status=f"no legal candidate ({str(error).split('(')[-1].rstrip(')')})",

@@ -46,7 +46,7 @@ def layer_shapes() -> list[dict[str, str]]:
 
 def measure(target_name: str, layer: dict[str, str], batch: int) -> dict[str, object]:
     from swauto import targets
-    from swauto.api import load, rank_by_model
+    from swauto.api import load, tune_by_model
     from swauto.errors import ScheduleError
     from swauto.tuner.model_tuner import rank
     from swauto.tuner.space import explore
@@ -63,7 +63,7 @@ def measure(target_name: str, layer: dict[str, str], batch: int) -> dict[str, ob
     try:
         started = time.perf_counter()
         op = load(source, params)
-        ranked, space = rank_by_model(op, target)
+        ranked, space = tune_by_model(op, target)
         picked = ranked[0]
         row["ranked_s"] = time.perf_counter() - started
         started = time.perf_counter()

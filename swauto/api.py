@@ -250,11 +250,11 @@ def _tune(op: BoundOperator, target: Target, tuner: str, threads: int, machine: 
     """The tuner's choice among every legal candidate: (candidate, stages)."""
     if tuner != "model":
         return target.tune(op, tuner, threads, machine, max_candidates)
-    best = rank_by_model(op, target, threads, max_candidates)[0][0]
+    best = tune_by_model(op, target, threads, max_candidates)[0][0]
     return best.candidate, best.stages
 
 
-def rank_by_model(op: BoundOperator, target: Target, threads: int = 1,
+def tune_by_model(op: BoundOperator, target: Target, threads: int = 1,
                   max_candidates: int = MAX_CANDIDATES) -> tuple[list[Ranked], Space]:
     """What the model tuner does: the candidates it lowers, ranked by the target's model on their real
     IR (fastest first), and the space they came from. With a sketch model the target ranks every

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from swauto import targets
-from swauto.api import load, rank_by_model
+from swauto.api import load, tune_by_model
 from swauto.errors import Rejected, ScheduleError
 from swauto.ir.nodes import Call
 from swauto.ir.visitor import walk
@@ -79,7 +79,7 @@ def test_the_ranked_pick_is_the_exhaustive_pick(target_name, example, params, mo
     machine = target.machine()
     op = load(EXAMPLES / example, params)
     exhaustive = explore(op, machine)
-    ranking, ranked = rank_by_model(op, target)
+    ranking, ranked = tune_by_model(op, target)
     assert ranked.total == exhaustive.total == count(op, machine)[0]
     assert len(ranked.legal) <= len(exhaustive.legal)
     best = rank(exhaustive, target_name)[0]

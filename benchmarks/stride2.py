@@ -1,0 +1,113 @@
+"""Strided convolutions at batch 1 (issue 11: the image-size-aware form at stride 2): every stride-2
+layer of ResNet-18, MobileNetV2 and Inception-v3 (benchmarks/workloads/networks.csv, dense ones), on
+both targets.
+
+    python benchmarks/stride2.py [--repeat 9] [--threads 1]
+
+`examples/conv2d.sw` as written, model-tuned (`swauto.compile(..., tuner="model")`):
+- SW26010: the pick's simulated time (the timed simulator's timing-only mode) and its percent of a
+  core group's peak, with its output columns per GEMM (S: M = S x B; S = 1 is the batch-size-aware
+  form, algorithm 3);
+- host: the median of `--repeat` calls against PyTorch's conv2d (oneDNN) on `--threads` threads,
+  swauto on arrays already in its layouts (`Kernel.run_arranged`), PyTorch on NCHW, and the percent
+  of this machine's measured FMA peak.
+Prints the machine and the date; writes benchmarks/results/stride2.{csv,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+
+import numpy as np
+from common import ROOT, header, write_tables
+from host_gemm import median_seconds
+
+import swauto
+
+NETWORKS = ROOT / "benchmarks" / "workloads" / "networks.csv"
+FIELDS = ["model", "layer", "ci", "co", "in_hw", "kr", "kc", "sw_columns", "sw_peak_pct", "sw_candidate",
+          "host_gflops", "torch_gflops", "host_vs_torch", "host_peak_pct", "host_candidate"]
+
+
+def strided_layers() -> list[dict[str, str]]:
+    with open(NETWORKS) as source:
+        rows = list(csv.DictReader(line for line in source if not line.startswith("#")))
+    seen, chosen = set(), []
+    for row in rows:
+        shape = tuple(row[k] for k in ("ci", "co", "in_hw", "kr", "kc", "pad_r", "pad_c"))
+        if row["stride"] == "2" and row["groups"] == "1" and shape not in seen:
+            seen.add(shape)
+            chosen.append(row)
+    return chosen
+
+
+def params_of(layer: dict[str, str]) -> dict[str, int]:
+    return {"B": 1, "Ni": int(layer["ci"]), "No": int(layer["co"]), "Ri": int(layer["in_hw"]),
+            "Ci": int(layer["in_hw"]), "Kr": int(layer["kr"]), "Kc": int(layer["kc"]), "stride": 2,
+            "pad_r": int(layer["pad_r"]), "pad_c": int(layer["pad_c"])}
+
+
+def measure(layer: dict[str, str], threads: int, repeat: int) -> dict[str, object]:
+    import torch
+
+    from swauto import targets
+    from swauto.backends.sw26010.timing import time_module
+
+    source = ROOT / "examples" / "conv2d.sw"
+    params = params_of(layer)
+    row: dict[str, object] = {k: layer[k] for k in ("model", "layer", "ci", "co", "in_hw", "kr", "kc")}
+    sw = swauto.compile(source, params, target="sw26010")
+    seconds = time_module(sw.module, targets.get("sw26010").machine()).seconds
+    row.update(sw_columns=dict(sw.schedule.splits)["cCo"],
+               sw_peak_pct=round(100 * sw.report["flops"] / seconds / targets.get("sw26010").peak_flops(1), 1),
+               sw_candidate=sw.schedule.describe())
+    host = swauto.compile(source, params, target="host", threads=threads)
+    rng = np.random.default_rng(0)
+    ci, co, hw, kr, kc = (int(layer[k]) for k in ("ci", "co", "in_hw", "kr", "kc"))
+    x = rng.standard_normal((1, ci, hw, hw), dtype=np.float32)  # NCHW, as PyTorch takes it
+    w = rng.standard_normal((co, ci, kr, kc), dtype=np.float32)  # OIHW
+    declared = {"input": x.transpose(2, 3, 1, 0), "weight": w.transpose(2, 3, 0, 1)}
+    arranged = {name: np.ascontiguousarray(a.transpose(host.layouts[name]) if name in host.layouts else a)
+                for name, a in declared.items()}
+    arranged["output"] = np.zeros(next(t.shape for t in host.module.tensors if t.name == "output"), np.float32)
+    ours = median_seconds(lambda: host.run_arranged(**arranged), repeat)
+    torch.set_num_threads(threads)
+    tx, tw = torch.from_numpy(x), torch.from_numpy(w)
+    padding = (int(layer["pad_r"]), int(layer["pad_c"]))
+    with torch.no_grad():
+        theirs = median_seconds(lambda: torch.nn.functional.conv2d(tx, tw, stride=2, padding=padding), repeat)
+    flops = host.report["flops"]
+    row.update(host_gflops=round(flops / ours / 1e9, 1), torch_gflops=round(flops / theirs / 1e9, 1),
+               host_vs_torch=round(theirs / ours, 3),
+               host_peak_pct=round(100 * flops / ours / targets.get("host").peak_flops(threads), 1),
+               host_candidate=host.schedule.describe())
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    import torch
+    from tqdm import tqdm
+
+    rows = []
+    for layer in tqdm(strided_layers(), desc="stride-2 layers", unit="layer"):
+        rows.append(measure(layer, args.threads, args.repeat))
+        tqdm.write(f"{layer['model']:12} {layer['layer']:26} SW {rows[-1]['sw_peak_pct']:5.1f}% of peak "
+                   f"(S = {rows[-1]['sw_columns']}); host {rows[-1]['host_vs_torch']:.2f}x PyTorch")
+    ratios = [float(r["host_vs_torch"]) for r in rows]
+    notes = (f"{len(rows)} layers, B = 1: SW26010 {min(float(r['sw_peak_pct']) for r in rows):.1f}-"
+             f"{max(float(r['sw_peak_pct']) for r in rows):.1f}% of a core group's peak; host, {args.threads} "
+             f"thread(s): {min(ratios):.2f}-{max(ratios):.2f}x PyTorch, geometric mean "
+             f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x")
+    print(header() + f"  torch {torch.__version__}  medians of {args.repeat}")
+    print(notes)
+    write_tables("stride2", FIELDS, rows, "Stride-2 layers at batch 1 on both targets", notes=notes)
+
+
+if __name__ == "__main__":
+    main()
