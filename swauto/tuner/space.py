@@ -141,8 +141,9 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callab
       (`Sketcher.compute_nest`), is below the price of every candidate still to lower: no sketch of
       the class can be cheaper than that (classes are opened cheapest bound first);
     - of sketches with one signature (the same nest up to the order of loops with no transfer
-      between them; `commuting`: `price` is unchanged by that order), one is priced and the first
-      lowered: the others are the same program to the model.
+      between them; `commuting`: `price` is unchanged by that order), one is priced, and lowered
+      until one is legal: the others are the same program to the model. (Their real IR may differ
+      where tiles are peeled, so an illegal one does not stand for them.)
 
     Candidates without a sketch (several statements) are all lowered. Those whose sketch finds no
     placement that fits local memory come last: the sketch doubles every buffer of a double-buffered
@@ -214,8 +215,9 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callab
         if payload and payload in seen:
             space.sketched += micro_kernels
             continue
-        seen.add(payload)
-        found += add(place, candidate)
+        if add(place, candidate):
+            found += 1
+            seen.add(payload)  # an illegal one does not stand for the others: their peeled tiles may fit
     space.sketched += waiting * micro_kernels
     # In the space's order (tile classes, then orders): the model tuner breaks ties by it.
     space.legal = [entry for _, entries in sorted(lowered_at, key=lambda pair: pair[0]) for entry in entries]
