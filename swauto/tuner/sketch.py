@@ -10,7 +10,8 @@ far it can be hoisted. So each class is scheduled once (`apply`, `pad_primitive`
 then permutes its loops, places each transfer in the innermost loop its box depends on, and hoists
 it as `hoist_dma` does (over the dependent loops that move the fewest bytes while the buffers and
 the primitive's float64 copies fit local memory), with the boxes of each set of crossed loops
-computed once per class.
+computed once per class. A `Placement` (where each transfer sits, and the sketch's signature) comes
+before the module, which a tuner builds only for a signature it has not priced yet.
 
 A sketch is an estimate's input, not a program: every tile is full (no peeled boundary), and it has
 no zeroing, waits, double-buffered halves or memory plan. The tuner lowers the candidates whose
