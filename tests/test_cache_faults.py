@@ -250,3 +250,27 @@ def test_compiling_works_without_a_usable_cache_folder_with_one_warning(tmp_path
             assert relative_error(arrays["C"], expected) <= 1e-5
     assert [warning.category for warning in caught] == [CacheWarning], [str(w.message) for w in caught]
     assert "cannot use its cache folder" in str(caught[0].message)
+
+
+def test_a_damaged_cached_parser_is_built_again_with_one_warning():
+    """The built parser is kept in the cache folder; any damage to that file means building it again
+    (said once), and the file written then is good."""
+    from swauto.frontend import parser
+
+    parser._parser.cache_clear()
+    parser.parse(GEMM_SW)  # builds and stores it
+    (path,) = (swauto.cache.cache_dir() / "parser").iterdir()
+    good = path.read_bytes()
+    rng = random.Random(21)
+    for _ in range(_inputs(6)):
+        path.write_bytes(_mutate(good, rng))
+        parser._parser.cache_clear()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert parser.parse(GEMM_SW).name == "gemm"
+        assert len([w for w in caught if issubclass(w.category, CacheWarning)]) <= 1
+        parser._parser.cache_clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # stored again, whole: no warning now
+            assert parser.parse(GEMM_SW).name == "gemm"
+    parser._parser.cache_clear()

@@ -39,26 +39,37 @@ _OPTIONS = {"parser": "lalr", "propagate_positions": True, "maybe_placeholders":
 def _parser() -> lark.Lark:
     """The LALR parser of the grammar. Building its tables takes most of a small compile (about 70 ms),
     so the built parser is kept in the cache folder under a name that changes with the grammar, the
-    options and Lark's version; a damaged file is built again and rewritten (said once, like every
-    cache entry), an unusable folder means building it every time."""
+    options and Lark's version, behind a checksum of its bytes (a damaged file is never unpickled:
+    damage can make unpickling slow or worse). A damaged file is built again and rewritten (said once,
+    like every cache entry); an unusable folder means building it every time."""
     from swauto.cache import cache_dir, warn_once, warn_unusable, write_atomically
 
     grammar = resources.files("swauto.grammar").joinpath("swauto.lark").read_text()
     key = hashlib.sha256(f"{grammar}{sorted(_OPTIONS.items())}{lark.__version__}".encode()).hexdigest()[:24]
     path = cache_dir() / "parser" / f"swauto-{key}.lark"
     try:
-        return lark.Lark.load(io.BytesIO(path.read_bytes()))
+        stored = path.read_bytes()
     except FileNotFoundError:
-        pass
+        stored = None
     except OSError as error:
         warn_unusable(error)
-    except Exception as error:  # noqa: BLE001 - any damage to the file (truncated, not Lark's) means rebuilding
-        warn_once("damaged", path, f"the cached parser {path} is damaged ({type(error).__name__}); building it again")
+        stored = None
+    if stored is not None:
+        checksum, _, payload = stored.partition(b"\n")
+        if checksum == hashlib.sha256(payload).hexdigest().encode():
+            try:
+                return lark.Lark.load(io.BytesIO(payload))
+            except Exception as error:  # noqa: BLE001 - a whole file Lark cannot load (another version's)
+                warn_once("damaged", path, f"the cached parser {path} cannot be loaded ({type(error).__name__}); "
+                                           "building it again")
+        else:
+            warn_once("damaged", path, f"the cached parser {path} is damaged; building it again")
     parser = lark.Lark(grammar, **_OPTIONS)
     saved = io.BytesIO()
     parser.save(saved)
+    payload = saved.getvalue()
     try:
-        write_atomically(path, saved.getvalue())
+        write_atomically(path, hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
     except OSError as error:
         warn_unusable(error)
     return parser

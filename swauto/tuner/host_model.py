@@ -15,8 +15,10 @@ measured again and overwritten, with a `CacheWarning`.
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import json
+import os
 import time
 from dataclasses import asdict, dataclass
 from math import ceil, prod
@@ -220,16 +222,16 @@ def machine(cache_dir: Path | None = None) -> Machine:
     `CacheWarning`). A calibration that could not be stored is measured once per process."""
     path, cpu = _calibration_file(cache_dir), _cpu()
     try:
-        stat = path.stat()
-        version = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        data = path.read_bytes()
     except OSError:
-        version = None
+        data = None
     loaded = _LOADED.get((path, cpu))
-    if loaded is not None and version is not None and loaded[0] == version:
-        return loaded[1]  # the model asks for every candidate: the file is read again only when it changed
+    if loaded is not None and data is not None and loaded[0] == data:
+        return loaded[1]  # the model asks for every candidate: the file is parsed again only when it changed
     stored = _load_calibration(path, cpu)
+    if stored is not None and data is not None:
+        _LOADED[(path, cpu)] = (data, stored)
     if stored is not None:
-        _LOADED[(path, cpu)] = (version, stored)
         return stored
     return _MEASURED.get((path, cpu)) or recalibrate(cache_dir)
 
@@ -261,8 +263,8 @@ def recalibrate(folder: Path | None = None) -> Machine:
 # Calibrations this process measured but could not store or trust, by (file, cpu): pricing every candidate
 # must not measure again.
 _MEASURED: dict[tuple[Path, str], Machine] = {}
-# Calibrations read from their files, by (file, cpu), with the file's (mtime, size, inode) when read.
-_LOADED: dict[tuple[Path, str], tuple[tuple[int, int, int] | None, Machine]] = {}
+# Calibrations read from their files, by (file, cpu), with the file's bytes when read.
+_LOADED: dict[tuple[Path, str], tuple[bytes, Machine]] = {}
 
 
 def _calibration_file(folder: Path | None) -> Path:
@@ -273,10 +275,18 @@ def _calibration_file(folder: Path | None) -> Path:
 
 def _cpu() -> str:
     """What a calibration is valid for: the CPU's name, the instruction set compiled for and its features."""
+    from swauto.backends.host.isa import ENV_VAR
+
+    return _cpu_with(os.environ.get(ENV_VAR) or None)
+
+
+@functools.cache
+def _cpu_with(isa: str | None) -> str:
+    """`_cpu` when the instruction set asked for is `isa` (the model asks for every candidate)."""
     from swauto.backends.host.isa import host_cpu, select, target_features
 
-    features = hashlib.sha256(target_features(select()).encode()).hexdigest()[:12]
-    return f"{host_cpu()[0]} {select().name} {features}"
+    features = hashlib.sha256(target_features(select(isa)).encode()).hexdigest()[:12]
+    return f"{host_cpu()[0]} {select(isa).name} {features}"
 
 
 def _load_calibration(path: Path, cpu: str) -> Machine | None:
