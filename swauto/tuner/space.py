@@ -77,7 +77,9 @@ class Space:
     operator: BoundOperator
     legal: list[tuple[Candidate, list[tuple[str, Module]]]] = field(default_factory=list)
     rejected: Counter[str] = field(default_factory=Counter)
-    sketched: int = 0  # candidates ranked by their sketches and not lowered (`explore_ranked`)
+    # Candidates `explore_ranked` ranked out without lowering them: by their sketch's price, by one of the
+    # same signature, or by their tile class's bound.
+    sketched: int = 0
 
     @property
     def total(self) -> int:
