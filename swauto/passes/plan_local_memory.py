@@ -72,7 +72,7 @@ def plan_local_memory(module: Module, machine: LocalMemoryMachine) -> Module:
     for buffer in (b for b in ordered if b.resident):
         placed[buffer.name] = replace(buffer, offset=resident)
         resident += aligned(per_cpe_bytes(buffer, machine))
-    ends = dict.fromkeys(groups, resident)  # per statement, the end of its highest buffer
+    used = resident
     for buffer in (b for b in ordered if not b.resident):
         span = live[buffer.copy_of or buffer.name]
         size = aligned(per_cpe_bytes(buffer, machine))
@@ -87,8 +87,7 @@ def plan_local_memory(module: Module, machine: LocalMemoryMachine) -> Module:
                 break
             offset = max(offset, end)
         placed[buffer.name] = replace(buffer, offset=offset)
-        ends[buffer.statement] = max(ends[buffer.statement], offset + size)
-    used = max(ends.values(), default=resident)
+        used = max(used, offset + size)
     if used > machine.ldm_usable_bytes:
         raise Rejected(
             "local memory overflow",

@@ -135,7 +135,8 @@ class Sketcher:
         self.op = op
         self.machine = machine
         self.commuting = commuting
-        self.classes: dict[Candidate, _TileClass | Rejected | None] = {}
+        # Per tile class (the candidate's choices but its order, buffering and micro-kernel).
+        self.classes: dict[tuple, _TileClass | Rejected | None] = {}
 
     def sketch(self, candidate: Candidate) -> Sketch | None:
         """The sketch of `candidate`, or None when it is not one perfect loop nest once scheduled
@@ -166,7 +167,8 @@ class Sketcher:
         return Sketch(replace(found.module, buffers=(), body=rebuild_nest(list(loops), call)), found.share, ())
 
     def _class_of(self, candidate: Candidate) -> _TileClass | None:
-        key = replace(candidate, order=(), double_buffer=False, micro_kernel=None)
+        # A tuple, not `replace(candidate, ...)`: this runs for every candidate of the space.
+        key = (candidate.splits, candidate.layouts, candidate.vectorize, candidate.fused)
         if key in self.classes:
             found = self.classes[key]
         else:

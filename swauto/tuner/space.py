@@ -118,8 +118,9 @@ def explore(op: BoundOperator, machine: LocalMemoryMachine, progress=None,
     return space
 
 
-def _check_size(op: BoundOperator, machine: LocalMemoryMachine, max_candidates: int) -> None:
-    """Refuse a space of more than `max_candidates` candidates before anything is built."""
+def _check_size(op: BoundOperator, machine: LocalMemoryMachine, max_candidates: int) -> int:
+    """The space's size (`count`); refuse a space of more than `max_candidates` candidates before
+    anything is built."""
     max_candidates = check_integer(max_candidates, "max_candidates", 1)
     total, factors = count(op, machine)
     if total > max_candidates:
@@ -128,6 +129,7 @@ def _check_size(op: BoundOperator, machine: LocalMemoryMachine, max_candidates: 
             f"than the bound of {max_candidates:,}; narrow the schedule block (fewer tile sizes, a fixed "
             f"`reorder {{...}}`) or raise the bound (--max-candidates N, max_candidates=N)"
         )
+    return total
 
 
 def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callable[[Module, bool], float],
@@ -150,7 +152,7 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callab
     Candidates without a sketch (several statements) are all lowered. Those whose sketch finds no
     placement that fits local memory come last: the sketch doubles every buffer of a double-buffered
     candidate, the pipeline only those it prefetches."""
-    _check_size(op, machine, max_candidates)
+    total = _check_size(op, machine, max_candidates)
     sketcher = Sketcher(op, machine, commuting)
     space = Space(op)
     bufferings = (False, True) if machine.asynchronous_dma else (False,)
@@ -159,7 +161,6 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callab
     # Entries (price or bound, 0 for a class to open / 1 for a candidate to lower, place, candidate or
     # class, signature): a class comes before a candidate of its bound's price.
     queue: list[tuple[float, int, tuple[int, ...], Candidate, Iterable[tuple[str, ...]] | tuple]] = []
-    waiting = 0  # candidates in the queue or in its unopened classes
 
     def add(place: tuple[int, ...], candidate: Candidate) -> bool:
         entries = _lowered(op, candidate, machine, space)
@@ -168,7 +169,6 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callab
         return bool(entries)
 
     def open_class(number: int, orders: Iterable[tuple[str, ...]], first: Candidate) -> None:
-        nonlocal waiting
         prices: dict[tuple, float] = {}
         for position, order in enumerate(orders):
             for double_buffer in bufferings:
@@ -181,11 +181,9 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callab
                         heapq.heappush(queue, (math.inf, 1, place, candidate, ()))
                     else:
                         space.rejected[rejection.reason] += micro_kernels
-                        waiting -= 1
                     continue
                 if placement is None:  # no sketch: priced on its real IR like the lowered few
                     add(place, candidate)
-                    waiting -= 1
                     continue
                 signature = (double_buffer, placement.signature)
                 seconds = prices.get(signature)
@@ -195,13 +193,11 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callab
 
     for number, (first, orders) in enumerate(tile_classes(op)):
         orders = list(orders)
-        waiting += len(orders) * len(bufferings)
         try:
             nest = sketcher.compute_nest(first)
         except Rejected as rejection:
             if rejection.reason == "primitive constraint":  # the class's every candidate
                 space.rejected[rejection.reason] += len(orders) * len(bufferings) * micro_kernels
-                waiting -= len(orders) * len(bufferings)
                 continue
             nest = None  # a reason that may depend on the order: each candidate says
         bound = -math.inf if nest is None else price(nest.module, False) * nest.share
@@ -213,16 +209,16 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callab
         if kind == 0:
             open_class(place[0], payload, candidate)  # type: ignore[arg-type]
             continue
-        waiting -= 1
         if payload and payload in seen:
-            space.sketched += micro_kernels
             continue
         if add(place, candidate):
             found += 1
             seen.add(payload)  # an illegal one does not stand for the others: their peeled tiles may fit
-    space.sketched += waiting * micro_kernels
     # In the space's order (tile classes, then orders): the model tuner breaks ties by it.
     space.legal = [entry for _, entries in sorted(lowered_at, key=lambda pair: pair[0]) for entry in entries]
+    # The rest, neither lowered nor rejected, was ranked out: by its sketch, one of its signature, or its
+    # class's bound.
+    space.sketched = total - len(space.legal) - sum(space.rejected.values())
     if not space.legal:
         raise ScheduleError(_explain_empty(op, space))
     return space
