@@ -60,13 +60,19 @@ def lower(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
                 module = replace(parts[0], buffers=tuple(b for p in parts for b in p.buffers), context=())
                 stages.append((name, _assemble(initialised, [p.body for p in parts], module)))
         module = stages[-1][1]
-        forwarded = forward_transfers(module)
-        try:
-            planned = plan_local_memory(forwarded, machine)
+        # The values kept for later statements may leave too little room: then keep fewer of them
+        # (no loop-invariant tiles; no GEMM results handed to maps), and at last none.
+        tries = ({}, {"invariants": False}, {"invariants": False, "relayout": False})
+        for forwarded in [*(forward_transfers(module, **keep) for keep in tries), module]:
+            try:
+                planned = plan_local_memory(forwarded, machine)
+            except Rejected:
+                if forwarded is module:
+                    raise
+                continue
             if forwarded is not module:
                 stages.append(("forward_transfers", forwarded))
-        except Rejected:  # the values kept for later statements leave too little room: read them again
-            planned = plan_local_memory(module, machine)
+            break
         stages.append(("plan_local_memory", planned))
     if verify.enabled():
         for name, stage in stages:

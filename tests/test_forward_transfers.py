@@ -12,7 +12,7 @@ import pytest
 
 import swauto
 from conftest import STEPS_SW, relative_error
-from swauto.ir.nodes import Dma, Module
+from swauto.ir.nodes import Call, Dma, Module
 from swauto.ir.visitor import walk
 from swauto.reference import reference
 
@@ -84,6 +84,14 @@ operator product(M = 16, N = 16, K = 8) {
 """
 
 
+PRODUCT_BIAS = PRODUCT.replace("tensor y[M, N] local", "tensor y[M, N] local\n  tensor bias[N]").replace(
+    "relu(M = M, N = N, X = y, Z = z)", "add(M = M, N = N, X = y, Y = bias, Z = z)")
+
+
+def _calls(module: Module) -> list[Call]:
+    return [node for node, _ in walk(module.body) if isinstance(node, Call)]
+
+
 def _transfers(module: Module, tensor: str, direction: str, in_loops: bool = False) -> list[Dma]:
     """The transfers of `tensor` in that direction (with `in_loops`, those inside a loop)."""
     return [node for node, loops in walk(module.body) if isinstance(node, Dma) and node.tensor.name == tensor
@@ -147,8 +155,17 @@ def test_a_weight_the_loop_never_writes_is_read_once_before_it(target):
         assert not _transfers(final, "w", "get", in_loops=True) and _transfers(final, "w", "get")
 
 
-def test_a_value_spread_differently_over_the_mesh_is_read_again():
-    # The GEMM holds its result in the mesh's blocks, the map in contiguous shares per CPE: handing
-    # it over would move data between CPEs, which forwarding does not do.
+def test_a_map_takes_the_gemm_layout_to_read_its_result_in_local_memory():
+    # The GEMM holds its result in the mesh's blocks of its padded tile; the map, laid out the same,
+    # finds each element on the CPE that computed it.
     for final in _check_every_candidate(PRODUCT, "sw26010"):
+        assert not _transfers(final, "y", "get") and not _transfers(final, "y", "put")
+        gemm_c, relu_z = (final.buffer(call.output.name) for call in _calls(final))
+        assert (relu_z.shape, relu_z.spread) == (gemm_c.shape, "mesh")
+
+
+def test_a_map_with_a_broadcast_operand_keeps_its_shares_and_reads_again():
+    # Bias rows are a [1, N] box: no single layout puts element (i, j) of every operand on one CPE.
+    for final in _check_every_candidate(PRODUCT_BIAS, "sw26010"):
         assert _transfers(final, "y", "get")
+        assert final.buffer(_calls(final)[1].output.name).spread == "flat"

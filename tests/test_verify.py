@@ -296,3 +296,38 @@ def test_the_pipeline_verifies_every_stage_when_asked(monkeypatch):
         except VerificationError as error:
             failures.append(str(error))
     assert failures and all("after double_buffer" in failure for failure in failures)
+
+
+BIASED = """
+operator biased(M = 32, N = 256, K = 16) {
+  tensor a[M, K]
+  tensor w[K, N]
+  tensor bias[N]
+  tensor y[M, N]
+  compute {
+    gemm(M = M, N = N, K = K, A = a, B = w, C = y)
+    add(M = M, N = N, X = y, Y = bias, Z = y)
+  }
+  schedule {
+    split gemm.N by {128}
+    fuse add into gemm
+  }
+}
+"""
+
+
+def test_double_buffering_leaves_an_output_tile_zeroed_in_local_memory_in_its_iteration(monkeypatch):
+    # Each tile of y is computed whole: it is zeroed in local memory, not read, just before the get
+    # of the fused add's bias. Only the bias is prefetched; the zeroing is not a transfer.
+    monkeypatch.setenv("SWAUTO_VERIFY", "1")
+    op = load(BIASED, {})
+    doubled = [c for c, _ in explore(op, SUNWAY).legal if c.double_buffer]
+    assert doubled
+    rng = np.random.default_rng(2)
+    arrays = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in op.seed.tensors}
+    expected = reference(op, arrays)["y"]
+    for candidate in doubled:
+        final = lower(op, candidate, SUNWAY)[-1][1]
+        result = {n: a.copy() for n, a in arrays.items()}
+        simulate(final, result, SUNWAY)
+        assert np.abs(result["y"] - expected).max() <= 1e-4 * np.abs(expected).max()

@@ -35,19 +35,25 @@ class _Transfer:
 
 
 def _split_body(body: Stmt) -> tuple[list[_Transfer], list[Stmt]]:
-    """The body's leading transfers (zero?, get, wait), its middle, and its trailing (put, wait) pairs."""
+    """The body's leading transfers (zero?, get, wait), its middle, and its trailing (put, wait) pairs.
+    A zeroing among the leading transfers that no get of the same buffer follows (an output tile
+    zeroed in local memory) is not a transfer: it goes to the start of the middle (it commutes with
+    the gets of other buffers before which it stood)."""
     stmts = list(body.stmts) if isinstance(body, Seq) else [body]
     transfers: list[_Transfer] = []
+    zeroed: list[Zero] = []
     i = 0
     while i < len(stmts):
         zero = stmts[i] if isinstance(stmts[i], Zero) else None
         j = i + (zero is not None)
-        if j + 1 < len(stmts) and isinstance(stmts[j], Dma) and stmts[j].direction == "get" \
-                and isinstance(stmts[j + 1], DmaWait):
-            transfers.append(_Transfer(zero, stmts[j], None))
-            i = j + 2
-        else:
+        if not (j + 1 < len(stmts) and isinstance(stmts[j], Dma) and stmts[j].direction == "get"
+                and isinstance(stmts[j + 1], DmaWait)) or any(z.buffer.name == stmts[j].buffer.name for z in zeroed):
             break
+        if zero is not None and zero.buffer.name != stmts[j].buffer.name:
+            zeroed.append(zero)
+            zero = None
+        transfers.append(_Transfer(zero, stmts[j], None))
+        i = j + 2
     end = len(stmts)
     gotten = {t.get.buffer.name for t in transfers}
     puts: dict[str, Dma] = {}
@@ -58,7 +64,7 @@ def _split_body(body: Stmt) -> tuple[list[_Transfer], list[Stmt]]:
         puts[stmts[end - 2].buffer.name] = stmts[end - 2]
         end -= 2
     transfers = [replace(t, put=puts.get(t.get.buffer.name)) for t in transfers]
-    return transfers, stmts[i:end]
+    return transfers, [*zeroed, *stmts[i:end]]
 
 
 def _with_half(access: Access, half: ex.Expr) -> Access:

@@ -9,9 +9,16 @@ a loop whose body uses buffers of several statements), at its top level:
   still holds (it put that box, or got it, and nothing since wrote that buffer or an overlapping box
   of the tensor) is dropped, and the later statement reads the holder instead. Only where the two
   are interchangeable: the same box of the same tensor (no padding, no strides, no zero fill), the
-  same buffer box extents, dtype and spread over the mesh (so every CPE already holds its share:
-  no exchange between CPEs is needed), and the dropped buffer is used nowhere but that box. The
-  holder is marked `resident`: it keeps its local memory for the whole kernel.
+  same buffer shape, box extents, dtype and spread over the mesh (so every CPE already holds its
+  share: no exchange between CPEs is needed), and the dropped buffer is used nowhere but that box.
+  The holder is marked `resident`: it keeps its local memory for the whole kernel.
+- **Laying maps out as the GEMM does.** The buffers of an element-wise statement (maps only, every
+  buffer of one shape) are spread over the mesh in contiguous shares per CPE by default. Laid out
+  as a GEMM's buffer instead (its shape, padding included, in the mesh's 8 x 8 blocks), element
+  (i, j) of every operand still sits on one CPE, so the statement computes the same; it is laid out
+  so where that lets more of its reads be forwarded from holders (an LSTM step's gate tiles from the
+  recurrent GEMM, algorithm 6). Its remaining transfers then move mesh blocks, which the simulator
+  and the model price as such.
 - **Carrying across iterations.** In a sequence loop (of constant bounds), a get of the box that the
   previous iteration left in a holder (the box with the loop variable one step back; nothing before
   the get in the iteration changes it or the holder, and the holder is not written again until the
@@ -50,31 +57,43 @@ class _Holding:
     statement: int
 
 
-def forward_transfers(module: Module) -> Module:
+def forward_transfers(module: Module, invariants: bool = True, relayout: bool = True) -> Module:
+    """`module` with values kept in local memory as the module docstring says. Every holder keeps its
+    room for the whole kernel, so where that is too much, less can be kept: without `invariants`,
+    loop-invariant gets stay in their loops (a weight tile per statement); without `relayout`, maps
+    keep their own layout (and read a GEMM's results from memory)."""
     if len({buffer.statement for buffer in module.buffers}) < 2:
         return module
-    forwarding = _Forwarding(module)
+    forwarding = _Forwarding(module, invariants, relayout)
     body = seq(*forwarding.statements(module.body, loop=None)[0])
     if body == module.body:
         return module
     issued = {node.reply for node, _ in walk(body) if isinstance(node, Dma)}
-    used = {access.name for node, _ in walk(body) for access in _boxes(node)}
+    used = {access.name for node, _ in walk(body) if not isinstance(node, Zero) for access in _boxes(node)}
     body = _Prune(issued, used).rewrite(body)
-    buffers = tuple(replace(b, resident=b.resident or b.name in forwarding.residents)
+    buffers = tuple(replace(b, resident=b.resident or b.name in forwarding.residents,
+                            shape=forwarding.layout[b.name][0], spread=forwarding.layout[b.name][1])
                     for b in module.buffers if b.name in used)
     return replace(module, buffers=buffers, body=body)
 
 
 class _Forwarding:
-    def __init__(self, module: Module) -> None:
+    def __init__(self, module: Module, invariants: bool, relayout: bool) -> None:
         self.module = module
+        self.invariants = invariants
         self.statement_of = {buffer.name: buffer.statement for buffer in module.buffers}
-        self.uses: dict[str, list[Access]] = {}  # every box of each local buffer the body names
+        self.uses: dict[str, list[Access]] = {}  # every box of each local buffer the body reads or writes
         for node, _ in walk(module.body):
-            for access in _boxes(node):
+            for access in () if isinstance(node, Zero) else _boxes(node):
                 self.uses.setdefault(access.name, []).append(access)
         self.zeroed = {node.buffer.name for node, _ in walk(module.body) if isinstance(node, Zero)}
+        self.computed = {node.output.name for node, _ in walk(module.body) if isinstance(node, Call)}
         self.residents: set[str] = set()
+        # Each buffer's shape and spread: maps may take a mesh holder's (`choose_spread`).
+        self.layout = {buffer.name: (buffer.shape, buffer.spread) for buffer in module.buffers}
+        # statement -> its buffers, for maps that may take a GEMM's layout
+        self.respreadable = _respreadable(module) if relayout else {}
+        self.layout_decided: set[int] = set()
 
     def statements(self, body: Stmt, loop: For | None) -> tuple[tuple[Stmt, ...], list[_Holding], dict[int, set[str]]]:
         """The statements of a block (the kernel's body, or the sequence loop `loop`'s) after forwarding
@@ -97,7 +116,8 @@ class _Forwarding:
         if loop_range(loop) is not None:
             stmts = self.carry(stmts, loop, holdings, holders_of, prologue)
             stmts = self.sink_puts(stmts, loop, epilogue)
-            stmts = self.hoist_invariant_gets(stmts, prologue)
+            if self.invariants:
+                stmts = self.hoist_invariant_gets(stmts, prologue)
         return [*prologue, For(loop.var, loop.start, loop.stop, loop.stride, seq(*stmts)), *epilogue]
 
     def carry(self, stmts: tuple[Stmt, ...], loop: For, holdings: list[_Holding], holders_of: dict[int, set[str]],
@@ -181,9 +201,10 @@ class _Forwarding:
         substitute: dict[str, Access] = {}  # dropped buffer -> the holder box it reads instead
         holders_of: dict[int, set[str]] = {}  # per statement, the holder buffers it reads
         out: list[Stmt] = []
-        for stmt in stmts:
+        for index, stmt in enumerate(stmts):
             stmt = _Substitute(substitute).rewrite(stmt) if substitute else stmt
             if isinstance(stmt, Dma) and stmt.direction == "get":
+                self.choose_spread(stmts[index:], self.statement_of[stmt.buffer.name], holdings, holders_of)
                 holding = self.holding_for(stmt, holdings, holders_of)
                 if holding is not None:
                     self.read_through(stmt, holding, substitute, holders_of)
@@ -193,6 +214,42 @@ class _Forwarding:
                 holdings.append(_Holding(stmt.tensor, stmt.buffer, self.statement_of[stmt.buffer.name]))
             out.append(stmt)
         return tuple(out), holdings, holders_of
+
+    def choose_spread(self, rest: tuple[Stmt, ...], statement: int, holdings: list[_Holding],
+                      holders_of: dict[int, set[str]]) -> None:
+        """At a statement's first get in a block: lay its buffers out as a mesh holder's (its shape, in
+        mesh blocks) if that lets more of its gets in the block (`rest`, from this one on) read a holder
+        than contiguous shares do."""
+        if statement in self.layout_decided or statement not in self.respreadable:
+            return
+        self.layout_decided.add(statement)
+        buffers = self.respreadable[statement]
+        gets = [s for s in rest if isinstance(s, Dma) and s.direction == "get" and
+                self.statement_of.get(s.buffer.name) == statement]
+
+        def forwarded(layouts: dict[str, tuple[tuple[int, ...], str]]) -> int:
+            self.layout.update(layouts)
+            return sum(self.holding_for(get, holdings, holders_of) is not None for get in gets)
+
+        own = {name: self.layout[name] for name in buffers}
+        choices = [own]
+        for shape in sorted({_squeezed(self.layout[h.holder.name][0]) for h in holdings
+                             if self.layout[h.holder.name][1] == "mesh"}):
+            layouts = {name: ((1,) * (len(own[name][0]) - len(shape)) + shape, "mesh") for name in buffers}
+            if all(len(layouts[box.name][0]) == len(box.extents) and
+                   all(isinstance(e, int) and e <= n for e, n in zip(box.extents, layouts[box.name][0], strict=True))
+                   for box in self.uses_of(buffers)):
+                choices.append(layouts)
+        counts = [forwarded(layouts) for layouts in choices]
+        self.layout.update(choices[max(range(len(choices)), key=lambda i: (counts[i], -i))])
+
+    def placement(self, buffer: str) -> tuple[tuple[int, ...], str]:
+        """Which CPE holds which element: the buffer's shape without leading ones, and its spread."""
+        shape, spread = self.layout[buffer]
+        return _squeezed(shape), spread
+
+    def uses_of(self, buffers: list[str]) -> list[Access]:
+        return [box for name in buffers for box in self.uses[name]]
 
     def read_through(self, get: Dma, holding: _Holding, substitute: dict[str, Access],
                      holders_of: dict[int, set[str]]) -> None:
@@ -209,16 +266,22 @@ class _Forwarding:
         if name in self.residents:  # a holder filled before a sequence loop
             return None
         statement = self.statement_of[name]
-        if any(use != get.buffer or use.pad or use.steps for use in self.uses[name]):
-            return None
-        if name in self.zeroed:
-            return None
+        # A zeroed buffer's reads may run into its padding: the holder must have the same zeros there.
+        padded = name in self.zeroed
+        for use in self.uses[name]:
+            if padded and not use.steps and (use.starts, use.extents) == (get.buffer.starts, get.buffer.extents):
+                continue
+            if use != get.buffer or use.pad or use.steps:
+                return None
         mine = self.module.buffer(name)
         for holding in reversed(holdings):
             other = self.module.buffer(holding.holder.name)
             if holding.statement == statement or holding.region != get.tensor or \
-                    holding.holder.extents != get.buffer.extents or (other.dtype, other.spread) != \
-                    (mine.dtype, mine.spread):
+                    holding.holder.extents != get.buffer.extents or \
+                    (other.dtype, *self.placement(other.name)) != (mine.dtype, *self.placement(name)):
+                continue
+            if padded and not (other.name in self.zeroed and other.name not in self.computed and
+                               holding.holder.starts == get.buffer.starts):
                 continue
             # One operand per statement through each holder: a statement writing one of them would
             # change what the other reads.
@@ -273,6 +336,28 @@ class _Forwarding:
         own = ex.Var(loop.var)
         return any(all(box.starts[axis] == own and box.extents[axis] == 1 for box in boxes)
                    for axis in range(len(boxes[0].starts)))
+
+
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """`shape` without its leading ones (a [1, M, N] and an [M, N] tile lie alike on the mesh)."""
+    while len(shape) > 1 and shape[0] == 1:
+        shape = shape[1:]
+    return shape
+
+
+def _respreadable(module: Module) -> dict[int, list[str]]:
+    """Per statement whose calls are all maps on buffers of one shape (leading ones aside), those
+    buffers' names."""
+    buffers: dict[int, list[str]] = {}
+    for buffer in module.buffers:
+        buffers.setdefault(buffer.statement, []).append(buffer.name)
+    kinds: dict[int, set[str]] = {}
+    for node, _ in walk(module.body):
+        if isinstance(node, Call) and node.operands:
+            statement = module.buffer(node.output.name).statement
+            kinds.setdefault(statement, set()).add(node.signature.kind)
+    return {statement: names for statement, names in buffers.items() if kinds.get(statement) == {"map"} and
+            len({(_squeezed(module.buffer(n).shape), module.buffer(n).dtype) for n in names}) == 1}
 
 
 def _plain(dma: Dma) -> bool:
@@ -331,20 +416,18 @@ def _boxes(node: Stmt) -> tuple[Access, ...]:
 
 
 class _Substitute(Rewriter):
-    """Reads of a dropped buffer's box become reads of its holder's box (the dims stay the reader's)."""
+    """Reads of a dropped buffer's box become reads of its holder's box (the dims and padding stay the
+    reader's)."""
 
     def __init__(self, holders: dict[str, Access]) -> None:
         self.holders = holders
 
     def access(self, access: Access) -> Access:
         holder = self.holders.get(access.name)
-        return access if holder is None else replace(holder, dims=access.dims)
+        return access if holder is None else replace(access, name=holder.name, starts=holder.starts)
 
     def rewrite_Dma(self, stmt: Dma) -> Stmt:
         return replace(stmt, buffer=self.access(stmt.buffer))
-
-    def rewrite_Zero(self, stmt: Zero) -> Stmt:
-        return Zero(self.access(stmt.buffer))
 
     def rewrite_Call(self, stmt: Call) -> Stmt:
         return stmt.with_operands(lambda _, access: self.access(access))
@@ -370,7 +453,8 @@ class _Drop(Rewriter):
 
 
 class _Prune(Rewriter):
-    """Drops waits for replies no transfer uses any more and allocations of unused buffers."""
+    """Drops waits for replies no transfer uses any more, and allocations and zeroing of buffers
+    nothing reads or writes any more."""
 
     def __init__(self, issued: set[str], used: set[str]) -> None:
         self.issued, self.used = issued, used
@@ -378,5 +462,6 @@ class _Prune(Rewriter):
     def rewrite_Seq(self, stmt: Seq) -> Stmt:
         kept = [self.rewrite(s) for s in stmt.stmts
                 if not (isinstance(s, DmaWait) and s.reply not in self.issued)
-                and not (isinstance(s, Alloc) and s.buffer not in self.used)]
+                and not (isinstance(s, Alloc) and s.buffer not in self.used)
+                and not (isinstance(s, Zero) and s.buffer.name not in self.used)]
         return seq(*kept) if kept else Seq(())
