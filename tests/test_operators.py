@@ -138,6 +138,20 @@ def test_explicit_and_winograd_convolutions_are_convolutions(name, stride, pad):
     assert relative_error(arrays["output"], expected) < 1e-5
 
 
+@pytest.mark.parametrize("target", ["sw26010", "host"])
+def test_winograd_in_channel_blocks_with_tails_is_a_convolution(target):
+    """More than 256 channels each way: the 16 GEMMs run over blocks of No and accumulate over blocks
+    of Ni, the last block of each partial (270 = 256 + 14, 300 = 256 + 44)."""
+    params = {"B": 1, "Ni": 300, "No": 270, "Ri": 3, "Ci": 3, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1}
+    op = load(EXAMPLES / "conv2d_winograd.sw", params)
+    candidate = next(c for c in candidates(op) if dict(c.splits).get("gemm.N") == dict(c.splits).get("gemm.K") == 256)
+    kernel = swauto.compile(EXAMPLES / "conv2d_winograd.sw", params=params, target=target, schedule=candidate)
+    arrays = _inputs(kernel.operator)
+    kernel(**arrays)
+    expected = _direct_convolution(arrays["input"], arrays["weight"].astype(np.float64), 1, 1)
+    assert relative_error(arrays["output"], expected) < 1e-5
+
+
 @pytest.mark.parametrize("name", ["lstm", "lstm_baseline"])
 def test_the_lstm_examples_compute_an_lstm(name):
     """Gates i, f, g, o along 4H; every step's h and the last c, against NumPy's recurrence."""
