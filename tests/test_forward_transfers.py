@@ -84,6 +84,20 @@ operator product(M = 16, N = 16, K = 8) {
 """
 
 
+SHARED = """
+operator shared(M = 16, N = 16, K = 8) {
+  tensor a[M, K]
+  tensor b1[K, N]
+  tensor b2[K, N]
+  tensor y1[M, N]
+  tensor y2[M, N]
+  compute {
+    first: gemm(M = M, N = N, K = K, A = a, B = b1, C = y1)
+    second: gemm(M = M, N = N, K = K, A = a, B = b2, C = y2)
+  }
+}
+"""
+
 PRODUCT_BIAS = PRODUCT.replace("tensor y[M, N] local", "tensor y[M, N] local\n  tensor bias[N]").replace(
     "relu(M = M, N = N, X = y, Z = z)", "add(M = M, N = N, X = y, Y = bias, Z = z)")
 
@@ -169,3 +183,12 @@ def test_a_map_with_a_broadcast_operand_keeps_its_shares_and_reads_again():
     for final in _check_every_candidate(PRODUCT_BIAS, "sw26010"):
         assert _transfers(final, "y", "get")
         assert final.buffer(_calls(final)[1].output.name).spread == "flat"
+
+
+@pytest.mark.parametrize("target", ["sw26010", "host"])
+def test_a_zero_padded_operand_is_read_once_for_two_gemms(target):
+    # 16 rows are padded to the primitive's 128 with zeros: the second GEMM reads the first one's
+    # buffer, zeros included, since nothing computes into it.
+    for final in _check_every_candidate(SHARED, target):
+        if target == "sw26010":
+            assert len(_transfers(final, "a", "get")) == 1

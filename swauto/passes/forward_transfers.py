@@ -86,7 +86,10 @@ class _Forwarding:
         for node, _ in walk(module.body):
             for access in () if isinstance(node, Zero) else _boxes(node):
                 self.uses.setdefault(access.name, []).append(access)
-        self.zeroed = {node.buffer.name for node, _ in walk(module.body) if isinstance(node, Zero)}
+        self.zeroed: dict[str, list[tuple[tuple[ex.Expr, ...], tuple[int | ex.Expr, ...]]]] = {}  # zeroed boxes
+        for node, _ in walk(module.body):
+            if isinstance(node, Zero):
+                self.zeroed.setdefault(node.buffer.name, []).append((node.buffer.starts, node.buffer.extents))
         self.computed = {node.output.name for node, _ in walk(module.body) if isinstance(node, Call)}
         self.residents: set[str] = set()
         # Each buffer's shape and spread: maps may take a mesh holder's (`choose_spread`).
@@ -280,8 +283,8 @@ class _Forwarding:
                     holding.holder.extents != get.buffer.extents or \
                     (other.dtype, *self.placement(other.name)) != (mine.dtype, *self.placement(name)):
                 continue
-            if padded and not (other.name in self.zeroed and other.name not in self.computed and
-                               holding.holder.starts == get.buffer.starts):
+            if padded and not (self.zeroed.get(other.name) == self.zeroed[name] and other.name not in self.computed
+                               and holding.holder.starts == get.buffer.starts):
                 continue
             # One operand per statement through each holder: a statement writing one of them would
             # change what the other reads.
