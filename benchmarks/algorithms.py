@@ -8,12 +8,14 @@ PyTorch for the operators PyTorch has.
   each model-tuned (`swauto.compile(target="sw26010")`) and run on the timed simulator, over
   listing 5.1's parameters (B in 1, 32, 128; Ni >= No in 64..512; Ro = Co; 3 x 3, stride 1, pad 1).
   The default run takes a sample (Ni = No in 64, 256, 512 and Ni = 512, No = 256; Ro = 32); `--full`
-  takes the whole listing (slow: hours). GFLOPS count a direct convolution's flops (2 Ro Co No Ni B
-  Kr Kc), so Winograd's effective rate can exceed the peak; percent of one core group's peak (742.4
-  GFLOPS; the thesis' figures are per chip, four core groups with Ro split among them, the same
-  percentage when the split is even). `choice` is what `swauto.choose` keeps (the model's fastest),
-  `best` the algorithm the simulator finds fastest. Figure: results/algorithms_sw26010.png, box
-  plots of percent of peak per algorithm and B.
+  takes the whole listing (180 layers, about 45 s each: hours) into results/listing_5_1.{csv,md,png}
+  alone, saved after every layer and resumed by the next `--full` run (`--restart`: from scratch).
+  GFLOPS count a direct convolution's flops (2 Ro Co No Ni B Kr Kc), so Winograd's effective rate
+  can exceed the peak; percent of one core group's peak (742.4 GFLOPS; the thesis' figures are per
+  chip, four core groups with Ro split among them, the same percentage when the split is even).
+  `choice` is what `swauto.choose` keeps (the model's fastest), `best` the algorithm the simulator
+  finds fastest. Figure: results/algorithms_sw26010.png (listing_5_1_sw26010.png), box plots of
+  percent of peak per algorithm and B.
 - sw-lstm: `examples/lstm.sw` (algorithm 6) against `examples/lstm_baseline.sw` over a sample of
   listing 5.2 (T in 64, 256; B in 64, 128; H in 64, 256; In = H), model-tuned, simulated.
 - host: on 1 and 2 threads, the model's pick against PyTorch (oneDNN) on the same inputs, medians of
@@ -34,6 +36,7 @@ import itertools
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -64,11 +67,17 @@ def direct_flops(p: dict[str, int]) -> int:
     return 2 * ro * co * p["No"] * p["Ni"] * p["B"] * p["Kr"] * p["Kc"]
 
 
-def sw_conv(full: bool) -> list[dict[str, object]]:
+def sw_conv(full: bool, done: dict[str, dict[str, object]] | None = None,
+            save: Callable[[list[dict[str, object]]], None] | None = None) -> list[dict[str, object]]:
+    """One row per layer; layers in `done` (by shape) are kept, not run again; `save` gets the rows
+    after each layer."""
     import swauto
 
-    rows = []
+    rows: list[dict[str, object]] = []
     for params in listing_5_1(full):
+        if done and _shape(params) in done:
+            rows.append(done[_shape(params)])
+            continue
         row: dict[str, object] = {"part": "sw-conv", "shape": _shape(params)}
         flops = direct_flops(params)
         predicted = {}
@@ -88,8 +97,11 @@ def sw_conv(full: bool) -> list[dict[str, object]]:
         row["choice"] = min(predicted, key=predicted.get)  # what swauto.choose keeps
         row["best"] = min(simulated, key=simulated.get)
         row["choice_vs_best"] = simulated[row["choice"]] / simulated[row["best"]]
+        row["measured"] = f"{datetime.date.today()} {machine_name()}"
         rows.append(row)
         print(" ".join(f"{k}={_show(v)}" for k, v in row.items()), flush=True)
+        if save:
+            save(rows)
     return rows
 
 
@@ -270,7 +282,7 @@ def _host_lstm(threads: int, repeat: int, rng: np.random.Generator) -> dict[str,
     return row
 
 
-def plot(rows: list[dict[str, object]]) -> None:
+def plot(rows: list[dict[str, object]], name: str = "algorithms_sw26010", what: str = "listing 5.1 sample") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -288,21 +300,39 @@ def plot(rows: list[dict[str, object]]) -> None:
         axis.set_title(f"B = {batch}")
         axis.axhline(100, color="grey", linewidth=0.5)
     axes[0].set_ylabel("% of one core group's peak (direct-convolution flops)")
-    figure.suptitle("Convolution algorithms on the simulated SW26010 (listing 5.1 sample)")
+    figure.suptitle(f"Convolution algorithms on the simulated SW26010 ({what})")
     figure.tight_layout()
-    figure.savefig(RESULTS / "algorithms_sw26010.png", dpi=120)
+    figure.savefig(RESULTS / f"{name}.png", dpi=120)
+    plt.close(figure)
 
 
-def _earlier_rows(parts: set[str]) -> list[dict[str, object]]:
-    """The rows of results/algorithms.csv from parts other than `parts` (numbers read back as floats)."""
+def _earlier_rows(parts: set[str], name: str = "algorithms") -> list[dict[str, object]]:
+    """The rows of results/NAME.csv from parts other than `parts` (numbers read back as floats)."""
     import csv
 
-    path = RESULTS / "algorithms.csv"
+    path = RESULTS / f"{name}.csv"
     if not path.exists():
         return []
     with open(path, newline="") as file:
         rows = [row for row in csv.DictReader(file) if row["part"] not in parts]
     return [{key: _number(value) for key, value in row.items() if value != ""} for row in rows]
+
+
+def full_listing(restart: bool) -> None:
+    """All of listing 5.1 into results/listing_5_1.{csv,md,png}, saved after every layer; a run picks
+    up where the last one stopped unless `restart`."""
+    done = {} if restart else {str(r["shape"]): r for r in _earlier_rows(set(), "listing_5_1")}
+    started = time.perf_counter()
+
+    def save(rows: list[dict[str, object]]) -> None:
+        order = {"part": 0, "measured": 1, "shape": 2}
+        fields = sorted(dict.fromkeys(key for row in rows for key in row), key=lambda f: order.get(f, 3))
+        write_tables("listing_5_1", fields, rows, "Listing 5.1 in full: the three convolution algorithms (issue 10)",
+                     f"Produced by `benchmarks/algorithms.py --full` (see its docstring); {len(rows)} of "
+                     f"{len(listing_5_1(True))} layers; this run {time.perf_counter() - started:.0f} s.")
+        plot(rows, "listing_5_1_sw26010", "listing 5.1")
+
+    sw_conv(True, done, save)
 
 
 def _number(text: str) -> object:
@@ -324,7 +354,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", nargs="+", choices=("sw-conv", "sw-lstm", "host"),
                         default=["sw-conv", "sw-lstm", "host"])
-    parser.add_argument("--full", action="store_true", help="all of listing 5.1 (hours)")
+    parser.add_argument("--full", action="store_true",
+                        help="all of listing 5.1 instead of the sample (hours; into results/listing_5_1.*, "
+                             "resumed where the last run stopped)")
+    parser.add_argument("--restart", action="store_true", help="with --full: measure every layer again")
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--cache-dir", help="swauto's cache folder (default: a fresh temporary folder)")
     args = parser.parse_args()
@@ -332,14 +365,17 @@ def main() -> None:
     print(header(), flush=True)
     started = time.perf_counter()
     rows: list[dict[str, object]] = []
+    if args.full:
+        full_listing(args.restart)
+        return
     if "sw-conv" in args.parts:
-        rows += sw_conv(args.full)
+        rows += sw_conv(False)
     if "sw-lstm" in args.parts:
         rows += sw_lstm()
     if "host" in args.parts:
         rows += host(args.repeat)
     measured = f"{datetime.date.today()} {machine_name()}"
-    rows = [{"part": row["part"], "measured": measured, **row} for row in rows]
+    rows = [{"part": row["part"], "measured": measured, **row} for row in rows]  # sw-conv rows have theirs
     rows = _earlier_rows(set(args.parts)) + rows  # the parts not run this time stay as they were
     order = {"part": 0, "measured": 1, "shape": 2}
     fields = sorted(dict.fromkeys(key for row in rows for key in row), key=lambda f: order.get(f, 3))
