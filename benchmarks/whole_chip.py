@@ -1,0 +1,124 @@
+"""The whole SW26010 chip (issue 11; thesis 5.4.1 and chapter 6, whose figures are per chip): four core
+groups, the output rows R_o split among them as the thesis does (a host thread per core group, each
+running the layer on its own rows; every core group has its own memory controller, so the shares run
+independently and the chip takes as long as its slowest share).
+
+    python benchmarks/whole_chip.py [--batches 1 32 128] [--layers N]
+
+Layers: ../shared/workloads/cnn_conv_layers.csv (AlexNet, VGG16, ResNet-50, YOLOv2; `--layers N`: the
+first N). R_o is cut into four shares as evenly as possible; each distinct share is compiled from
+`examples/conv2d.sw` (model-tuned, `swauto.compile(target="sw26010")`) as a layer of its own with
+that many output rows and timed on the timed simulator. A share reads the input rows its output rows
+need, without row padding: a middle share reads its neighbours' rows, as the thesis' threads do; the
+first and last shares read real rows where the whole layer reads its zero padding (a transfer of the
+same size, which the simulator prices the same). The chip's figure counts the whole layer's flops
+over the slowest share's time, as a percent of the chip's peak (4 x 742.4 = 2969.6 GFLOPS); beside it,
+one core group running the whole layer. Writes benchmarks/results/whole_chip.{csv,md,png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+
+from common import RESULTS, ROOT, header, write_tables
+from tqdm import tqdm
+
+WORKLOADS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"
+CORE_GROUPS = 4
+FIELDS = ["model", "layer", "B", "ci", "co", "in_hw", "k", "stride", "pad", "ro", "shares", "chip_ms", "chip_gflops",
+          "chip_pct", "one_cg_ms", "one_cg_pct", "speedup", "status"]
+
+
+def layers() -> list[dict[str, str]]:
+    with open(WORKLOADS) as source:
+        return list(csv.DictReader(line for line in source if not line.startswith("#")))
+
+
+def shares(rows: int, parts: int = CORE_GROUPS) -> list[int]:
+    """`rows` cut into at most `parts` contiguous shares as even as possible (no empty share)."""
+    return [rows // parts + (i < rows % parts) for i in range(min(parts, rows))]
+
+
+def simulated(params: dict[str, int]) -> tuple[float, int]:
+    """Seconds on one core group's timed simulator, and flops, of conv2d.sw's model-tuned pick."""
+    import swauto
+
+    kernel = swauto.compile(ROOT / "examples" / "conv2d.sw", params=params, target="sw26010")
+    return kernel.report["simulated_s"], kernel.report["flops"]
+
+
+def measure(layer: dict[str, str], batch: int) -> dict[str, object]:
+    import swauto
+    from swauto.machine import SUNWAY
+
+    k, stride, pad, hw = (int(layer[key]) for key in ("k", "stride", "pad", "in_hw"))
+    ro = (hw + 2 * pad - k) // stride + 1
+    row: dict[str, object] = {"model": layer["model"], "layer": layer["layer"], "B": batch,
+                              **{key: int(layer[key]) for key in ("ci", "co", "in_hw", "k", "stride", "pad")},
+                              "ro": ro, "shares": "+".join(map(str, shares(ro)))}
+    whole = {"B": batch, "Ni": int(layer["ci"]), "No": int(layer["co"]), "Ri": hw, "Ci": hw, "Kr": k, "Kc": k,
+             "stride": stride, "pad": pad}
+    try:
+        one_cg, flops = simulated(whole)
+        # A share of r output rows reads (r - 1) * stride + k input rows, unpadded.
+        share_seconds = {r: simulated({**whole, "Ri": (r - 1) * stride + k, "pad_r": 0})[0] for r in set(shares(ro))}
+    except swauto.SwautoError as error:
+        row["status"] = str(error).split(";")[0][:100]
+        return row
+    chip = max(share_seconds.values())
+    row.update(chip_ms=1e3 * chip, chip_gflops=flops / chip / 1e9,
+               chip_pct=100 * flops / chip / (CORE_GROUPS * SUNWAY.peak_flops), one_cg_ms=1e3 * one_cg,
+               one_cg_pct=100 * flops / one_cg / SUNWAY.peak_flops, speedup=one_cg / chip, status="ok")
+    return row
+
+
+def summary(rows: list[dict[str, object]], batches: list[int]) -> list[str]:
+    lines = []
+    for batch in batches:
+        ok = [r for r in rows if r["B"] == batch and r["status"] == "ok"]
+        if not ok:
+            continue
+        chip = statistics.median(float(r["chip_pct"]) for r in ok)
+        one = statistics.median(float(r["one_cg_pct"]) for r in ok)
+        speedups = [float(r["speedup"]) for r in ok]
+        lines.append(f"B={batch}: {len(ok)} layers; the chip median {chip:.1f}% of 2969.6 GFLOPS (one core group "
+                     f"on the whole layer: median {one:.1f}% of 742.4); four core groups "
+                     f"{min(speedups):.2f}-{max(speedups):.2f}x one")
+    return lines
+
+
+def plot(rows: list[dict[str, object]], batches: list[int]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 4))
+    data = [[float(r["chip_pct"]) for r in rows if r["B"] == batch and r["status"] == "ok"] for batch in batches]
+    axis.boxplot(data)
+    axis.set_xticks(range(1, len(batches) + 1), [f"B = {b}" for b in batches])
+    axis.set_ylabel("% of the chip's 2969.6 GFLOPS")
+    axis.set_title("Implicit convolution on the whole simulated SW26010 (R_o over 4 core groups)")
+    figure.tight_layout()
+    figure.savefig(RESULTS / "whole_chip.png", dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 32, 128])
+    parser.add_argument("--layers", type=int, default=None)
+    args = parser.parse_args()
+    tasks = [(layer, batch) for batch in args.batches for layer in layers()[: args.layers]]
+    rows = [measure(*task) for task in tqdm(tasks, desc="layers", unit="layer")]
+    notes = summary(rows, args.batches)
+    print(header())
+    print("\n".join(notes))
+    write_tables("whole_chip", FIELDS, rows, "The whole SW26010: R_o over four core groups (issue 11)",
+                 notes="\n".join(notes))
+    plot(rows, args.batches)
+
+
+if __name__ == "__main__":
+    main()
