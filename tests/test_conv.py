@@ -37,6 +37,7 @@ SHAPES = [
     (3, 5, 7, 6, 6, 1, 1, 0),
     (2, 8, 8, 9, 9, 3, 2, 1),
     (1, 16, 8, 7, 9, 3, 2, 0),
+    (5, 8, 8, 5, 6, 3, 1, 1),  # M = S x 5 is padded along the batch axis, not the columns'
 ]
 
 
@@ -154,6 +155,22 @@ def test_channel_blocks_where_the_weight_slice_is_large():
 
 def _variant(candidate: Candidate, double_buffer: bool) -> Candidate:
     return Candidate(candidate.splits, candidate.order, candidate.vectorize, candidate.layouts, double_buffer)
+
+
+def test_an_odd_batch_pads_its_own_axis_and_fits():
+    """M = 1 x 33 padded to 64 along the batch axis (along the column axis it would be 32 x 33: no
+    candidate of 256 channels fitted local memory)."""
+    params = {"B": 33, "Ni": 256, "No": 256, "Ri": 3, "Ci": 3, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1}
+    kernel = swauto.compile(CONV_SW, params, target="sw26010")
+    rng = np.random.default_rng(3)
+    arrays = {t.name: rng.standard_normal(t.shape, dtype=np.float32) for t in kernel.operator.seed.tensors}
+    expected = arrays["output"] + convolution(arrays["input"], arrays["weight"], 1, 1)
+    kernel(**arrays)
+    assert relative_error(arrays["output"], expected) <= 1e-5
+    gemms = [node for node, _ in walk(kernel.module.body) if isinstance(node, Call) and node.primitive == "gemm"]
+    for access in (access for gemm in gemms for _, access in gemm.operands):
+        for extent, pad, dim in zip(access.extents, access.pad or (0,) * len(access.extents), access.dims, strict=True):
+            assert dim != "M" or pad == 0 or extent == 33, access  # only the batch axis gets zeros along M
 
 
 def test_double_buffering_moves_exactly_the_same_bytes():

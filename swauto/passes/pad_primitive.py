@@ -2,10 +2,11 @@
 
 Guarantees: every primitive call has sizes the primitive accepts (the vectorized dimension a
 multiple of 128, the other free one of 32, K of 8, from the machine description). A call whose
-size is not is padded: the outermost axis carrying that dimension in each operand gets `pad`
-zeros after its valid elements, so only the tile in local memory grows; nothing is copied in
-main memory. Calls whose sizes are accepted (full tiles, remainders that happen to fit: primitive
-switching) are left as they are.
+size is not is padded: of the axes carrying that dimension in each operand, the one whose padding
+adds the fewest elements (an odd batch of 33 under one output column: the batch axis to 64, not
+the column axis to 32 columns) gets `pad` zeros after its valid elements, so only the tile in local
+memory grows; nothing is copied in main memory. Calls whose sizes are accepted (full tiles,
+remainders that happen to fit: primitive switching) are left as they are.
 """
 
 from __future__ import annotations
@@ -26,14 +27,20 @@ def multiples(machine: LocalMemoryMachine, vectorize: str) -> dict[str, int]:
 
 
 def _padding(access: Access, dim: str, multiple: int) -> tuple[int, int] | None:
-    """(axis, zeros) that make `dim` a multiple of `multiple` in `access`, or None if it already is."""
+    """(axis, zeros) that make `dim` a multiple of `multiple` in `access` with the fewest padded
+    elements (the outermost such axis on a tie), or None if it already is."""
     axes = [axis for axis, carried in enumerate(access.dims) if carried == dim]
-    inner = prod(access.extents[axis] for axis in axes[1:])
-    outer = access.extents[axes[0]]
-    if (outer * inner) % multiple == 0:
+    size = prod(access.extents[axis] for axis in axes)
+    if size % multiple == 0:
         return None
-    step = multiple // gcd(multiple, inner)
-    return axes[0], -(-outer // step) * step - outer
+    options = []
+    for axis in axes:
+        others = size // access.extents[axis]
+        step = multiple // gcd(multiple, others)
+        zeros = -(-access.extents[axis] // step) * step - access.extents[axis]
+        options.append(((access.extents[axis] + zeros) * others, axis, zeros))
+    _, axis, zeros = min(options)
+    return axis, zeros
 
 
 class _Pad(Rewriter):
