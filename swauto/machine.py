@@ -118,14 +118,17 @@ class SW26010:
     )
     dma_measured_block_step: int = 16
     # GEMM primitive time a*K + b*K*M/(vecM*4) + c*K*M*N/4 + d (equation 4-2), in seconds, M the
-    # vectorized dimension. Fitted by least squares to the timed simulator's primitive timings by
-    # `benchmarks/sw26010_gemm_fit.py` (the thesis fitted 1505 hardware timings: c = 3.10e-12 s there).
-    # Fit of 2026-11-21 over 9770 sizes: relative error mean 3.9%, max 75% (short K, where the
-    # register-block overhead the equation has no term for dominates).
-    gemm_fit_a: float = -1.91782e-09
-    gemm_fit_b: float = 4.32508e-11
-    gemm_fit_c: float = 1.15299e-11
-    gemm_fit_d: float = 6.23393e-07
+    # vectorized dimension, plus e*M*N in the refined model (the per-block fill of C's registers and
+    # the conversions of C, which the primitive's schedule has and equation 4-2 has no term for: a
+    # call of short K is mostly that). Both fitted by least squares to the timed simulator's primitive
+    # timings by `benchmarks/sw26010_gemm_fit.py` (the thesis fitted 1505 hardware timings: c =
+    # 3.10e-12 s there). `gemm_equation` says which the model uses: "refined" (a, b, c, d, e) or "4-2"
+    # (the thesis' four terms, fitted on their own: `gemm_fit_eq42`). Fits of 2026-11-25 over 9770
+    # sizes: refined, relative error mean 0.13%, max 0.51%; equation 4-2, mean 3.9%, max 75% (short K).
+    gemm_fit: tuple[float, float, float, float, float] = (1.45146e-10, 1.29694e-10, 1.08277e-11, 2.28531e-07,
+                                                          2.00889e-11)
+    gemm_fit_eq42: tuple[float, float, float, float] = (-1.91782e-09, 4.32508e-11, 1.15299e-11, 6.23393e-07)
+    gemm_equation: str = "refined"
 
     @property
     def cpes(self) -> int:

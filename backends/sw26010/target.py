@@ -32,15 +32,16 @@ def machine() -> SW26010:
     return SUNWAY
 
 
-def estimate(stages: Stages, threads: int) -> Estimate:
-    """The thesis' model for one core group (`threads` does not apply). The mesh GEMM synchronises its CPEs,
+def estimate(stages: Stages, threads: int, machine: SW26010 = SUNWAY) -> Estimate:
+    """The thesis' model for one core group (`threads` does not apply; `machine`: the description it
+    reads, e.g. with equation 4-2 alone for the primitive). The mesh GEMM synchronises its CPEs,
     so a transfer only overlaps compute when it is double buffered (thesis 3.2.1): single buffered, the
     terms are T_DMA and T_compute and they add up. Double buffered, the memory term is the model's total
     (the time until the last transfer completes, stalls and prologue included), which is never below
     T_compute: `seconds` is the model's figure."""
     module = before_double_buffering(stages)
     overlapped = any(name == "double_buffer" for name, _ in stages)
-    model = sw26010_model.estimate(module, stages[-1][1], overlapped, SUNWAY)
+    model = sw26010_model.estimate(module, stages[-1][1], overlapped, machine)
     memory = model.seconds if overlapped else model.dma_seconds
     return Estimate(model.dma_bytes, model.flops, memory, model.compute_seconds, overlapped)
 

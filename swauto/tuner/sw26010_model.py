@@ -9,7 +9,9 @@
   latency once, not once per round. The blocks are the box's rows split across the 8 mesh columns;
   addresses are those of the loop nest's first iteration.
 - A GEMM primitive call costs `a*K + b*K*M/(vecM*4) + c*K*M*N/4 + d` (equation 4-2), M the vectorized
-  dimension, vecM its register block; the coefficients are fitted by least squares (`fit_gemm`).
+  dimension, vecM its register block, plus `e*M*N` in the refined model (the per-block fill and
+  conversion of C; the machine's `gemm_equation` keeps 4-2 alone as the baseline); the coefficients
+  are fitted by least squares (`fit_gemm`).
 - A candidate costs `T_DMA + T_compute` single buffered. Double buffered, `max(T_DMA, T_compute)` is
   applied loop by loop (thesis 3.2.2 leaves the overlap term to the program's structure), each loop in
   closed form from one iteration (the IR is read once; no iteration is stepped through):
@@ -129,36 +131,38 @@ def moving_seconds(fetched: int, block: int, blocks: int, machine: SW26010) -> f
 
 
 def gemm_features(m: int, n: int, k: int, vectorize: str | None, machine: SW26010) -> tuple[float, ...]:
-    """The terms of equation 4-2 for one call: (K, K*M/(vecM*4), K*M*N/4, 1), M the vectorized dimension."""
+    """The terms of the primitive's time for one call: equation 4-2's (K, K*M/(vecM*4), K*M*N/4, 1),
+    M the vectorized dimension, then the refined model's M*N."""
     vec, other = (n, m) if vectorize == "N" else (m, n)
-    return (k, k * vec / (machine.gemm_register_block_vectorized * 4), k * vec * other / 4, 1.0)
+    return (k, k * vec / (machine.gemm_register_block_vectorized * 4), k * vec * other / 4, 1.0, vec * other)
 
 
 def gemm_seconds(m: int, n: int, k: int, vectorize: str | None, machine: SW26010) -> float:
-    """Equation 4-2 with the fitted coefficients of the machine description."""
-    coefficients = (machine.gemm_fit_a, machine.gemm_fit_b, machine.gemm_fit_c, machine.gemm_fit_d)
-    return sum(c * x for c, x in zip(coefficients, gemm_features(m, n, k, vectorize, machine), strict=True))
+    """The primitive's time by the machine's `gemm_equation`: the refined model or equation 4-2."""
+    coefficients = machine.gemm_fit_eq42 if machine.gemm_equation == "4-2" else machine.gemm_fit
+    # Equation 4-2's coefficients weigh the first four terms; the refined model's all five.
+    return sum(c * x for c, x in zip(coefficients, gemm_features(m, n, k, vectorize, machine), strict=False))
 
 
 def call_seconds(call: Call, machine: SW26010) -> float:
-    """A primitive call: equation 4-2 for the GEMM; for a map or reduction, its vector instructions
-    (one P0 and one P1 issue per cycle, data-parallel over the CPEs; thesis 5.1.3.1's counting) plus
-    the call's entry and exit."""
+    """A primitive call: the GEMM's fitted time (`gemm_seconds`); for a map or reduction, its vector
+    instructions (one P0 and one P1 issue per cycle, data-parallel over the CPEs; thesis 5.1.3.1's
+    counting) plus the call's entry and exit."""
     if call.signature.kind == "gemm":
         return gemm_seconds(int(call.size("M")), int(call.size("N")), int(call.size("K")), call.vectorize, machine)
     return map_cycles(call, machine) / machine.clock_hz
 
 
-def fit_gemm(samples: Sequence[tuple[tuple[float, ...], float]]) -> tuple[float, float, float, float]:
-    """Least-squares coefficients (a, b, c, d) of equation 4-2 from (features, seconds) samples.
+def fit_gemm(samples: Sequence[tuple[tuple[float, ...], float]], terms: int = 5) -> tuple[float, ...]:
+    """Least-squares coefficients of the first `terms` features (`gemm_features`: 4 for equation 4-2,
+    5 for the refined model) from (features, seconds) samples.
 
     Residuals are relative (each row divided by its time), so short calls count as much as long ones.
     Exact when the samples follow the equation."""
-    features = np.array([f for f, _ in samples], dtype=float)
+    features = np.array([f[:terms] for f, _ in samples], dtype=float)
     seconds = np.array([s for _, s in samples], dtype=float)
     coefficients, *_ = np.linalg.lstsq(features / seconds[:, None], np.ones_like(seconds), rcond=None)
-    a, b, c, d = (float(x) for x in coefficients)
-    return a, b, c, d
+    return tuple(float(x) for x in coefficients)
 
 
 _FACTS: dict[int, tuple[SW26010, tuple[float, int, dict[tuple, float], dict[tuple, float]]]] = {}
