@@ -3,16 +3,18 @@ Markdown tables in benchmarks/results/."""
 
 from __future__ import annotations
 
+import argparse
 import csv
 import datetime
 import os
 import platform
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
+WORKLOADS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"
 
 
 def machine_name() -> str:
@@ -64,3 +66,34 @@ def _cell(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
+
+
+def workload_layers(models: Sequence[str] | None = None) -> list[dict[str, str]]:
+    """The rows of ../shared/workloads/cnn_conv_layers.csv (of `models` only, if given)."""
+    with open(WORKLOADS) as source:
+        rows = list(csv.DictReader(line for line in source if not line.startswith("#")))
+    return [row for row in rows if models is None or row["model"] in models]
+
+
+Row = dict[str, object]
+
+
+def over_layers(doc: str, name: str, title: str, fields: Sequence[str], layers: list[dict[str, str]],
+                measure: Callable[[dict[str, str], int], Row], summary: Callable[[list[Row], list[int]], list[str]],
+                plot: Callable[[list[Row], list[int]], None], batches: Sequence[int]) -> None:
+    """A benchmark's main over workload layers: `--batches` (default `batches`) and `--layers N` (the
+    first N), a row per batch and layer by `measure`, the summary printed and written with the
+    tables results/NAME.{csv,md}, and `plot`'s figure."""
+    from tqdm import tqdm
+
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--batches", nargs="+", type=int, default=list(batches))
+    parser.add_argument("--layers", type=int, default=None)
+    args = parser.parse_args()
+    tasks = [(layer, batch) for batch in args.batches for layer in layers[: args.layers]]
+    rows = [measure(*task) for task in tqdm(tasks, desc="layers", unit="layer")]
+    notes = summary(rows, args.batches)
+    print(header())
+    print("\n".join(notes))
+    write_tables(name, fields, rows, title, notes="\n".join(notes))
+    plot(rows, args.batches)

@@ -19,24 +19,14 @@ time over the pick's. Writes benchmarks/results/swdnn_schedules.{csv,md,png}.
 
 from __future__ import annotations
 
-import argparse
-import csv
 import statistics
 
-from common import RESULTS, ROOT, header, write_tables
-from tqdm import tqdm
+from common import RESULTS, ROOT, over_layers, workload_layers
 
-WORKLOADS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"
 NETWORKS = ("vgg16", "resnet50", "yolov2")
 FIELDS = ["model", "layer", "B", "ci", "co", "in_hw", "k", "stride", "pad", "algorithm3_ms", "algorithm4_ms",
           "algorithm4_bco",
           "swauto_ms", "swauto_gflops", "swauto_pct", "speedup", "swauto_pick"]
-
-
-def layers() -> list[dict[str, str]]:
-    with open(WORKLOADS) as source:
-        rows = csv.DictReader(line for line in source if not line.startswith("#"))
-        return [row for row in rows if row["model"] in NETWORKS]
 
 
 def hand_schedule(op, columns: int, double_buffer: bool):  # noqa: ANN001, ANN201 (a BoundOperator, a Candidate)
@@ -131,18 +121,8 @@ def plot(rows: list[dict[str, object]], batches: list[int]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batches", nargs="+", type=int, default=[32, 128])
-    parser.add_argument("--layers", type=int, default=None)
-    args = parser.parse_args()
-    tasks = [(layer, batch) for batch in args.batches for layer in layers()[: args.layers]]
-    rows = [measure(*task) for task in tqdm(tasks, desc="layers", unit="layer")]
-    notes = summary(rows, args.batches)
-    print(header())
-    print("\n".join(notes))
-    write_tables("swdnn_schedules", FIELDS, rows, "The model's pick against swDNN's hand schedules (figure 6.7)",
-                 notes="\n".join(notes))
-    plot(rows, args.batches)
+    over_layers(__doc__, "swdnn_schedules", "The model's pick against swDNN's hand schedules (figure 6.7)",
+                FIELDS, workload_layers(NETWORKS), measure, summary, plot, [32, 128])
 
 
 if __name__ == "__main__":

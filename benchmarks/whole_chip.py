@@ -18,22 +18,13 @@ one core group running the whole layer. Writes benchmarks/results/whole_chip.{cs
 
 from __future__ import annotations
 
-import argparse
-import csv
 import statistics
 
-from common import RESULTS, ROOT, header, write_tables
-from tqdm import tqdm
+from common import RESULTS, ROOT, over_layers, workload_layers
 
-WORKLOADS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"
 CORE_GROUPS = 4
 FIELDS = ["model", "layer", "B", "ci", "co", "in_hw", "k", "stride", "pad", "ro", "shares", "chip_ms", "chip_gflops",
           "chip_pct", "one_cg_ms", "one_cg_pct", "speedup", "status"]
-
-
-def layers() -> list[dict[str, str]]:
-    with open(WORKLOADS) as source:
-        return list(csv.DictReader(line for line in source if not line.startswith("#")))
 
 
 def shares(rows: int, parts: int = CORE_GROUPS) -> list[int]:
@@ -106,18 +97,8 @@ def plot(rows: list[dict[str, object]], batches: list[int]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batches", nargs="+", type=int, default=[1, 32, 128])
-    parser.add_argument("--layers", type=int, default=None)
-    args = parser.parse_args()
-    tasks = [(layer, batch) for batch in args.batches for layer in layers()[: args.layers]]
-    rows = [measure(*task) for task in tqdm(tasks, desc="layers", unit="layer")]
-    notes = summary(rows, args.batches)
-    print(header())
-    print("\n".join(notes))
-    write_tables("whole_chip", FIELDS, rows, "The whole SW26010: R_o over four core groups (issue 11)",
-                 notes="\n".join(notes))
-    plot(rows, args.batches)
+    over_layers(__doc__, "whole_chip", "The whole SW26010: R_o over four core groups (issue 11)",
+                FIELDS, workload_layers(None), measure, summary, plot, [1, 32, 128])
 
 
 if __name__ == "__main__":
