@@ -17,7 +17,8 @@ PyTorch for the operators PyTorch has.
   finds fastest. Figure: results/algorithms_sw26010.png (listing_5_1_sw26010.png), box plots of
   percent of peak per algorithm and B.
 - sw-lstm: `examples/lstm.sw` (algorithm 6) against `examples/lstm_baseline.sw` over a sample of
-  listing 5.2 (T in 64, 256; B in 64, 128; H in 64, 256; In = H), model-tuned, simulated.
+  listing 5.2 (T in 64, 256; B in 64, 128; H in 64, 256; In = H), model-tuned, simulated; with
+  `--full`, all of it (T in 64 ... 2048, B in 64, 96, 128, H in 64, 128, 256, 384: 72 shapes).
 - host: on 1 and 2 threads, the model's pick against PyTorch (oneDNN) on the same inputs, medians of
   `--repeat` calls taking turns: each convolution algorithm and `swauto.choose` against
   `torch.nn.functional.conv2d` (NCHW copies made outside the timed region), and the LSTM against
@@ -105,11 +106,18 @@ def sw_conv(full: bool, done: dict[str, dict[str, object]] | None = None,
     return rows
 
 
-def sw_lstm() -> list[dict[str, object]]:
+def listing_5_2(full: bool) -> list[tuple[int, int, int]]:
+    """(T, B, H) of listing 5.2 (all 72, or the default sample of 8)."""
+    if full:
+        return list(itertools.product((64, 128, 256, 512, 1024, 2048), (64, 96, 128), (64, 128, 256, 384)))
+    return list(itertools.product((64, 256), (64, 128), (64, 256)))
+
+
+def sw_lstm(full: bool = False) -> list[dict[str, object]]:
     import swauto
 
     rows = []
-    for t, b, h in itertools.product((64, 256), (64, 128), (64, 256)):
+    for t, b, h in listing_5_2(full):
         params = {"T": t, "B": b, "In": h, "H": h}
         row: dict[str, object] = {"part": "sw-lstm", "shape": f"T={t} B={b} In=H={h}"}
         for name in ("lstm", "lstm_baseline"):
@@ -355,8 +363,8 @@ def main() -> None:
     parser.add_argument("--parts", nargs="+", choices=("sw-conv", "sw-lstm", "host"),
                         default=["sw-conv", "sw-lstm", "host"])
     parser.add_argument("--full", action="store_true",
-                        help="all of listing 5.1 instead of the sample (hours; into results/listing_5_1.*, "
-                             "resumed where the last run stopped)")
+                        help="all of listings 5.1 and 5.2 instead of samples (5.1: hours, into "
+                             "results/listing_5_1.*, resumed where the last run stopped)")
     parser.add_argument("--restart", action="store_true", help="with --full: measure every layer again")
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--cache-dir", help="swauto's cache folder (default: a fresh temporary folder)")
@@ -365,13 +373,15 @@ def main() -> None:
     print(header(), flush=True)
     started = time.perf_counter()
     rows: list[dict[str, object]] = []
-    if args.full:
+    if args.full and "sw-conv" in args.parts:
         full_listing(args.restart)
-        return
+        args.parts.remove("sw-conv")
+        if not args.parts:
+            return
     if "sw-conv" in args.parts:
         rows += sw_conv(False)
     if "sw-lstm" in args.parts:
-        rows += sw_lstm()
+        rows += sw_lstm(args.full)
     if "host" in args.parts:
         rows += host(args.repeat)
     measured = f"{datetime.date.today()} {machine_name()}"
