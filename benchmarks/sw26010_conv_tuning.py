@@ -126,6 +126,13 @@ def summary(all_rows: list[dict]) -> list[str]:
         f"{black_box_s / model_s:.1f}x; against running every candidate once on the machine ({hardware_s:.1f} s): "
         f"{hardware_s / model_s:.1f}x (thesis: 350-450x).",
     ]
+    for network in dict.fromkeys(r["model"] for r in rows):  # table 6.1
+        mine = [r for r in rows if r["model"] == network]
+        lines.append(f"{network}: {sum(r['candidates'] for r in mine)} candidates over {len(mine)} runs "
+                     f"({sum(r['candidates'] for r in mine) / len(mine):.0f} on average); black box "
+                     f"{sum(r['black_box_s'] for r in mine):.0f} s on our simulator, "
+                     f"{sum(r['hardware_black_box_s'] for r in mine):.1f} s of simulated runs; model "
+                     f"{sum(r['model_s'] for r in mine):.2f} s.")
     for batch in sorted({r["B"] for r in rows}):
         chosen = [r["model_pick_peak_pct"] for r in rows if r["B"] == batch]
         lines.append(f"B = {batch}: model's pick at {sum(chosen) / len(chosen):.1f}% of peak on average "
