@@ -144,12 +144,24 @@ def summary(all_rows: list[dict]) -> list[str]:
     return lines
 
 
+def _number(text: str) -> object:
+    """A CSV cell read back: an int or float where it is one."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 32, 128])
     parser.add_argument("--layers", nargs="+", default=DEFAULT_LAYERS, metavar="MODEL/LAYER")
     parser.add_argument("--all", action="store_true", help="every model of the layer file")
     parser.add_argument("--jobs", type=int, default=2, help="layers tuned in parallel (processes)")
+    parser.add_argument("--finish", action="store_true",
+                        help="write the tables from the rows a cut-short run left in the .partial.csv")
     args = parser.parse_args()
     print(header())
     chosen = layers(None if args.all else args.layers)
@@ -158,13 +170,17 @@ def main() -> None:
     tasks = [(layer, batch) for batch in args.batches for layer in chosen]
     partial = RESULTS / "sw26010_conv_tuning.partial.csv"
     rows = []
-    with Pool(args.jobs) as pool, open(partial, "w", newline="") as log:
-        writer = csv.DictWriter(log, FIELDS)
-        writer.writeheader()
-        for row in tqdm(pool.imap(tune_layer, tasks), total=len(tasks), desc="layers x batches"):
-            rows.append(row)
-            writer.writerow(row)
-            log.flush()
+    if args.finish:
+        with open(partial, newline="") as log:
+            rows = [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(log)]
+    else:
+        with Pool(args.jobs) as pool, open(partial, "w", newline="") as log:
+            writer = csv.DictWriter(log, FIELDS)
+            writer.writeheader()
+            for row in tqdm(pool.imap(tune_layer, tasks), total=len(tasks), desc="layers x batches"):
+                rows.append(row)
+                writer.writerow(row)
+                log.flush()
     position = {f"{layer['model']}/{layer['layer']}": i for i, layer in enumerate(chosen)}
     rows.sort(key=lambda r: (position[f"{r['model']}/{r['layer']}"], args.batches.index(r["B"])))
     lines = summary(rows)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import replace
 from itertools import takewhile
 
@@ -63,7 +64,7 @@ def lower(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
         # The values kept for later statements may leave too little room: then keep fewer of them
         # (no loop-invariant tiles; no GEMM results handed to maps), and at last none.
         tries = ({}, {"invariants": False}, {"invariants": False, "relayout": False})
-        for forwarded in [*(forward_transfers(module, **keep) for keep in tries), module]:
+        for forwarded in itertools.chain((forward_transfers(module, **keep) for keep in tries), [module]):
             try:
                 planned = plan_local_memory(forwarded, machine)
             except Rejected:
