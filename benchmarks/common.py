@@ -97,3 +97,21 @@ def over_layers(doc: str, name: str, title: str, fields: Sequence[str], layers: 
     print("\n".join(notes))
     write_tables(name, fields, rows, title, notes="\n".join(notes))
     plot(rows, args.batches)
+
+
+def box_plot_by_batch(rows: list[Row], batches: Sequence[int], column: str, ylabel: str, title: str,
+                      name: str) -> None:
+    """results/NAME.png: a box of `column` per batch, over the rows whose status is ok."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 4))
+    axis.boxplot([[float(r[column]) for r in rows if r["B"] == batch and r["status"] == "ok"] for batch in batches])
+    axis.set_xticks(range(1, len(batches) + 1), [f"B = {b}" for b in batches])
+    axis.set_ylabel(ylabel)
+    axis.set_title(title)
+    figure.tight_layout()
+    figure.savefig(RESULTS / f"{name}.png", dpi=120)
+    plt.close(figure)

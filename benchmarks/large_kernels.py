@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import statistics
 
-from common import RESULTS, ROOT, over_layers
+from common import ROOT, box_plot_by_batch, over_layers
 
 FIELDS = ["B", "ni", "no", "k", "ms", "gflops", "pct", "compile_s", "pick", "status"]
 
@@ -60,18 +60,8 @@ def summary(rows: list[dict[str, object]], batches: list[int]) -> list[str]:
 
 
 def plot(rows: list[dict[str, object]], batches: list[int]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(6, 4))
-    axis.boxplot([[float(r["pct"]) for r in rows if r["B"] == b and r["status"] == "ok"] for b in batches])
-    axis.set_xticks(range(1, len(batches) + 1), [f"B = {b}" for b in batches])
-    axis.set_ylabel("% of one core group's peak")
-    axis.set_title("Listing 6.1: K x K kernels, 3 x 3 outputs (simulated)")
-    figure.tight_layout()
-    figure.savefig(RESULTS / "large_kernels.png", dpi=120)
+    box_plot_by_batch(rows, batches, "pct", "% of one core group's peak",
+                      "Listing 6.1: K x K kernels, 3 x 3 outputs (simulated)", "large_kernels")
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import statistics
 
-from common import RESULTS, ROOT, over_layers, workload_layers
+from common import ROOT, box_plot_by_batch, over_layers, workload_layers
 
 CORE_GROUPS = 4
 FIELDS = ["model", "layer", "B", "ci", "co", "in_hw", "k", "stride", "pad", "ro", "shares", "chip_ms", "chip_gflops",
@@ -81,19 +81,8 @@ def summary(rows: list[dict[str, object]], batches: list[int]) -> list[str]:
 
 
 def plot(rows: list[dict[str, object]], batches: list[int]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(7, 4))
-    data = [[float(r["chip_pct"]) for r in rows if r["B"] == batch and r["status"] == "ok"] for batch in batches]
-    axis.boxplot(data)
-    axis.set_xticks(range(1, len(batches) + 1), [f"B = {b}" for b in batches])
-    axis.set_ylabel("% of the chip's 2969.6 GFLOPS")
-    axis.set_title("Implicit convolution on the whole simulated SW26010 (R_o over 4 core groups)")
-    figure.tight_layout()
-    figure.savefig(RESULTS / "whole_chip.png", dpi=120)
+    box_plot_by_batch(rows, batches, "chip_pct", "% of the chip's 2969.6 GFLOPS",
+                      "Implicit convolution on the whole simulated SW26010 (R_o over 4 core groups)", "whole_chip")
 
 
 def main() -> None:
