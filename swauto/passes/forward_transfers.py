@@ -92,7 +92,7 @@ class _Forwarding:
                 self.zeroed.setdefault(node.buffer.name, []).append((node.buffer.starts, node.buffer.extents))
         self.computed = {node.output.name for node, _ in walk(module.body) if isinstance(node, Call)}
         self.residents: set[str] = set()
-        # Each buffer's shape and spread: maps may take a mesh holder's (`choose_spread`).
+        # Each buffer's shape and spread: maps may take a mesh holder's (`choose_layout`).
         self.layout = {buffer.name: (buffer.shape, buffer.spread) for buffer in module.buffers}
         # statement -> its buffers, for maps that may take a GEMM's layout
         self.respreadable = _respreadable(module) if relayout else {}
@@ -207,7 +207,7 @@ class _Forwarding:
         for index, stmt in enumerate(stmts):
             stmt = _Substitute(substitute).rewrite(stmt) if substitute else stmt
             if isinstance(stmt, Dma) and stmt.direction == "get":
-                self.choose_spread(stmts[index:], self.statement_of[stmt.buffer.name], holdings, holders_of)
+                self.choose_layout(stmts[index:], self.statement_of[stmt.buffer.name], holdings, holders_of)
                 holding = self.holding_for(stmt, holdings, holders_of)
                 if holding is not None:
                     self.read_through(stmt, holding, substitute, holders_of)
@@ -218,7 +218,7 @@ class _Forwarding:
             out.append(stmt)
         return tuple(out), holdings, holders_of
 
-    def choose_spread(self, rest: tuple[Stmt, ...], statement: int, holdings: list[_Holding],
+    def choose_layout(self, rest: tuple[Stmt, ...], statement: int, holdings: list[_Holding],
                       holders_of: dict[int, set[str]]) -> None:
         """At a statement's first get in a block: lay its buffers out as a mesh holder's (its shape, in
         mesh blocks) if that lets more of its gets in the block (`rest`, from this one on) read a holder
