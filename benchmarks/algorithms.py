@@ -42,7 +42,13 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-from common import RESULTS, header, machine_name, write_tables  # benchmarks/ is on the path when run as a script
+from common import (  # benchmarks/ is on the path when run as a script
+    RESULTS,
+    csv_number,
+    header,
+    machine_name,
+    write_tables,
+)
 from operators import median_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -323,7 +329,7 @@ def _earlier_rows(parts: set[str], name: str = "algorithms") -> list[dict[str, o
         return []
     with open(path, newline="") as file:
         rows = [row for row in csv.DictReader(file) if row["part"] not in parts]
-    return [{key: _number(value) for key, value in row.items() if value != ""} for row in rows]
+    return [{key: csv_number(value) for key, value in row.items() if value != ""} for row in rows]
 
 
 def full_listing(restart: bool) -> None:
@@ -341,13 +347,6 @@ def full_listing(restart: bool) -> None:
         plot(rows, "listing_5_1_sw26010", "listing 5.1")
 
     sw_conv(True, done, save)
-
-
-def _number(text: str) -> object:
-    try:
-        return float(text)
-    except ValueError:
-        return text
 
 
 def _shape(p: dict[str, int]) -> str:

@@ -68,6 +68,16 @@ def _cell(value: object) -> str:
     return str(value)
 
 
+def csv_number(text: str) -> object:
+    """A CSV cell read back: an int or float where it is one, else the text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def workload_layers(models: Sequence[str] | None = None) -> list[dict[str, str]]:
     """The rows of ../shared/workloads/cnn_conv_layers.csv (of `models` only, if given)."""
     with open(WORKLOADS) as source:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
+import time
 
 from common import ROOT, box_plot_by_batch, over_layers
 
@@ -29,8 +30,6 @@ def listing_6_1() -> list[dict[str, str]]:
 
 
 def measure(layer: dict[str, str], batch: int) -> dict[str, object]:
-    import time
-
     import swauto
 
     k = int(layer["k"])

@@ -27,7 +27,7 @@ import csv
 import time
 from multiprocessing import Pool
 
-from common import RESULTS, ROOT, header, write_tables
+from common import RESULTS, ROOT, csv_number, header, write_tables
 from tqdm import tqdm
 
 LAYERS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"
@@ -63,7 +63,7 @@ def tune_layer(task: tuple[dict, int]) -> dict:
     from swauto.errors import ScheduleError
     from swauto.machine import SUNWAY
     from swauto.tuner.model_tuner import rank
-    from swauto.tuner.simulate import simulate_all
+    from swauto.tuner.simulate import Simulated, simulate_all
     from swauto.tuner.space import explore
 
     layer, batch = task
@@ -91,7 +91,7 @@ def tune_layer(task: tuple[dict, int]) -> dict:
     hybrid = min(s.simulated_s for s in simulated[:HYBRID_TOP])
     eq42 = replace(SUNWAY, gemm_equation="4-2")  # the thesis' equation alone, ranked as `rank` ranks
 
-    def by_4_2(entry):  # noqa: ANN001, ANN202
+    def by_4_2(entry: Simulated) -> tuple[float, int]:
         predicted = estimate(entry.ranked.stages, 1, eq42)
         return predicted.seconds, predicted.dma_bytes
 
@@ -144,16 +144,6 @@ def summary(all_rows: list[dict]) -> list[str]:
     return lines
 
 
-def _number(text: str) -> object:
-    """A CSV cell read back: an int or float where it is one."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 32, 128])
@@ -172,7 +162,7 @@ def main() -> None:
     rows = []
     if args.finish:
         with open(partial, newline="") as log:
-            rows = [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(log)]
+            rows = [{k: csv_number(v) for k, v in row.items()} for row in csv.DictReader(log)]
     else:
         with Pool(args.jobs) as pool, open(partial, "w", newline="") as log:
             writer = csv.DictWriter(log, FIELDS)

@@ -23,13 +23,15 @@ import statistics
 
 from common import RESULTS, ROOT, over_layers, workload_layers
 
+from swauto.frontend.check import BoundOperator
+from swauto.schedule.candidate import Candidate
+
 NETWORKS = ("vgg16", "resnet50", "yolov2")
 FIELDS = ["model", "layer", "B", "ci", "co", "in_hw", "k", "stride", "pad", "algorithm3_ms", "algorithm4_ms",
-          "algorithm4_bco",
-          "swauto_ms", "swauto_gflops", "swauto_pct", "speedup", "swauto_pick"]
+          "algorithm4_bco", "swauto_ms", "swauto_gflops", "swauto_pct", "speedup", "swauto_pick"]
 
 
-def hand_schedule(op, columns: int, double_buffer: bool):  # noqa: ANN001, ANN201 (a BoundOperator, a Candidate)
+def hand_schedule(op: BoundOperator, columns: int, double_buffer: bool) -> Candidate | None:
     """swDNN's fixed candidate with `columns` output columns per GEMM (see the module docstring), found
     in conv2d.sw's space: loops that run once stand outermost there, in any order."""
     from swauto.schedule.space import candidates

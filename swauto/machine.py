@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from swauto import targets
 
@@ -128,7 +128,7 @@ class SW26010:
     gemm_fit: tuple[float, float, float, float, float] = (1.45146e-10, 1.29694e-10, 1.08277e-11, 2.28531e-07,
                                                           2.00889e-11)
     gemm_fit_eq42: tuple[float, float, float, float] = (-1.91782e-09, 4.32508e-11, 1.15299e-11, 6.23393e-07)
-    gemm_equation: str = "refined"
+    gemm_equation: Literal["refined", "4-2"] = "refined"
 
     @property
     def cpes(self) -> int:

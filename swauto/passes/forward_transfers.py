@@ -9,9 +9,11 @@ a loop whose body uses buffers of several statements), at its top level:
   still holds (it put that box, or got it, and nothing since wrote that buffer or an overlapping box
   of the tensor) is dropped, and the later statement reads the holder instead. Only where the two
   are interchangeable: the same box of the same tensor (no padding, no strides, no zero fill), the
-  same buffer shape, box extents, dtype and spread over the mesh (so every CPE already holds its
-  share: no exchange between CPEs is needed), and the dropped buffer is used nowhere but that box.
-  The holder is marked `resident`: it keeps its local memory for the whole kernel.
+  same buffer shape (leading ones aside), box extents, dtype and spread over the mesh (so every CPE
+  already holds its share: no exchange between CPEs is needed), and the dropped buffer is used
+  nowhere but that box (a zero-padded primitive operand: that box and its padding, handed over only
+  from a buffer zeroed over the same boxes that no call writes). The holder is marked `resident`: it
+  keeps its local memory for the whole kernel.
 - **Laying maps out as the GEMM does.** The buffers of an element-wise statement (maps only, every
   buffer of one shape) are spread over the mesh in contiguous shares per CPE by default. Laid out
   as a GEMM's buffer instead (its shape, padding included, in the mesh's 8 x 8 blocks), element
@@ -44,7 +46,7 @@ from dataclasses import dataclass, replace
 
 from swauto.ir import expr as ex
 from swauto.ir.dependence import disjoint, loop_range, loop_ranges
-from swauto.ir.nodes import Access, Alloc, Call, Dma, DmaWait, For, Let, Module, Seq, Stmt, Zero, seq
+from swauto.ir.nodes import Access, Alloc, Call, Dma, DmaWait, For, Let, LocalBuffer, Module, Seq, Stmt, Zero, seq
 from swauto.ir.visitor import Rewriter, walk
 
 
@@ -83,19 +85,23 @@ class _Forwarding:
         self.invariants = invariants
         self.statement_of = {buffer.name: buffer.statement for buffer in module.buffers}
         self.uses: dict[str, list[Access]] = {}  # every box of each local buffer the body reads or writes
-        for node, _ in walk(module.body):
-            for access in () if isinstance(node, Zero) else _boxes(node):
-                self.uses.setdefault(access.name, []).append(access)
         self.zeroed: dict[str, list[tuple[tuple[ex.Expr, ...], tuple[int | ex.Expr, ...]]]] = {}  # zeroed boxes
+        self.computed: set[str] = set()  # buffers a call writes
+        kinds: dict[int, set[str]] = {}  # per statement, the kinds of its calls
         for node, _ in walk(module.body):
             if isinstance(node, Zero):
                 self.zeroed.setdefault(node.buffer.name, []).append((node.buffer.starts, node.buffer.extents))
-        self.computed = {node.output.name for node, _ in walk(module.body) if isinstance(node, Call)}
+                continue
+            for access in _boxes(node):
+                self.uses.setdefault(access.name, []).append(access)
+            if isinstance(node, Call):
+                self.computed.add(node.output.name)
+                kinds.setdefault(self.statement_of[node.output.name], set()).add(node.signature.kind)
         self.residents: set[str] = set()
         # Each buffer's shape and spread: maps may take a mesh holder's (`choose_layout`).
         self.layout = {buffer.name: (buffer.shape, buffer.spread) for buffer in module.buffers}
         # statement -> its buffers, for maps that may take a GEMM's layout
-        self.respreadable = _respreadable(module) if relayout else {}
+        self.respreadable = _respreadable(module, kinds) if relayout else {}
         self.layout_decided: set[int] = set()
 
     def statements(self, body: Stmt, loop: For | None) -> tuple[tuple[Stmt, ...], list[_Holding], dict[int, set[str]]]:
@@ -230,7 +236,7 @@ class _Forwarding:
         gets = [s for s in rest if isinstance(s, Dma) and s.direction == "get" and
                 self.statement_of.get(s.buffer.name) == statement]
 
-        def forwarded(layouts: dict[str, tuple[tuple[int, ...], str]]) -> int:
+        def forwarded(layouts: dict[str, tuple[tuple[int, ...], str]]) -> int:  # tried in place; the best is set last
             self.layout.update(layouts)
             return sum(self.holding_for(get, holdings, holders_of) is not None for get in gets)
 
@@ -348,19 +354,14 @@ def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
     return shape
 
 
-def _respreadable(module: Module) -> dict[int, list[str]]:
-    """Per statement whose calls are all maps on buffers of one shape (leading ones aside), those
-    buffers' names."""
-    buffers: dict[int, list[str]] = {}
+def _respreadable(module: Module, kinds: dict[int, set[str]]) -> dict[int, list[str]]:
+    """Per statement whose calls are all maps (`kinds`: per statement, its calls' kinds) on buffers of
+    one shape (leading ones aside), those buffers' names."""
+    buffers: dict[int, list[LocalBuffer]] = {}
     for buffer in module.buffers:
-        buffers.setdefault(buffer.statement, []).append(buffer.name)
-    kinds: dict[int, set[str]] = {}
-    for node, _ in walk(module.body):
-        if isinstance(node, Call) and node.operands:
-            statement = module.buffer(node.output.name).statement
-            kinds.setdefault(statement, set()).add(node.signature.kind)
-    return {statement: names for statement, names in buffers.items() if kinds.get(statement) == {"map"} and
-            len({(_squeezed(module.buffer(n).shape), module.buffer(n).dtype) for n in names}) == 1}
+        buffers.setdefault(buffer.statement, []).append(buffer)
+    return {statement: [b.name for b in mine] for statement, mine in buffers.items()
+            if kinds.get(statement) == {"map"} and len({(_squeezed(b.shape), b.dtype) for b in mine}) == 1}
 
 
 def _plain(dma: Dma) -> bool:
