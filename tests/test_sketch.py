@@ -5,6 +5,7 @@ tuner's pick from the few candidates it lowers is as good as from lowering them 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -152,3 +153,35 @@ def test_no_sketch_is_priced_below_its_class_bound_and_one_signature_one_price(t
     assert checked > 0
     if example == "conv2d.sw":  # the output's loops above the reduction's: orders that share a signature
         assert len(prices) < checked
+
+
+def test_a_sketch_counts_the_buffers_of_peeled_copies(monkeypatch):
+    """Double buffered, the peeled copy of a loop inside another loop keeps its buffers beside the whole
+    tiles' (both issue their first transfers before the outer loop): the sketch counts them. So a
+    candidate it finds no room for is one the pipeline finds none for either (the tuner, which lowers
+    those last, never puts a legal one behind them), and few it finds room for overflow once lowered
+    (at 384 -> 384 channels, B = 32, 13 columns in tiles of 4: before, 60 of the 76 candidates the
+    tuner lowered overflowed)."""
+    import random
+
+    monkeypatch.setenv("SWAUTO_VERIFY", "0")
+    machine = targets.get("sw26010").machine()
+    op = load(EXAMPLES / "conv2d.sw", {"B": 32, "Ni": 384, "No": 384, "Ri": 13, "Ci": 13})
+    sketcher = Sketcher(op, machine)
+    fitting = Counter()
+    for candidate in random.Random(0).sample(list(candidates(op, (True,))), 120):
+        try:
+            sketcher.placement(candidate)
+        except Rejected as rejection:
+            assert rejection.reason == "local memory overflow"
+            fitting["overflows"] += 1
+            with pytest.raises(Rejected, match="local memory"):
+                lower(op, candidate, machine)
+            continue
+        try:
+            lower(op, candidate, machine)
+            fitting["fits, legal"] += 1
+        except Rejected:
+            fitting["fits, overflows once lowered"] += 1
+    assert fitting["overflows"] >= 10
+    assert fitting["fits, overflows once lowered"] <= fitting["fits, legal"] / 3, fitting

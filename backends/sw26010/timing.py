@@ -311,7 +311,7 @@ def check_local_memory(module: Module, machine: SW26010) -> int:
         for index, (start, end, first) in enumerate(placed):
             for other_start, other_end, second in placed[index + 1:]:
                 one, other = live[owners[first]], live[owners[second]]
-                if start < other_end and other_start < end and one[0] <= other[1] and other[0] <= one[1]:
+                if start < other_end and other_start < end and one.overlaps(other):
                     raise SimulationError(f"local buffers {first} and {second} overlap in LDM while both are live")
     if used > machine.ldm_usable_bytes:
         raise SimulationError(

@@ -3,9 +3,9 @@
 Guarantees: every local buffer has a per-CPE offset, 32-byte aligned (one 256-bit register). The
 buffers of different statements of the compute block are never live at once, so each statement's
 buffers start at the same place; `resident` buffers (values kept for later statements) come first and
-overlap nothing. Within a statement, a buffer is live from the first to the last top-level statement
-of the body that uses it (a transfer, its wait, a zeroing, a call): the peeled copies of a nest that
-run one after another share local memory. No two buffers that may be live at once overlap, and the
+overlap nothing. Within a statement, a buffer is live from its first to its last use in the innermost
+loop body that holds them all (`live_ranges`): the peeled copies of a loop that run one after another
+share local memory, at any depth. No two buffers that may be live at once overlap, and the
 whole fits one CPE's usable local memory.
 Each buffer a GEMM computes on gets a float64 copy (`<name>_double`, `LocalBuffer.copy_of`; one tile
 even when the buffer is double buffered): the primitive converts single precision to double in LDM.
@@ -14,11 +14,11 @@ Raises `Rejected` when the buffers do not fit.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from math import ceil, prod
 
 from swauto.errors import Rejected
-from swauto.ir.nodes import Alloc, Call, Dma, DmaWait, LocalBuffer, Module, Seq, Stmt, Zero, seq
+from swauto.ir.nodes import Alloc, Call, Dma, DmaWait, For, LocalBuffer, Module, Seq, Stmt, Zero, seq
 from swauto.ir.visitor import walk
 from swauto.machine import DTYPE_BYTES, LocalMemoryMachine
 
@@ -80,7 +80,7 @@ def plan_local_memory(module: Module, machine: LocalMemoryMachine) -> Module:
         taken = sorted((other.offset, other.offset + aligned(per_cpe_bytes(other, machine)))
                        for other in placed.values()
                        if not other.resident and other.statement == buffer.statement
-                       and _overlap(span, live[other.copy_of or other.name]))
+                       and span.overlaps(live[other.copy_of or other.name]))
         offset = resident
         for start, end in taken:
             if offset + size <= start:
@@ -96,36 +96,80 @@ def plan_local_memory(module: Module, machine: LocalMemoryMachine) -> Module:
     return replace(module, buffers=tuple(placed[b.name] for b in ordered), body=_allocate_twins(module.body, twins))
 
 
-def live_ranges(module: Module) -> dict[str, tuple[int, int]]:
-    """Per local buffer of `module`, the first and last top-level statement of its body that uses it:
-    a transfer into or out of it, the wait for such a transfer, a zeroing, a call on it. A buffer no
-    statement uses is live throughout. (A use inside a loop makes the buffer live for the whole loop:
-    iterations may carry it.)"""
-    top = module.body.stmts if isinstance(module.body, Seq) else (module.body,)
-    everywhere = (0, max(0, len(top) - 1))
-    ranges: dict[str, tuple[int, int]] = {}
+@dataclass(frozen=True)
+class LiveRange:
+    """Where a local buffer may hold a value: statements `first` to `last` of the sequence at `scope`
+    (the path of statement indices from the module's body down through loop bodies; () is the body)."""
+
+    scope: tuple[int, ...]
+    first: int
+    last: int
+
+    def overlaps(self, other: LiveRange) -> bool:
+        if self.scope == other.scope:
+            return self.first <= other.last and other.first <= self.last
+        for outer, inner in ((self, other), (other, self)):
+            depth = len(outer.scope)
+            if len(inner.scope) > depth and inner.scope[:depth] == outer.scope:
+                return outer.first <= inner.scope[depth] <= outer.last
+        return False  # in different statements of a sequence that holds both scopes
+
+
+def live_ranges(module: Module) -> dict[str, LiveRange]:
+    """Per local buffer of `module`, where it may hold a value. A buffer is used by a transfer into
+    or out of it, the wait for such a transfer, a zeroing, a call on it; it is live from its first to
+    its last use in the innermost loop body that holds them all (so the peeled copies of a loop that
+    run one after another share local memory, at every depth), widened to the whole loop while that
+    loop's body does not write it before anything else uses it (iterations may carry its value;
+    a use inside an `If` counts as a read). A buffer no statement uses is live throughout."""
+    top = _statements(module.body)
     owner: dict[str, str] = {}  # reply -> the buffer its transfer moves
-    for index, stmt in enumerate(top):
-        for node, _ in walk(stmt):
-            if isinstance(node, Dma):
-                owner[node.reply] = node.buffer.name
-                names: tuple[str, ...] = (node.buffer.name,)
-            elif isinstance(node, DmaWait):
-                names = (owner[node.reply],) if node.reply in owner else ()
-            elif isinstance(node, Zero):
-                names = (node.buffer.name,)
-            elif isinstance(node, Call):
-                names = tuple(access.name for call in (node, *node.epilogue) for _, access in call.operands)
-            else:
+    uses: dict[str, list[tuple[tuple[int, ...], bool]]] = {}  # per buffer: (path, whether it writes first)
+
+    def visit(stmts: tuple[Stmt, ...], path: tuple[int, ...]) -> None:
+        for index, stmt in enumerate(stmts):
+            here = (*path, index)
+            if isinstance(stmt, For):
+                visit(_statements(stmt.body), here)
                 continue
-            for name in names:
-                first, last = ranges.get(name, (index, index))
-                ranges[name] = (min(first, index), max(last, index))
-    return {buffer.name: ranges.get(buffer.name, everywhere) for buffer in module.buffers}
+            for node, _ in walk(stmt):
+                for name, writes in _used(node, owner):
+                    uses.setdefault(name, []).append((here, writes and node is stmt))
+
+    visit(top, ())
+    return {buffer.name: _range(uses[buffer.name]) if buffer.name in uses else LiveRange((), 0, max(0, len(top) - 1))
+            for buffer in module.buffers}
 
 
-def _overlap(one: tuple[int, int], other: tuple[int, int]) -> bool:
-    return one[0] <= other[1] and other[0] <= one[1]
+def _statements(body: Stmt) -> tuple[Stmt, ...]:
+    return body.stmts if isinstance(body, Seq) else (body,)
+
+
+def _used(node: Stmt, owner: dict[str, str]) -> tuple[tuple[str, bool], ...]:
+    """The buffers `node` uses, each with whether it writes the buffer without reading it (a get, a
+    zeroing)."""
+    if isinstance(node, Dma):
+        owner[node.reply] = node.buffer.name
+        return ((node.buffer.name, node.direction == "get"),)
+    if isinstance(node, DmaWait):
+        return ((owner[node.reply], False),) if node.reply in owner else ()
+    if isinstance(node, Zero):
+        return ((node.buffer.name, True),)
+    if isinstance(node, Call):
+        return tuple((access.name, False) for call in (node, *node.epilogue) for _, access in call.operands)
+    return ()
+
+
+def _range(uses: list[tuple[tuple[int, ...], bool]]) -> LiveRange:
+    """The live range of a buffer with these uses (`live_ranges`)."""
+    paths = [path for path, _ in uses]
+    common = 0
+    while all(len(path) > common + 1 and path[common] == paths[0][common] for path in paths):
+        common += 1
+    # Inside a loop's body only if each iteration writes the buffer before it reads it.
+    scope = paths[0][:common] if min(uses)[1] else ()
+    inside = [path[len(scope)] for path in paths]
+    return LiveRange(scope, min(inside), max(inside))
 
 
 def _allocate_twins(body: Stmt, twins: list[LocalBuffer]) -> Stmt:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 import operator
 from dataclasses import dataclass, replace
-from math import prod
+from math import ceil, prod
 
 from swauto.errors import Rejected
 from swauto.frontend.check import BoundOperator
@@ -62,16 +62,19 @@ class _Operand:
 @dataclass
 class _TileClass:
     """What the candidates of one tile class share: the scheduled module (for its tensors), its loops
-    by name, the padded call, its transfers, the float64 copies' local memory, and the boxes per set
-    of crossed loops."""
+    by name, the padded call, its transfers, the float64 copies' local memory per role, and the boxes
+    per set of crossed loops."""
 
     module: Module
     loops: dict[str, For]
     call: Call
     operands: tuple[_Operand, ...]
-    copies: int
+    twins: dict[str, int]
     spread: str
     share: float  # `Sketch.share`
+    # Per loop whose last iteration `peel_boundaries` peels into a copy of its body: per operand role, its
+    # box in that copy over its box in a whole tile.
+    peeled: dict[str, dict[str, float]]
     transfers: dict[tuple[str, frozenset[str]], _Transfer]
     # Per operand and order of the loops its box depends on: its transfer hoisted over none, one, ...
     # of them, as far as it may be, each with its home (the loop whose body holds it; None: none).
@@ -200,6 +203,7 @@ class Sketcher:
             return replace(access, extents=tuple(e if isinstance(e, int) else ex.evaluate(e, first)
                                                  for e in access.extents))
 
+        peeled = _peeled_copies(loops, call, first)
         call = replace(call.with_operands(lambda _, access: full(access)),
                        sizes=tuple((d, s if isinstance(s, int) else ex.evaluate(s, first)) for d, s in call.sizes),
                        epilogue=tuple(c.with_operands(lambda _, access: full(access)) for c in call.epilogue))
@@ -218,14 +222,14 @@ class Sketcher:
                 writes=writes, element=DTYPE_BYTES[tensor.dtype],
                 cap=0 if writes and call.epilogue else None,  # fused consumers run on one call's box
                 used=frozenset().union(*(ex.free_vars(start) for start in access.starts))))
-        copies = 0  # the primitive's float64 copies of its operand tiles (`plan_local_memory`)
+        twins = {}  # per role, the primitive's float64 copy of its operand tile (`plan_local_memory`)
         if call.signature.kind == "gemm" and self.machine.gemm_compute_dtype != "float32":
-            copies = sum(aligned(per_cpe_bytes(LocalBuffer(f"{names[role]}_double", access.padded_extents(),
-                                                           self.machine.gemm_compute_dtype), self.machine))
-                         for role, access in call.operands)
+            twins = {role: aligned(per_cpe_bytes(LocalBuffer(f"{names[role]}_double", access.padded_extents(),
+                                                             self.machine.gemm_compute_dtype), self.machine))
+                     for role, access in call.operands}
         spread = "mesh" if call.signature.kind == "gemm" else "flat"
-        return _TileClass(module, {loop.var: loop for loop in loops}, call, tuple(operands), copies, spread, share,
-                          {}, {}, {loop.var: trip_count(loop) for loop in loops}, {})
+        return _TileClass(module, {loop.var: loop for loop in loops}, call, tuple(operands), twins, spread, share,
+                          peeled, {}, {}, {loop.var: trip_count(loop) for loop in loops}, {})
 
     def _place(self, tiles: _TileClass, candidate: Candidate) -> Placement:
         # A fused consumer's loops are gone: the order's other loops are the nest's.
@@ -234,6 +238,7 @@ class Sketcher:
             raise Rejected("not in this space", "the loop order names other loops")
         outside = list(itertools.accumulate((tiles.trips[loop.var] for loop in loops), operator.mul, initial=1))
         position = {loop.var: index for index, loop in enumerate(loops)}
+        doubled = 2 if candidate.double_buffer else 1
         options: list[list[tuple[int, int, str | None, _Transfer]]] = []
         for operand in tiles.operands:
             deps = tuple(loop.var for loop in loops if loop.var in operand.used)
@@ -243,12 +248,16 @@ class Sketcher:
             per_level: list[tuple[int, int, str | None, _Transfer]] = []
             for home, transfer in ladder:
                 moved = transfer.moved * outside[position[home] + 1 if home is not None else 0]
+                # The buffer (both halves, double buffered) and the primitive's float64 copy of its tile.
+                local = doubled * transfer.local + tiles.twins.get(operand.role, 0)
+                if candidate.double_buffer:
+                    local = ceil(local * _copies(tiles, operand.role, position, home))
                 # An option moving no fewer bytes in no less room than a lower level's is never chosen.
-                if not any(m <= moved and local <= transfer.local for m, local, _, _ in per_level):
-                    per_level.append((moved, transfer.local, home, transfer))
+                if not any(m <= moved and room <= local for m, room, _, _ in per_level):
+                    per_level.append((moved, local, home, transfer))
             options.append(per_level)
         picks = cheapest([[(moved, local) for moved, local, _, _ in per_level] for per_level in options],
-                         self.machine.ldm_usable_bytes - tiles.copies, 2 if candidate.double_buffer else 1)
+                         self.machine.ldm_usable_bytes, 1)
         if picks is None:
             raise Rejected("local memory overflow", "no placement of the transfers fits local memory")
         placed = tuple(per_level[pick][2:] for per_level, pick in zip(options, picks, strict=True))
@@ -341,6 +350,38 @@ class Sketcher:
         return [consumer.with_operands(lambda role, access, i=index, c=consumer: tile if access.name ==
                                        call.output.name else local[f"{c.primitive}{i}_{role}"])
                 for index, consumer in enumerate(call.epilogue)]
+
+
+def _copies(tiles: _TileClass, role: str, position: dict[str, int], home: str | None) -> float:
+    """How many tiles' worth of local memory an operand's buffer takes, double buffered, with the
+    buffers of the peeled copies of the loops that are not outermost and hold its transfer (at or
+    inside its `home`)."""
+    if home is None:
+        return 1.0
+    factor = 1.0
+    for var, share in tiles.peeled.items():
+        if 0 < position[var] <= position[home]:
+            factor *= 1 + share[role]
+    return factor
+
+
+def _peeled_copies(loops: list[For], call: Call, first: dict[str, int]) -> dict[str, dict[str, float]]:
+    """`_TileClass.peeled`: the loops whose variable some extent of the call's boxes depends on (a split
+    with a shorter last tile), each with, per operand role, the box's volume at the loop's last
+    iteration over its volume at the first (`first`: every loop's first iteration)."""
+    extents = {role: access.extents for role, access in call.transfers}
+    names = set().union(*(ex.free_vars(e) for shape in extents.values() for e in shape if not isinstance(e, int)))
+
+    def volume(shape: tuple, env: dict[str, int]) -> int:
+        return prod(e if isinstance(e, int) else ex.evaluate(e, env) for e in shape)
+
+    peeled = {}
+    for loop in loops:
+        trips = trip_count(loop, first)
+        if loop.var in names and trips > 1:
+            last = {**first, loop.var: first[loop.var] + (trips - 1) * loop.stride}
+            peeled[loop.var] = {role: volume(shape, last) / volume(shape, first) for role, shape in extents.items()}
+    return peeled
 
 
 def _share_of_work(loops: list[For], call: Call, first: dict[str, int], machine: LocalMemoryMachine) -> float:
