@@ -239,6 +239,8 @@ class Sketcher:
         outside = list(itertools.accumulate((tiles.trips[loop.var] for loop in loops), operator.mul, initial=1))
         position = {loop.var: index for index, loop in enumerate(loops)}
         doubled = 2 if candidate.double_buffer else 1
+        # The loops inside another that runs more than once (a loop of one trip is no loop once lowered).
+        enclosed = {loop.var for index, loop in enumerate(loops) if outside[index] > 1}
         options: list[list[tuple[int, int, str | None, _Transfer]]] = []
         for operand in tiles.operands:
             deps = tuple(loop.var for loop in loops if loop.var in operand.used)
@@ -249,9 +251,8 @@ class Sketcher:
             for home, transfer in ladder:
                 moved = transfer.moved * outside[position[home] + 1 if home is not None else 0]
                 # The buffer (both halves, double buffered) and the primitive's float64 copy of its tile.
-                local = doubled * transfer.local + tiles.twins.get(operand.role, 0)
-                if candidate.double_buffer:
-                    local = ceil(local * _copies(tiles, operand.role, position, home))
+                buffers, twins = _copies(tiles, operand, position, enclosed, home, candidate.double_buffer)
+                local = ceil(doubled * transfer.local * buffers + tiles.twins.get(operand.role, 0) * twins)
                 # An option moving no fewer bytes in no less room than a lower level's is never chosen.
                 if not any(m <= moved and room <= local for m, room, _, _ in per_level):
                     per_level.append((moved, local, home, transfer))
@@ -352,17 +353,27 @@ class Sketcher:
                 for index, consumer in enumerate(call.epilogue)]
 
 
-def _copies(tiles: _TileClass, role: str, position: dict[str, int], home: str | None) -> float:
-    """How many tiles' worth of local memory an operand's buffer takes, double buffered, with the
-    buffers of the peeled copies of the loops that are not outermost and hold its transfer (at or
-    inside its `home`)."""
-    if home is None:
-        return 1.0
-    factor = 1.0
+def _copies(tiles: _TileClass, operand: _Operand, position: dict[str, int], enclosed: set[str],
+            home: str | None, doubled: bool) -> tuple[float, float]:
+    """How many tiles' worth of local memory an operand's buffer, and the primitive's float64 copy of
+    its tile, take with those of the peeled copies live beside them. A loop's peeled copy inside
+    another loop (`enclosed`) has its own buffer for the operand, live beside the whole tiles' when
+    the transfer sits in that loop's body (in the copy, which has no such loop, it moves out to the
+    enclosing loop's body) or, double buffered, anywhere inside the loop (both copies issue their
+    first transfers before the outermost loop). A transfer hoisted over the loop keeps one buffer
+    when its box does not move with the loop; otherwise the copy's transfer is another, beside it,
+    but the sketch's box already spans the loop's every trip: only the float64 copies add up."""
+    buffers = twins = 1.0
     for var, share in tiles.peeled.items():
-        if 0 < position[var] <= position[home]:
-            factor *= 1 + share[role]
-    return factor
+        if var not in enclosed:
+            continue
+        inside = -1 if home is None else position[home]  # where the transfer sits against the loop
+        if inside == position[var] or doubled and inside > position[var]:
+            buffers *= 1 + share[operand.role]
+            twins *= 1 + share[operand.role]
+        elif inside < position[var] and var in operand.used:
+            twins *= 1 + share[operand.role]
+    return buffers, twins
 
 
 def _peeled_copies(loops: list[For], call: Call, first: dict[str, int]) -> dict[str, dict[str, float]]:
