@@ -80,6 +80,7 @@ class _TileClass:
     # of them, as far as it may be, each with its home (the loop whose body holds it; None: none).
     ladders: dict[tuple[str, tuple[str, ...]], tuple[tuple[str | None, _Transfer], ...]]
     trips: dict[str, int]  # per loop
+    floors: dict[int, int]  # per buffer count (1, 2: double buffered), the least local memory of any placement
     calls: dict[tuple[int, ...], Call]  # the call on its buffers, per choice of transfers (by identity)
 
 
@@ -229,35 +230,47 @@ class Sketcher:
                      for role, access in call.operands}
         spread = "mesh" if call.signature.kind == "gemm" else "flat"
         return _TileClass(module, {loop.var: loop for loop in loops}, call, tuple(operands), twins, spread, share,
-                          peeled, {}, {}, {loop.var: trip_count(loop) for loop in loops}, {})
+                          peeled, {}, {}, {loop.var: trip_count(loop) for loop in loops}, {}, {})
 
     def _place(self, tiles: _TileClass, candidate: Candidate) -> Placement:
         # A fused consumer's loops are gone: the order's other loops are the nest's.
         loops = tuple(tiles.loops[var] for var in candidate.order if var in tiles.loops)
         if len(loops) != len(tiles.loops):
             raise Rejected("not in this space", "the loop order names other loops")
-        outside = list(itertools.accumulate((tiles.trips[loop.var] for loop in loops), operator.mul, initial=1))
-        position = {loop.var: index for index, loop in enumerate(loops)}
         doubled = 2 if candidate.double_buffer else 1
+        floor = tiles.floors.get(doubled)
+        if floor is None:  # every transfer in the innermost loop its box depends on: the least room any order takes
+            floor = tiles.floors[doubled] = sum(
+                doubled * self._transfer(tiles, operand, loops, frozenset()).local + tiles.twins.get(operand.role, 0)
+                for operand in tiles.operands)
+        if floor > self.machine.ldm_usable_bytes:
+            raise Rejected("local memory overflow", "no placement of the transfers fits local memory")
+        order = tuple(loop.var for loop in loops)
+        outside = list(itertools.accumulate((tiles.trips[var] for var in order), operator.mul, initial=1))
+        position = {var: index for index, var in enumerate(order)}
         # The loops inside another that runs more than once (a loop of one trip is no loop once lowered).
-        enclosed = {loop.var for index, loop in enumerate(loops) if outside[index] > 1}
+        enclosed = {var for index, var in enumerate(order) if outside[index] > 1} if tiles.peeled else set()
         options: list[list[tuple[int, int, str | None, _Transfer]]] = []
         for operand in tiles.operands:
-            deps = tuple(loop.var for loop in loops if loop.var in operand.used)
+            deps = tuple(var for var in order if var in operand.used)
             ladder = tiles.ladders.get((operand.role, deps))
             if ladder is None:
                 ladder = tiles.ladders[operand.role, deps] = self._ladder(tiles, operand, loops, deps)
+            twin = tiles.twins.get(operand.role, 0)
             per_level: list[tuple[int, int, str | None, _Transfer]] = []
             for home, transfer in ladder:
-                moved = transfer.moved * outside[position[home] + 1 if home is not None else 0]
+                moved = transfer.moved * outside[0 if home is None else position[home] + 1]
                 # The buffer (both halves, double buffered) and the primitive's float64 copy of its tile.
-                buffers, twins = _copies(tiles, operand, position, enclosed, home, candidate.double_buffer)
-                local = ceil(doubled * transfer.local * buffers + tiles.twins.get(operand.role, 0) * twins)
+                if enclosed:
+                    buffers, twins = _copies(tiles, operand, position, enclosed, home, candidate.double_buffer)
+                    local = ceil(doubled * transfer.local * buffers + twin * twins)
+                else:
+                    local = doubled * transfer.local + twin
                 # An option moving no fewer bytes in no less room than a lower level's is never chosen.
                 if not any(m <= moved and room <= local for m, room, _, _ in per_level):
                     per_level.append((moved, local, home, transfer))
             options.append(per_level)
-        picks = cheapest([[(moved, local) for moved, local, _, _ in per_level] for per_level in options],
+        picks = cheapest([[option[:2] for option in per_level] for per_level in options],
                          self.machine.ldm_usable_bytes, 1)
         if picks is None:
             raise Rejected("local memory overflow", "no placement of the transfers fits local memory")
