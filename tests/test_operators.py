@@ -29,6 +29,7 @@ OPERATORS = {
     "conv2d_nchw": {"B": 2, "Ni": 5, "No": 7, "Ri": 6, "Ci": 9, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1},
     "conv2d_explicit": {"B": 2, "Ni": 3, "No": 5, "Ri": 7, "Ci": 9, "Kr": 3, "Kc": 3, "stride": 2, "pad": 1},
     "conv2d_winograd": {"B": 3, "Ni": 5, "No": 6, "Ri": 3, "Ci": 5, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1},
+    "conv2d_depthwise": {"B": 3, "C": 37, "Ri": 7, "Ci": 9, "K": 3, "stride": 2, "pad": 1},
     "lstm": {"T": 3, "B": 5, "In": 7, "H": 6},
     "lstm_baseline": {"T": 3, "B": 5, "In": 7, "H": 6},
 }
@@ -149,6 +150,25 @@ def test_winograd_in_channel_blocks_with_tails_is_a_convolution(target):
     arrays = _inputs(kernel.operator)
     kernel(**arrays)
     expected = _direct_convolution(arrays["input"], arrays["weight"].astype(np.float64), 1, 1)
+    assert relative_error(arrays["output"], expected) < 1e-5
+
+
+@pytest.mark.parametrize("target", ["sw26010", "host"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_convolution_is_a_grouped_convolution(target, stride):
+    """Each channel convolved with its own filter (PyTorch's groups = channels, here channels-last),
+    against a direct NumPy convolution; 37 channels in blocks of 32, odd image sizes, the model's pick."""
+    params = {**OPERATORS["conv2d_depthwise"], "stride": stride}
+    kernel = swauto.compile(EXAMPLES / "conv2d_depthwise.sw", params=params, target=target)
+    arrays = _inputs(kernel.operator)
+    x = np.pad(arrays["input"].astype(np.float64), ((1, 1), (1, 1), (0, 0), (0, 0)))
+    w = arrays["weight"].astype(np.float64)
+    ro, co = arrays["output"].shape[:2]
+    expected = arrays["output"].astype(np.float64)
+    for kr in range(3):
+        for kc in range(3):
+            expected = expected + x[kr:kr + stride * ro:stride, kc:kc + stride * co:stride] * w[kr, kc, :, None]
+    kernel(**arrays)
     assert relative_error(arrays["output"], expected) < 1e-5
 
 

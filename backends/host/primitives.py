@@ -38,8 +38,9 @@ def emit_call(lw: Lowering, call: Call, env: Env) -> None:
 
 
 def emit_map(lw: Lowering, call: Call, env: Env) -> None:
-    """`Z = f(X, Y, c)` at every point of the tile, or for a reduction `Z = Z ⊕ X` (Z's offset does
-    not move along the dimensions it does not carry, so the points there fold into one element)."""
+    """`Z = f(X, Y, c)` (or `Z += f(X, Y, c)` for a map that combines) at every point of the tile, or for
+    a reduction `Z = Z ⊕ X` (Z's offset does not move along the dimensions it does not carry, so the
+    points there fold into one element)."""
     sizes = {dim: int(value) for dim, value in call.sizes}
     if min(sizes.values(), default=1) < 1:
         raise CodegenError(f"{call.primitive} sizes must be positive, got {dict(call.sizes)}")
@@ -58,7 +59,10 @@ def emit_map(lw: Lowering, call: Call, env: Env) -> None:
         else:
             values = {name: builder.load(pointers[role], align=4) for name, role in (("x", "X"), ("y", "Y"))
                       if role in pointers}
-        builder.store(_scalar(lw, function, values, call.constant), pointers["Z"], align=4)
+        value = _scalar(lw, function, values, call.constant)
+        if signature.kind == "map" and signature.combine == "+":  # Z += f(X, Y)
+            value = builder.fadd(builder.load(pointers["Z"], align=4), value)
+        builder.store(value, pointers["Z"], align=4)
 
     def level(depth: int, index: dict[str, ir.Value]) -> None:
         if depth == len(dims):

@@ -202,6 +202,8 @@ class _Machine(Visitor):
         memory_box = (tensor.name, tensor_starts, spans)
         flight = _Flight(stmt.direction, local_box, memory_box)
         state.in_flight.setdefault(stmt.reply, [])
+        if stmt.direction == "get":  # its tile now holds its data, zeros too where nothing inside moves
+            self.write(stmt.buffer.name, state)
         if 0 in extents:
             state.in_flight[stmt.reply].append(flight)
             return
@@ -212,7 +214,6 @@ class _Machine(Visitor):
         region = strided_slices(tensor_starts, extents, steps)
         memory = array[region]
         if stmt.direction == "get":
-            self.write(stmt.buffer.name, state)
             local[...] = memory
             state.counters.dma_get_bytes += memory.nbytes
             if tensor.is_output:

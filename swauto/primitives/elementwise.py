@@ -54,16 +54,18 @@ def operations(scalar: Scalar) -> list[str]:
 
 
 def _map(name: str, function: Scalar, inputs: tuple[str, ...], constant: str | None = None,
-         description: str = "") -> Primitive:
+         description: str = "", combine: str = "") -> Primitive:
+    """A map `Z = f(X, Y, c)`; with `combine` '+', `Z += f(X, Y, c)` (its add one more operation)."""
     def compute(views: Mapping[str, np.ndarray], value: float | None) -> np.ndarray:
         out = views["Z"]
-        result = evaluate(function, views.get("X"), views.get("Y"), value)
-        return np.broadcast_to(np.asarray(result, dtype=np.float64), out.shape)
+        result = np.broadcast_to(np.asarray(evaluate(function, views.get("X"), views.get("Y"), value),
+                                            dtype=np.float64), out.shape)
+        return out + result if combine == "+" else result
 
-    ops = operations(function)
+    ops = operations(function) + (["add"] if combine == "+" else [])
     return register(Primitive(
         name=name, kind="map", dims=("M", "N"),
-        inputs=tuple((role, ("M", "N")) for role in inputs), output=("Z", ("M", "N")), combine="",
+        inputs=tuple((role, ("M", "N")) for role in inputs), output=("Z", ("M", "N")), combine=combine,
         compute=compute, flops_per_point=len(ops), broadcast=True, constant=constant,
         description=description, cost={"function": function, "sw26010_p0": sum(SW26010_OPS[op] for op in ops)},
     ))
@@ -98,6 +100,9 @@ SUB = _map("sub", ("sub", "x", "y"), ("X", "Y"), description="Z = X - Y")
 MUL = _map("mul", ("mul", "x", "y"), ("X", "Y"), description="Z = X * Y")
 DIV = _map("div", ("div", "x", "y"), ("X", "Y"), description="Z = X / Y")
 MAX = _map("max", ("max", "x", "y"), ("X", "Y"), description="Z = max(X, Y)")
+# A multiply-accumulate (a depthwise convolution's tap): the add is counted apart from the multiply
+# (no fused multiply-add is assumed of the SW26010's vector unit for maps).
+MACC = _map("macc", ("mul", "x", "y"), ("X", "Y"), description="Z += X * Y", combine="+")
 REDUCE_SUM = _reduce("reduce_sum", "+", "Z += the sum of X over the dimensions Z does not carry")
 REDUCE_MAX = _reduce("reduce_max", "max", "Z = max(Z, the largest X over the dimensions Z does not carry)")
 
