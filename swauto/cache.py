@@ -9,6 +9,7 @@ a full disk) means compiling without caching. Either is said with a `CacheWarnin
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 import warnings
@@ -26,7 +27,12 @@ _WARNED: set[tuple[str, str]] = set()
 
 def cache_dir() -> Path:
     """`$SWAUTO_CACHE_DIR`, else `~/.cache/swauto` (not created here)."""
-    configured = os.environ.get(ENV_VAR)
+    return _cache_dir(os.environ.get(ENV_VAR), os.environ.get("HOME"))
+
+
+@functools.lru_cache(maxsize=16)
+def _cache_dir(configured: str | None, home: str | None) -> Path:
+    """`cache_dir` for these environment variables (the host model asks for every candidate it prices)."""
     return Path(configured) if configured else Path.home() / ".cache" / "swauto"
 
 

@@ -20,7 +20,7 @@ loops (the `hoist_dma` pass chooses how far; `call_levels` says how far each cal
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -89,16 +89,30 @@ def transfer_box(access: Access, loops: tuple[For, ...], hoist: int) -> Transfer
     hoist = min(hoist, hoistable(access, loops))
     crossed = tuple(deps[len(deps) - hoist :]) if hoist else ()
     home = deps[len(deps) - hoist - 1] if len(deps) > hoist else None
-    starts, extents = list(access.starts), list(access.extents)
+    starts = list(access.starts)
     for loop in crossed:
         low, high = ex.evaluate(loop.start, {}), ex.evaluate(loop.stop, {}) - 1
         for axis, start in enumerate(access.starts):
-            form = ex.linear_form(start)
-            coefficient = form[0].get(loop.var, 0) if form else 0
+            coefficient = _coefficient(start, loop.var)
             if coefficient:
                 starts[axis] = ex.substitute(starts[axis], {loop.var: low if coefficient > 0 else high})
-                extents[axis] += abs(coefficient) * (high - low)
-    return TransferBox(home, crossed, tuple(starts), tuple(extents))
+    return TransferBox(home, crossed, tuple(starts), hoisted_extents(access, crossed))
+
+
+def hoisted_extents(access: Access, crossed: Iterable[For]) -> tuple[int, ...]:
+    """The extents of `access`'s box grown to cover every iteration of the loops `crossed` (constant
+    bounds): `transfer_box`'s extents, without its starts."""
+    extents = list(access.extents)
+    for loop in crossed:
+        span = ex.evaluate(loop.stop, {}) - 1 - ex.evaluate(loop.start, {})
+        for axis, start in enumerate(access.starts):
+            extents[axis] += abs(_coefficient(start, loop.var)) * span
+    return tuple(extents)
+
+
+def _coefficient(start: ex.Expr, var: str) -> int:
+    form = ex.linear_form(start)
+    return form[0].get(var, 0) if form else 0
 
 
 def call_levels(calls: list[tuple[Call, tuple[For, ...]]], hoist: Mapping[str, int]) -> list[dict[str, int]]:

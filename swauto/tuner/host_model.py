@@ -106,7 +106,8 @@ def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
     tile = _default_tile()
     # On one thread, where the parallel phases would start changes nothing: they are not looked for.
     phases = split(module) if threads > 1 else None
-    transposing = _transposing_buffers(module)
+    nodes = [(node, loops) for node, loops in walk(module.body) if isinstance(node, Dma | Call)]
+    transposing = _transposing_buffers(nodes)
     in_group = set()
     shared, share = 1, 1.0
     if phases is not None and phases.loops:
@@ -121,9 +122,7 @@ def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
     parallel = [0.0, 0.0]
     serial = [0.0, 0.0]
     flops = copy_bytes = 0
-    for node, loops in walk(module.body):
-        if not isinstance(node, (Dma, Call)):
-            continue
+    for node, loops in nodes:
         trips = _trips(loops)
         bandwidth = machine.transpose_bandwidth if isinstance(node, Dma) and node.buffer.name in transposing else level
         node_flops, node_bytes, compute, traffic = _node_cost(node, machine, bandwidth, tile)
@@ -180,18 +179,19 @@ def _default_tile() -> tuple[int, int]:
     return knobs.rows, knobs.vectors
 
 
-def _transposing_buffers(module: Module) -> set[str]:
+def _transposing_buffers(nodes: list[tuple[Dma | Call, tuple[For, ...]]]) -> set[str]:
     """Buffers the micro-kernel reads as its vector operand, packed with the vectorized dimension
-    innermost, whose transfers bring another dimension innermost: their copies transpose."""
+    innermost, whose transfers bring another dimension innermost: their copies transpose. (`nodes`:
+    the module's transfers and calls.)"""
     from swauto.backends.host.layout import gemm_roles, innermost_dim
 
     vectorized = {}
-    for node, _ in walk(module.body):
+    for node, _ in nodes:
         if isinstance(node, Call) and node.signature.kind == "gemm":
             dim, access = gemm_roles(node)["vector"]
             vectorized[access.name] = dim
     transposing = set()
-    for node, _ in walk(module.body):
+    for node, _ in nodes:
         if isinstance(node, Dma) and node.buffer.name in vectorized:
             innermost = innermost_dim(node.tensor)
             if innermost is not None and innermost != vectorized[node.buffer.name]:
@@ -222,15 +222,16 @@ def machine(cache_dir: Path | None = None) -> Machine:
     `CacheWarning`). A calibration that could not be stored is measured once per process."""
     path, cpu = _calibration_file(cache_dir), _cpu()
     try:
-        data = path.read_bytes()
+        status = path.stat()
+        version: tuple[int, int, int] | None = (status.st_ino, status.st_mtime_ns, status.st_size)
     except OSError:
-        data = None
+        version = None
     loaded = _LOADED.get((path, cpu))
-    if loaded is not None and data is not None and loaded[0] == data:
+    if loaded is not None and version is not None and loaded[0] == version:
         return loaded[1]  # the model asks for every candidate: the file is parsed again only when it changed
     stored = _load_calibration(path, cpu)
-    if stored is not None and data is not None:
-        _LOADED[(path, cpu)] = (data, stored)
+    if stored is not None and version is not None:
+        _LOADED[(path, cpu)] = (version, stored)
     if stored is not None:
         return stored
     return _MEASURED.get((path, cpu)) or recalibrate(cache_dir)
@@ -263,8 +264,9 @@ def recalibrate(folder: Path | None = None) -> Machine:
 # Calibrations this process measured but could not store or trust, by (file, cpu): pricing every candidate
 # must not measure again.
 _MEASURED: dict[tuple[Path, str], Machine] = {}
-# Calibrations read from their files, by (file, cpu), with the file's bytes when read.
-_LOADED: dict[tuple[Path, str], tuple[bytes, Machine]] = {}
+# Calibrations read from their files, by (file, cpu), with the file's inode, modification time and size
+# when read (a calibration is written to a new file renamed over the old: a new inode).
+_LOADED: dict[tuple[Path, str], tuple[tuple[int, int, int], Machine]] = {}
 
 
 def _calibration_file(folder: Path | None) -> Path:

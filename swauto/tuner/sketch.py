@@ -35,7 +35,7 @@ from swauto.ir.nests import loop_nest, rebuild_nest, statements
 from swauto.ir.nodes import Access, Call, Dma, For, LocalBuffer, Module, Stmt, seq
 from swauto.machine import DTYPE_BYTES, LocalMemoryMachine
 from swauto.passes.hoist_dma import cheapest
-from swauto.passes.infer_dma import buffer_names, hoistable, transfer_box
+from swauto.passes.infer_dma import buffer_names, hoistable, hoisted_extents, transfer_box
 from swauto.passes.init_outputs import init_outputs
 from swauto.passes.pad_primitive import multiples, pad_primitive
 from swauto.passes.plan_local_memory import aligned, per_cpe_bytes
@@ -84,15 +84,26 @@ class _TileClass:
     calls: dict[tuple[int, ...], Call]  # the call on its buffers, per choice of transfers (by identity)
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class _Transfer:
-    """An operand's transfer hoisted over a set of loops: the bytes one execution moves (get and
-    put), its buffer's local bytes per CPE, the buffer, its get and its put (at the start and at the
-    end of its loop's body; none where the operand is not read or not written), and the primitive's
-    view of the buffer."""
+    """An operand's transfer hoisted over a set of loops (`crossed`): the bytes one execution moves (get
+    and put) and its buffer's local bytes per CPE, which is all a placement needs; its IR (`_TransferIR`)
+    is built when a sketch's module is (`Sketcher.module`). Compared by identity: one per operand and
+    set of crossed loops in a tile class."""
 
+    operand: _Operand
+    loops: tuple[For, ...]  # an order of the class's loops it was asked for in (any: the box depends on the set)
+    crossed: frozenset[str]
     moved: int
     local: int
+    ir: _TransferIR | None = None
+
+
+@dataclass(frozen=True)
+class _TransferIR:
+    """A transfer's buffer, its get and its put (at the start and at the end of its loop's body; none
+    where the operand is not read or not written), and the primitive's view of the buffer."""
+
     buffer: LocalBuffer
     before: tuple[Stmt, ...]
     after: tuple[Stmt, ...]
@@ -166,7 +177,8 @@ class Sketcher:
         if found is None:
             return None
         loops = tuple(found.loops.values())
-        local = {operand.role: self._transfer(found, operand, loops, frozenset()).operand for operand in found.operands}
+        local = {operand.role: self._ir(found, self._transfer(found, operand, loops, frozenset())).operand
+                 for operand in found.operands}
         call = replace(found.call.with_operands(lambda role, _: local[role]), epilogue=())
         return Sketch(replace(found.module, buffers=(), body=rebuild_nest(list(loops), call)), found.share, ())
 
@@ -293,22 +305,30 @@ class Sketcher:
         found = tiles.transfers.get(key)
         if found is not None:
             return found
-        # The boxes `infer_dma.place` makes, without its zeroing and waits (the models read neither).
-        box = transfer_box(operand.access, loops, len(crossed))
-        access = operand.access
+        extents = hoisted_extents(operand.access, (tiles.loops[var] for var in crossed))
+        shape = tuple(e + p for e, p in zip(extents, operand.access.pad or (0,) * len(extents), strict=True))
+        found = tiles.transfers[key] = _Transfer(
+            operand, loops, crossed, moved=prod(extents) * operand.element * (operand.reads + operand.writes),
+            local=aligned(per_cpe_bytes(LocalBuffer(operand.buffer, shape, spread=tiles.spread), self.machine)))
+        return found
+
+    def _ir(self, tiles: _TileClass, transfer: _Transfer) -> _TransferIR:
+        """The transfer's IR: the boxes `infer_dma.place` makes, without its zeroing and waits (the models
+        read neither)."""
+        if transfer.ir is not None:
+            return transfer.ir
+        operand, access = transfer.operand, transfer.operand.access
+        box = transfer_box(access, transfer.loops, len(transfer.crossed))
         shape = tuple(e + p for e, p in zip(box.extents, access.pad or (0,) * len(box.extents), strict=True))
         tensor_box = Access(access.name, box.starts, box.extents, access.dims, steps=access.steps)
         buffer_box = Access(operand.buffer, tuple(ex.Const(0) for _ in shape), box.extents, access.dims)
-        buffer = LocalBuffer(operand.buffer, shape, spread=tiles.spread)
-        found = tiles.transfers[key] = _Transfer(
-            moved=prod(box.extents) * operand.element * (operand.reads + operand.writes),
-            local=aligned(per_cpe_bytes(buffer, self.machine)),
-            buffer=buffer,
+        transfer.ir = _TransferIR(
+            buffer=LocalBuffer(operand.buffer, shape, spread=tiles.spread),
             before=(Dma("get", tensor_box, buffer_box, f"{operand.buffer}_ready"),) if operand.reads else (),
             after=(Dma("put", tensor_box, buffer_box, f"{operand.buffer}_written"),) if operand.writes else (),
             operand=Access(operand.buffer, tuple(s - n for s, n in zip(access.starts, box.starts, strict=True)),
                            access.extents, access.dims, access.pad))
-        return found
+        return transfer.ir
 
     def module(self, placement: Placement) -> Module:
         """The sketch's module: the class's nest in the placement's loop order, each transfer in its
@@ -318,14 +338,15 @@ class Sketcher:
         after: dict[str | None, list[Stmt]] = {}
         local: dict[str, Access] = {}
         call = tiles.call
-        for operand, (_, transfer) in zip(tiles.operands, placed, strict=True):
-            local[operand.role] = transfer.operand
-        for (home, transfer), operand in zip(placed, tiles.operands, strict=True):
-            before.setdefault(home, []).extend(transfer.before)
+        irs = [self._ir(tiles, transfer) for _, transfer in placed]
+        for operand, ir in zip(tiles.operands, irs, strict=True):
+            local[operand.role] = ir.operand
+        for (home, _), ir, operand in zip(placed, irs, tiles.operands, strict=True):
+            before.setdefault(home, []).extend(ir.before)
             if operand.writes and call.epilogue:
                 # Fused consumers run on the output tile before its write-back, as `infer_dma` places them.
-                after.setdefault(home, []).extend(self._epilogue(call, transfer.operand, local))
-            after.setdefault(home, []).extend(transfer.after)
+                after.setdefault(home, []).extend(self._epilogue(call, ir.operand, local))
+            after.setdefault(home, []).extend(ir.after)
         key = tuple(id(transfer) for _, transfer in placed)
         on_buffers = tiles.calls.get(key)
         if on_buffers is None:
@@ -335,7 +356,7 @@ class Sketcher:
             body = For(loop.var, loop.start, loop.stop, loop.stride,
                        seq(*before.get(loop.var, ()), body, *after.get(loop.var, ())))
         body = seq(*before.get(None, ()), body, *after.get(None, ()))
-        return replace(tiles.module, buffers=tuple(transfer.buffer for _, transfer in placed), body=body)
+        return replace(tiles.module, buffers=tuple(ir.buffer for ir in irs), body=body)
 
     def _signature(self, tiles: _TileClass, loops: tuple[For, ...],
                    placed: tuple[tuple[str | None, _Transfer], ...]) -> tuple:
