@@ -146,8 +146,8 @@ def test_channel_blocks_where_the_weight_slice_is_large():
     whole = [c for c in points if dict(c.splits)["K"] == 300 and dict(c.splits)["N"] == 270]
     assert blocked and whole
     assert all(c.order[-1] == "K_outer" for c in blocked)
-    # Only a loop that runs once (the columns in one tile) comes before the loop over No blocks.
-    assert all(set(c.order[: c.order.index("N_outer")]) <= {"cCo_outer"} for c in blocked)
+    # Only loops that run once (the columns, the rows in one tile) come before the loop over No blocks.
+    assert all(set(c.order[: c.order.index("N_outer")]) <= {"cCo_outer", "cRo_outer"} for c in blocked)
     _compare(params, _sample(blocked, 3, seed=1) + _sample(whole, 1, seed=2), seed=3)
     params = {"B": 1, "Ni": 512, "No": 512, "Ri": 2, "Ci": 2, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1}
     kernel = swauto.compile(CONV_SW, params, target="sw26010")
@@ -173,6 +173,22 @@ def test_an_odd_batch_pads_its_own_axis_and_fits():
     for access in (access for gemm in gemms for _, access in gemm.operands):
         for extent, pad, dim in zip(access.extents, access.pad or (0,) * len(access.extents), access.dims, strict=True):
             assert dim != "M" or pad == 0 or extent == 33, access  # only the batch axis gets zeros along M
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_rows_join_m_on_small_images_at_batch_1(stride):
+    """Where one output row gives M = Co x B <= 16, conv2d.sw also fuses whole rows into M (a tile of
+    r.inner rows x c.inner columns); elsewhere the rows are not split at all (the loop keeps its name).
+    Candidates with rows fused, strided and with a short last tile of columns, against the reference on
+    both targets."""
+    params = {"B": 1, "Ni": 8, "No": 8, "Ri": 13, "Ci": 13, "Kr": 3, "Kc": 3, "stride": stride, "pad": 1}
+    op = load(CONV_SW, params)
+    rows = {split.target: split.factors for split in op.space.splits}["cRo"]
+    co = op.seed.tensor("output").shape[1]
+    assert rows == (1, 64 // co // 4 * 4)
+    fused = [c for c in candidates(op) if dict(c.splits)["cRo"] > 1 and dict(c.splits)["cCo"] < co]
+    _compare(params, _sample(fused, 3, seed=stride), seed=stride)
+    assert "cRo" in load(CONV_SW, {**params, "B": 32}).space.loops  # M = Co x 32 > 16: no split
 
 
 def test_double_buffering_moves_exactly_the_same_bytes():

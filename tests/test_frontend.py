@@ -84,7 +84,7 @@ BAD = [
     ("operator g(M) { tensor A[M] compute { gemm(M=M A=A) } }", ParseError, "expected one of", 1, 48),
     ("operator g(M) {\n  tensor A[M]\n  compute {", ParseError, "unexpected end of file", 3, 12),
     ("operator g(M) { tensor A[M$] }", ParseError, "unexpected character '$'", 1, 27),
-    ("operator g(M) { tensor A[M] compute {} schedule { split x by {} } }", ParseError, "expected an integer",
+    ("operator g(M) { tensor A[M] compute {} schedule { split x by {} } }", ParseError, "a name, an integer",
      1, 63),
     (GOOD.replace("tensor C[M, N]", "tensor C[M, Q]"), CheckError, "unknown name Q", 4, 15),
     (GOOD.replace("tensor B[K, N]", "tensor A[K, N]"), CheckError, "tensor A is already declared", 3, 10),
@@ -99,7 +99,7 @@ BAD = [
      5, 43),
     (GOOD.replace("split gemm.M", "split gemm.Q"), CheckError, "cannot split gemm.Q", 6, 20),
     (GOOD.replace("split gemm.M by {128}", "split i by {2}"), CheckError, "no loop named i", 6, 20),
-    (GOOD.replace("split gemm.M by {128}", "split gemm.M by {0}"), CheckError, "must be positive", 6, 14),
+    (GOOD.replace("split gemm.M by {128}", "split gemm.M by {0}"), CheckError, "must be positive", 6, 31),
     (GOOD.replace("split gemm.M by {128}", "vectorize gemm over {K}"), CheckError,
      "can be vectorized over M or N, not K", 6, 14),
     (GOOD.replace("{128}", "{128} reorder {a, b}"), CheckError, "reorder must list every loop exactly once: M_outer",
@@ -420,3 +420,28 @@ def test_a_statement_is_fused_only_into_a_producer_inside_the_same_sequence_loop
     """
     with pytest.raises(CheckError, match="relu and first are not inside the same sequence loops"):
         load(text)
+
+
+def test_split_factors_are_expressions_of_the_parameters():
+    """`split x by {..}` takes integer expressions of the parameters, evaluated when they are bound (a
+    `.sw` adapts its tiles to the sizes); one that is not positive is refused where it stands (the
+    position test above); a loop split into tiles of one only is not split: it keeps its name (which
+    `x.outer` then names) and fusing its inner part changes nothing."""
+    text = GOOD.replace("split gemm.M by {128}", "split gemm.M by {M / 4, max(1, 512 / N)}")
+    assert load(text, {}).space.splits[0].factors == (4, 64)
+    assert load(text, {"N": 1024}).space.splits[0].factors == (1, 64)
+    with pytest.raises(CheckError, match=r"split factors must be positive; this one is 0 for these parameters"):
+        load(GOOD.replace("split gemm.M by {128}", "split gemm.M by {N / 256}"), {})
+    rows = """
+operator h(R = 4, M = 64, N = 64, K = 64) {
+  tensor A[R, M, K]
+  tensor B[K, N]
+  tensor C[R, M, N]
+  compute { for r in 0..R { gemm(M = M, N = N, K = K, A = A[r], B = B, C += C[r]) } }
+  schedule { split r by {1, 8 / R} fuse r.inner into gemm.M reorder any with r.outer outermost }
+}
+"""
+    split = load(rows, {}).space
+    assert [s.factors for s in split.splits] == [(1, 2)] and "r_outer" in split.loops
+    whole = load(rows, {"R": 8}).space  # 8 / 8 = 1: tiles of one row, no split
+    assert not whole.splits and "r" in whole.loops

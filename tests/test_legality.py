@@ -417,8 +417,10 @@ CONV5_1_SAMPLE = 16
 
 def _conv5_1_family(candidate: Candidate) -> bool:
     """The model's pick of the issue: split cCo=4; loops cCo_outer > cKr > cKc > cRo; weight [0, 1, 3, 2]."""
-    return (dict(candidate.splits).get("cCo") == 4
-            and candidate.order == ("N_outer", "K_outer", "cCo_outer", "cKr", "cKc", "cRo")
+    splits = dict(candidate.splits)
+    return (splits.get("cCo") == 4 and splits.get("cRo", 1) == 1  # rows in tiles of one where conv2d.sw splits them
+            and candidate.order[:5] == ("N_outer", "K_outer", "cCo_outer", "cKr", "cKc")
+            and candidate.order[5:] in (("cRo",), ("cRo_outer",))
             and dict(candidate.layouts).get("weight") == (0, 1, 3, 2))
 
 

@@ -158,8 +158,10 @@ class Target:
 
 @dataclass(frozen=True)
 class Split:
+    """`split x by {4, 8, Co / 2}`: the tile sizes, integer expressions of the parameters."""
+
     target: Target
-    factors: tuple[int, ...]
+    factors: tuple[Expression, ...]
     position: Position
 
 

@@ -113,6 +113,8 @@ class _Checker:
         self.nests: list[Stmt] = []
         self.loop_vars: set[str] = set()
         self.group_of: list[tuple[str, ...]] = []  # per statement, the sequence loops around it
+        # Loops split into tiles of one (no split): the parts' names -> the loop (outer) or None (inner).
+        self.unsplit: dict[str, str | None] = {}
 
     def fail(self, message: str, position: Position) -> CheckError:
         return self.source.error(CheckError, message, position)  # type: ignore[return-value]
@@ -591,7 +593,14 @@ class _Checker:
         fusions: list[tuple[ConsumerFusion, ast.Fuse]] = []
         for directive in self.operator.schedule:
             if isinstance(directive, ast.Split):
-                splits.append(self.split(directive, nest_loops, splits))
+                choice = self.split(directive, nest_loops, splits)
+                if not choice.on_primitive and choice.factors == (1,):
+                    # Tiles of one iteration (factors that are 1 for these parameters) are no split: the loop
+                    # keeps its name, and fusing its inner part into a primitive changes nothing.
+                    self.unsplit[choice.outer] = choice.target
+                    self.unsplit[choice.inner] = None
+                    continue
+                splits.append(choice)
             elif isinstance(directive, ast.Fuse) and directive.into_primitive and len(directive.into.parts) == 1:
                 fusions.append((self.consumer_fusion(directive, seeds), directive))
             elif isinstance(directive, ast.Fuse):
@@ -625,6 +634,8 @@ class _Checker:
         if len(set(all_loops)) != len(all_loops):
             duplicate = next(name for name in all_loops if all_loops.count(name) > 1)
             raise self.fail(f"a split creates loop {duplicate}, which already exists", self.operator.position)
+        fuses = [(fuse, directive) for fuse, directive in fuses
+                 if not (fuse.into_dim is not None and fuse.loop in self.unsplit)]
         for fuse, directive in fuses:
             for name in (fuse.loop, fuse.with_loop):
                 if name is not None and name not in all_loops:
@@ -766,9 +777,17 @@ class _Checker:
 
     def split(self, directive: ast.Split, nest_loops: list[list[str]], done: list[SplitChoice]) -> SplitChoice:
         parts = directive.target.parts
-        factors = tuple(sorted(set(directive.factors)))
-        if any(f <= 0 for f in factors):
-            raise self.fail("split factors must be positive", directive.position)
+        values = []
+        for factor in directive.factors:
+            value = self.expression(factor)
+            if not isinstance(value, ex.Const):
+                raise self.fail("a split factor must be an integer expression of the parameters",
+                                ast_position(factor))
+            if value.value <= 0:
+                raise self.fail(f"split factors must be positive; this one is {_show(value.value)} for these "
+                                "parameters", ast_position(factor))
+            values.append(value.value)
+        factors = tuple(sorted(set(values)))
         if len(parts) == 1:
             statement = next((index for index, loops in enumerate(nest_loops) if parts[0] in loops), None)
             if statement is None:
@@ -793,7 +812,8 @@ class _Checker:
         if len(parts) == 3 and parts[2] == "outer" and any(call.name == parts[0] for call in self.calls):
             return self.dim_names(self.statement(parts[0], target.position), parts[1])[1]
         if len(parts) == 2 and parts[1] in ("outer", "inner"):
-            return f"{parts[0]}_{parts[1]}"
+            name = f"{parts[0]}_{parts[1]}"
+            return self.unsplit.get(name) or name  # an unsplit loop's outer part is the loop
         if len(parts) == 1:
             return parts[0]
         raise self.fail(f"{target} is not a loop", target.position)

@@ -253,7 +253,8 @@ class _ToAst(Transformer_NonRecursive):
         return ast.Target(tuple(str(part) for part in children), self._at(meta))
 
     def int_set(self, meta, children):
-        return tuple(int(child) for child in children)
+        return tuple(ast.Number(int(child), _position(child)) if isinstance(child, Token) else child
+                     for child in children)
 
     def split(self, meta, children):
         return ast.Split(children[0], children[1], self._at(meta))
