@@ -9,7 +9,8 @@ shape once (`--layers N`: the first N). Each is compiled from `examples/conv2d.s
 and check, rank the candidates' sketches, lower the cheapest, rank those on their real IR. Reported per
 layer and batch: the space's size, the wall time from parse to chosen candidate (cold: nothing is
 remembered between layers but the parser), and the pick's predicted time, GFLOPS and percent of the
-target's peak (a core group of the simulated SW26010; one core of this host, priced for one thread);
+target's peak (a core group of the simulated SW26010; one core of this host, priced for one thread),
+counting the layer's own flops, not the zeros of a padded primitive call;
 or why nothing compiled. Depthwise layers (MobileNetV2's, groups = channels) compile from
 `examples/conv2d_depthwise.sw`. Writes benchmarks/results/coverage.{csv,md,png}.
 """
@@ -55,6 +56,7 @@ def measure(target_name: str, layer: dict[str, str], batch: int) -> dict[str, ob
     from swauto import targets
     from swauto.api import load, tune_by_model
     from swauto.errors import ScheduleError
+    from swauto.ir.analysis import traffic
 
     row: dict[str, object] = {"target": target_name, "model": layer["model"], "layer": layer["layer"], "B": batch,
                               **{k: int(layer[k]) for k in SHAPE}}
@@ -82,7 +84,7 @@ def measure(target_name: str, layer: dict[str, str], batch: int) -> dict[str, ob
                    tune_s=time.perf_counter() - started)
         return row
     seconds = picked.estimate.seconds
-    flops = picked.estimate.flops
+    flops = traffic(op.seed)[1]  # the layer's own work, not the zeros a padded primitive call adds
     row.update(status="ok", candidates=space.total, tune_s=time.perf_counter() - started, pick_ms=1e3 * seconds,
                gflops=flops / seconds / 1e9, peak_pct=100 * flops / seconds / target.peak_flops(1),
                pick=picked.candidate.describe())

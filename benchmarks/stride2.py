@@ -6,8 +6,8 @@ both targets.
 
 `examples/conv2d.sw` as written, model-tuned (`swauto.compile(..., tuner="model")`):
 - SW26010: the pick's simulated time (the timed simulator's timing-only mode) and its percent of a
-  core group's peak, with its output columns per GEMM (S: M = S x B; S = 1 is the batch-size-aware
-  form, algorithm 3);
+  core group's peak, with its output columns and rows per GEMM (M = rows x S x B; S = 1 is the
+  batch-size-aware form, algorithm 3; rows join M only where a row gives M <= 16);
 - host: the median of `--repeat` calls against PyTorch's conv2d (oneDNN) on `--threads` threads,
   swauto on arrays already in its layouts (`Kernel.run_arranged`), PyTorch on NCHW, and the percent
   of this machine's measured FMA peak.
@@ -27,7 +27,7 @@ from host_gemm import median_seconds
 import swauto
 
 NETWORKS = ROOT / "benchmarks" / "workloads" / "networks.csv"
-FIELDS = ["model", "layer", "ci", "co", "in_hw", "kr", "kc", "sw_columns", "sw_peak_pct", "sw_candidate",
+FIELDS = ["model", "layer", "ci", "co", "in_hw", "kr", "kc", "sw_columns", "sw_rows", "sw_peak_pct", "sw_candidate",
           "host_gflops", "torch_gflops", "host_vs_torch", "host_peak_pct", "host_candidate"]
 
 
@@ -60,7 +60,8 @@ def measure(layer: dict[str, str], threads: int, repeat: int) -> dict[str, objec
     row: dict[str, object] = {k: layer[k] for k in ("model", "layer", "ci", "co", "in_hw", "kr", "kc")}
     sw = swauto.compile(source, params, target="sw26010")
     seconds = time_module(sw.module, targets.get("sw26010").machine()).seconds
-    row.update(sw_columns=dict(sw.schedule.splits)["cCo"],
+    splits = dict(sw.schedule.splits)
+    row.update(sw_columns=splits["cCo"], sw_rows=splits.get("cRo", 1),
                sw_peak_pct=round(100 * sw.report["flops"] / seconds / targets.get("sw26010").peak_flops(1), 1),
                sw_candidate=sw.schedule.describe())
     host = swauto.compile(source, params, target="host", threads=threads)

@@ -181,7 +181,7 @@ def test_an_output_tile_is_hoisted_only_where_no_other_call_writes_into_it(monke
     also runs the other copy would let its put undo the other's results: without the proof the
     functional simulator refuses such candidates; with it every candidate is right."""
     if not proof:
-        monkeypatch.setattr(hoist_dma_pass, "_window_is_private", lambda scheduled, role, level: True)
+        monkeypatch.setattr(hoist_dma_pass, "_window_is_private", lambda role, level, boxes: True)
     monkeypatch.setenv("SWAUTO_VERIFY", "0")
     op = load(PEELED_SCATTER, {**SCATTER_SIZES, "Co": 6})
     rng = np.random.default_rng(2)

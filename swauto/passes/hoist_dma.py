@@ -24,19 +24,44 @@ from swauto.ir.dependence import disjoint, loop_ranges
 from swauto.ir.nodes import Call, LocalBuffer, Module
 from swauto.ir.visitor import walk
 from swauto.machine import DTYPE_BYTES, LocalMemoryMachine
-from swauto.passes.infer_dma import buffer_names, call_levels, hoistable, place_transfers, transfer_box
+from swauto.passes.infer_dma import (
+    TransferBox,
+    buffer_names,
+    call_levels,
+    hoistable,
+    place_transfers,
+    transfer_box,
+)
 from swauto.passes.plan_local_memory import aligned, footprint, per_cpe_bytes
 
 
-def _option(scheduled: Module, role: str, level: int, machine: LocalMemoryMachine) -> tuple[int, int]:
+class _Boxes:
+    """The transfer boxes of the nest's calls (its peeled copies'), each computed once: the options and
+    the output windows of every level ask for the same ones again."""
+
+    def __init__(self, calls: list[tuple[Call, tuple]]) -> None:
+        self.calls = calls
+        self.known: dict[tuple[int, str, int], TransferBox] = {}
+
+    def __call__(self, index: int, role: str, level: int) -> TransferBox:
+        key = (index, role, level)
+        box = self.known.get(key)
+        if box is None:
+            call, loops = self.calls[index]
+            box = self.known[key] = transfer_box(dict(call.transfers)[role], loops, level)
+        return box
+
+
+def _option(scheduled: Module, role: str, level: int, machine: LocalMemoryMachine,
+            boxes: _Boxes) -> tuple[int, int]:
     """(bytes moved, local bytes per CPE) of operand `role` hoisted over `level` dependent loops."""
-    calls = _calls(scheduled)
+    calls = boxes.calls
     name = buffer_names(calls[0][0])[role]
     placements: dict[tuple, tuple[int, tuple[int, ...]]] = {}
-    for (call, loops), levels in zip(calls, call_levels(calls, {role: level}), strict=True):
+    for index, ((call, loops), levels) in enumerate(zip(calls, call_levels(calls, {role: level}), strict=True)):
         access = dict(call.transfers)[role]
         tensor = scheduled.tensor(access.name)
-        box = transfer_box(access, loops, levels[role])
+        box = boxes(index, role, levels[role])
         # Calls whose transfers coincide (same loop, same box and padding) share them.
         key = (None if box.home is None else id(box.home), box.starts, box.extents, access.pad)
         if key in placements:
@@ -52,16 +77,16 @@ def _option(scheduled: Module, role: str, level: int, machine: LocalMemoryMachin
     return moved, local
 
 
-def _window_is_private(scheduled: Module, role: str, level: int) -> bool:
+def _window_is_private(role: str, level: int, boxes: _Boxes) -> bool:
     """True when every output tile of operand `role` hoisted over `level` loops is disjoint from the
     tiles of every other call inside its window (the loop whose body gets and puts it)."""
-    calls = _calls(scheduled)
+    calls = boxes.calls
     if role != calls[0][0].output_role:
         return True  # an input's tile is never written back
     levels = [per_call[role] for per_call in call_levels(calls, {role: level})]
     for index, (call, loops) in enumerate(calls):
         access = dict(call.operands)[role]
-        box = transfer_box(access, loops, levels[index])
+        box = boxes(index, role, levels[index])
         for other_index, (other, other_loops) in enumerate(calls):
             if other_index == index:
                 continue
@@ -69,7 +94,7 @@ def _window_is_private(scheduled: Module, role: str, level: int) -> bool:
             tile = dict(other.operands)[role]
             if inside and not disjoint(box.starts, box.extents, tile.starts, tile.extents,
                                        loop_ranges((*loops, *other_loops))):
-                shared = transfer_box(tile, other_loops, levels[other_index])
+                shared = boxes(other_index, role, levels[other_index])
                 if (shared.home is box.home and shared.starts == box.starts and shared.extents == box.extents
                         and tile.pad == access.pad):
                     continue  # the two calls share this transfer and its buffer
@@ -82,6 +107,7 @@ def hoist_dma(scheduled: Module, machine: LocalMemoryMachine, double_buffered: b
     """`scheduled` is the IR before any transfer was placed (the input of `infer_dma`); `placed`, if
     given, is `infer_dma(scheduled)`, which this would otherwise compute again."""
     calls = _calls(scheduled)
+    boxes = _Boxes(calls)
     roles = tuple(role for role, _ in calls[0][0].transfers)
     caps = dict.fromkeys(roles, 0)  # how far each operand can move at most
     fused = any(call.epilogue for call, _ in calls)
@@ -92,11 +118,12 @@ def hoist_dma(scheduled: Module, machine: LocalMemoryMachine, double_buffered: b
                 caps[role] = max(caps[role], hoistable(access, loops))
     for role in roles:  # an output tile hoisted as far as no other call writes into its window
         caps[role] = next((level - 1 for level in range(caps[role] + 1)
-                           if not _window_is_private(scheduled, role, level)), caps[role])
+                           if not _window_is_private(role, level, boxes)), caps[role])
         if caps[role] < 0:
             raise Rejected("overlapping output tiles", f"two calls write overlapping tiles of operand {role} "
                                                        "while both are in local memory")
-    options = {role: [_option(scheduled, role, level, machine) for level in range(caps[role] + 1)] for role in roles}
+    options = {role: [_option(scheduled, role, level, machine, boxes) for level in range(caps[role] + 1)]
+               for role in roles}
     placed = placed or place_transfers(scheduled, dict.fromkeys(roles, 0))
     # The float64 copies do not depend on where transfers sit: count them once, from any placement.
     copies = footprint(placed, machine) - sum(aligned(per_cpe_bytes(b, machine)) for b in placed.buffers)

@@ -90,10 +90,11 @@ def transfer_box(access: Access, loops: tuple[For, ...], hoist: int) -> Transfer
     crossed = tuple(deps[len(deps) - hoist :]) if hoist else ()
     home = deps[len(deps) - hoist - 1] if len(deps) > hoist else None
     starts = list(access.starts)
+    forms = _coefficients(access.starts)
     for loop in crossed:
         low, high = ex.evaluate(loop.start, {}), ex.evaluate(loop.stop, {}) - 1
-        for axis, start in enumerate(access.starts):
-            coefficient = _coefficient(start, loop.var)
+        for axis, form in enumerate(forms):
+            coefficient = form.get(loop.var, 0)
             if coefficient:
                 starts[axis] = ex.substitute(starts[axis], {loop.var: low if coefficient > 0 else high})
     return TransferBox(home, crossed, tuple(starts), hoisted_extents(access, crossed))
@@ -103,16 +104,19 @@ def hoisted_extents(access: Access, crossed: Iterable[For]) -> tuple[int, ...]:
     """The extents of `access`'s box grown to cover every iteration of the loops `crossed` (constant
     bounds): `transfer_box`'s extents, without its starts."""
     extents = list(access.extents)
+    forms = _coefficients(access.starts)
     for loop in crossed:
         span = ex.evaluate(loop.stop, {}) - 1 - ex.evaluate(loop.start, {})
-        for axis, start in enumerate(access.starts):
-            extents[axis] += abs(_coefficient(start, loop.var)) * span
+        for axis, form in enumerate(forms):
+            extents[axis] += abs(form.get(loop.var, 0)) * span
     return tuple(extents)
 
 
-def _coefficient(start: ex.Expr, var: str) -> int:
-    form = ex.linear_form(start)
-    return form[0].get(var, 0) if form else 0
+@lru_cache(maxsize=1 << 14)  # every order of every tile class asks again about the same boxes
+def _coefficients(starts: tuple[ex.Expr, ...]) -> tuple[dict[str, int], ...]:
+    """Per axis, the coefficient of each loop variable in the start (none where it is not affine)."""
+    forms = (ex.linear_form(start) for start in starts)
+    return tuple(form[0] if form else {} for form in forms)
 
 
 def call_levels(calls: list[tuple[Call, tuple[For, ...]]], hoist: Mapping[str, int]) -> list[dict[str, int]]:
