@@ -266,7 +266,8 @@ def tune_by_model(op: BoundOperator, target: Target, threads: int = 1,
     else:
         price = target.sketch_estimate
         space = explore_ranked(op, machine, lambda sketch, doubled: price(sketch, doubled, threads),
-                               max_candidates=max_candidates, commuting=threads == 1)
+                               max_candidates=max_candidates, commuting=threads == 1,
+                               call_seconds=target.call_seconds)
     return rank(space, target.name, threads), space
 
 

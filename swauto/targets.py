@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from swauto.frontend.check import BoundOperator
-    from swauto.ir.nodes import Module
+    from swauto.ir.nodes import Call, Module
     from swauto.machine import LocalMemoryMachine
     from swauto.pipeline import Stages
     from swauto.schedule.candidate import Candidate
@@ -69,6 +69,9 @@ class Target:
     # The analytic model on a candidate's sketch (`swauto.tuner.sketch`): (sketch, double buffered, threads)
     # -> seconds, what the model tuner ranks by before it lowers the fastest few; None: it lowers them all.
     sketch_estimate: Callable[[Module, bool, int], float] | None = None
+    # The same model's time of one primitive call on tiles in local memory: a sketch weighs the work of a
+    # shorter last tile by it (None: by its volume).
+    call_seconds: Callable[[Call], float] | None = None
 
 
 def register(target: Target) -> Target:

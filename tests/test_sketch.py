@@ -74,12 +74,10 @@ def test_the_ranked_pick_is_the_exhaustive_pick(target_name, example, params, mo
     """The model tuner lowers only the candidates whose sketches price fastest, and picks one the model
     prices within 1% of its pick from every candidate lowered (the same one on these cases on the
     SW26010; benchmarks/tuning_speed.py measures the workload list); the space still counts every
-    candidate. (Without verifying every stage of every candidate: the other tests do.)
-
-    One known miss on the host, bounded here: at B = 1 on a 10 x 10 image at stride 2, a sketch prices
-    a short last tile's work in proportion to its size, but the host's micro-kernel runs a vector per
-    leftover element of the vectorized dimension; the best candidate (the 5 output rows fused into M)
-    ranks 33rd of its sketches, and the pick is 7.7% slower by the model."""
+    candidate. (Without verifying every stage of every candidate: the other tests do.) A short last
+    tile's work is weighed by the target model's time of its call (`Target.call_seconds`): weighed by its
+    volume, the best host candidate at B = 1 on a 10 x 10 image at stride 2 (the 5 output rows fused into
+    M) ranked 33rd of its sketches and the pick was 7.7% slower."""
     monkeypatch.setenv("SWAUTO_VERIFY", "0")
     target = targets.get(target_name)
     machine = target.machine()
@@ -90,8 +88,7 @@ def test_the_ranked_pick_is_the_exhaustive_pick(target_name, example, params, mo
     assert len(ranked.legal) <= len(exhaustive.legal)
     best = rank(exhaustive, target_name)[0]
     picked = ranking[0]
-    slack = 1.08 if (target_name, params) == ("host", ODD[1][1]) else 1.01
-    assert best.estimate.seconds <= picked.estimate.seconds <= slack * best.estimate.seconds
+    assert best.estimate.seconds <= picked.estimate.seconds <= 1.01 * best.estimate.seconds
     if target_name == "sw26010":
         assert picked.estimate.seconds == pytest.approx(best.estimate.seconds, rel=1e-9)
 

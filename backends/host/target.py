@@ -90,4 +90,5 @@ TARGET = targets.register(targets.Target(
     report=report,
     describe_call=describe_call,
     sketch_estimate=sketch_estimate,
+    call_seconds=lambda call: host_model.call_seconds(call, host_model.machine()),
 ))

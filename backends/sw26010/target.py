@@ -122,4 +122,5 @@ TARGET = targets.register(targets.Target(
     report=report,
     describe_call=describe_call,
     sketch_estimate=sketch_estimate,
+    call_seconds=lambda call: sw26010_model.call_seconds(call, SUNWAY),
 ))

@@ -135,6 +135,13 @@ def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
     return HostEstimate(flops, copy_bytes, parallel[0] + serial[0], parallel[1] + serial[1], seconds)
 
 
+def call_seconds(call: Call, machine: Machine) -> float:
+    """One primitive call on tiles in the caches, with the default register tile: its compute and, for
+    a map or reduction, its operands' traffic (`_node_cost`)."""
+    _, _, compute, traffic = _node_cost(call, machine, machine.l2_bandwidth, _default_tile())
+    return compute + traffic
+
+
 def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float,
                tile: tuple[int, int]) -> tuple[int, int, float, float]:
     """(flops, copied bytes, compute seconds, traffic seconds) of one execution of `node`: a copy, a

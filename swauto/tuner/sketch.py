@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from math import ceil, prod
 
@@ -146,10 +147,14 @@ class Sketcher:
     transfer between them (the models multiply such loops' trips). Otherwise the outermost run of
     loops keeps its order in the signature (the host's threads share its outermost loops)."""
 
-    def __init__(self, op: BoundOperator, machine: LocalMemoryMachine, commuting: bool = True) -> None:
+    def __init__(self, op: BoundOperator, machine: LocalMemoryMachine, commuting: bool = True,
+                 call_seconds: Callable[[Call], float] | None = None) -> None:
         self.op = op
         self.machine = machine
         self.commuting = commuting
+        # The target model's time of one primitive call (tiles in local memory): what a class's last,
+        # shorter tiles are weighed by in its share of work. None: their padded volume.
+        self.call_seconds = call_seconds
         # Per tile class (the candidate's choices but its order, buffering and micro-kernel).
         self.classes: dict[tuple, _TileClass | Rejected | None] = {}
 
@@ -207,7 +212,7 @@ class Sketcher:
         first: dict[str, int] = {}
         for loop in loops:  # the first iteration of every loop (a split's inner bounds depend on its outer loop)
             first[loop.var] = ex.evaluate(loop.start, first)
-        share = _share_of_work(loops, call, first, self.machine)
+        share = _share_of_work(loops, call, first, self.machine, self.call_seconds)
         # A loop runs as often as at the first iteration of the loops around it (full tiles): constant bounds.
         loops = [replace(loop, start=ex.Const(first[loop.var]), stop=ex.Const(ex.evaluate(loop.stop, first)))
                  for loop in loops]
@@ -429,11 +434,13 @@ def _peeled_copies(loops: list[For], call: Call, first: dict[str, int]) -> dict[
     return peeled
 
 
-def _share_of_work(loops: list[For], call: Call, first: dict[str, int], machine: LocalMemoryMachine) -> float:
+def _share_of_work(loops: list[For], call: Call, first: dict[str, int], machine: LocalMemoryMachine,
+                   call_seconds: Callable[[Call], float] | None = None) -> float:
     """The work the nest does over the work of whole tiles at every iteration: the mean, over the
-    iterations of the loops its last tiles depend on, of the call's padded volume times the trips of
-    the loops whose bounds vary (a split loop's last part), over their value at the first iteration
-    `first`.
+    iterations of the loops its last tiles depend on, of the call's work times the trips of the loops
+    whose bounds vary (a split loop's last part), over its value at the first iteration `first`. A
+    call's work is `call_seconds` of it at its padded sizes (a short tile is not cheaper in proportion:
+    the primitive's fixed costs, the host's leftover vector lanes), or its padded volume.
     1 when nothing varies, or when those loops are too many to count (a sketch only ranks)."""
     sizes = dict(call.sizes)
     varying = [loop for loop in loops if ex.constant_value(loop.start) is None or ex.constant_value(loop.stop) is None]
@@ -446,12 +453,23 @@ def _share_of_work(loops: list[For], call: Call, first: dict[str, int], machine:
         return 1.0
     rounding = multiples(machine, call.vectorize) if call.signature.kind == "gemm" and call.vectorize else {}
 
-    def volume(env: dict[str, int]) -> int:
-        total = 1
+    costs: dict[tuple, float] = {}  # per padded sizes
+
+    def volume(env: dict[str, int]) -> float:
+        padded = {}
         for dim, size in sizes.items():
             value = size if isinstance(size, int) else ex.evaluate(size, env)
             step = rounding.get(dim, 1)
-            total *= -(-value // step) * step
+            padded[dim] = -(-value // step) * step
+        key = tuple(padded.items())
+        total = costs.get(key)
+        if total is None:  # the iterations of a split loop have two sizes: a whole tile's and the last one's
+            def settle(_: str, access: Access) -> Access:  # the tile's boxes at this iteration
+                return replace(access, extents=tuple(e if isinstance(e, int) else ex.evaluate(e, env)
+                                                     for e in access.extents))
+
+            total = costs[key] = (prod(padded.values()) if call_seconds is None else
+                                  call_seconds(replace(call.with_operands(settle), sizes=key, epilogue=())))
         for loop in varying:
             total *= trip_count(loop, env)
         return total

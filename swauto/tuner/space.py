@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from swauto.errors import Rejected, ScheduleError
 from swauto.frontend.check import BoundOperator
 from swauto.frontend.integers import check_integer
-from swauto.ir.nodes import Module
+from swauto.ir.nodes import Call, Module
 from swauto.machine import LocalMemoryMachine
 from swauto.pipeline import Stages, lower
 from swauto.schedule.candidate import Candidate
@@ -133,11 +133,13 @@ def _check_size(op: BoundOperator, machine: LocalMemoryMachine, max_candidates: 
 
 
 def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callable[[Module, bool], float],
-                   lowered: int = LOWERED, max_candidates: int = MAX_CANDIDATES, commuting: bool = True) -> Space:
+                   lowered: int = LOWERED, max_candidates: int = MAX_CANDIDATES, commuting: bool = True,
+                   call_seconds: Callable[[Call], float] | None = None) -> Space:
     """Rank before lowering: candidates are lowered from the cheapest sketch (`swauto.tuner.sketch`)
     on, priced by `price` (the target's model: sketch, double buffered -> seconds) times its share of
-    work, until `lowered` of them are legal; the rest are counted in `Space.sketched`. The model
-    tuner ranks the lowered ones on their real IR.
+    work (its last tiles weighed by `call_seconds`, the model's time of one call, where given), until
+    `lowered` of them are legal; the rest are counted in `Space.sketched`. The model tuner ranks the
+    lowered ones on their real IR.
 
     Work is shared and skipped where that cannot change which candidates are lowered:
     - a tile class (the candidates that differ only in loop order and buffering) is scheduled once;
@@ -153,7 +155,7 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callab
     placement that fits local memory come last: the sketch doubles every buffer of a double-buffered
     candidate, the pipeline only those it prefetches."""
     total = _check_size(op, machine, max_candidates)
-    sketcher = Sketcher(op, machine, commuting)
+    sketcher = Sketcher(op, machine, commuting, call_seconds)
     space = Space(op)
     bufferings = (False, True) if machine.asynchronous_dma else (False,)
     micro_kernels = len(machine.micro_kernels or (None,))
