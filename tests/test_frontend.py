@@ -445,3 +445,5 @@ operator h(R = 4, M = 64, N = 64, K = 64) {
     assert [s.factors for s in split.splits] == [(1, 2)] and "r_outer" in split.loops
     whole = load(rows, {"R": 8}).space  # 8 / 8 = 1: tiles of one row, no split
     assert not whole.splits and "r" in whole.loops
+    with pytest.raises(CheckError, match="split twice"):
+        load(rows.replace("split r by {1, 8 / R}", "split r by {8 / R} split r by {2}"), {"R": 8})

@@ -803,7 +803,7 @@ class _Checker:
                                 directive.target.position)
             key, outer = self.dim_names(statement, parts[1])
             choice = SplitChoice(key, True, factors, outer, None, dim=parts[1], statement=statement)
-        if any(s.target == choice.target for s in done):
+        if any(s.target == choice.target for s in done) or choice.outer in self.unsplit:
             raise self.fail(f"{directive.target} is split twice", directive.position)
         return choice
 
