@@ -14,6 +14,7 @@ Raises `Rejected` when the buffers do not fit.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from math import ceil, prod
 
@@ -133,6 +134,8 @@ def live_ranges(module: Module) -> dict[str, LiveRange]:
                 visit(_statements(stmt.body), here)
                 continue
             for node, _ in walk(stmt):
+                if isinstance(node, Dma):
+                    owner[node.reply] = node.buffer.name
                 for name, writes in _used(node, owner):
                     uses.setdefault(name, []).append((here, writes and node is stmt))
 
@@ -145,11 +148,10 @@ def _statements(body: Stmt) -> tuple[Stmt, ...]:
     return body.stmts if isinstance(body, Seq) else (body,)
 
 
-def _used(node: Stmt, owner: dict[str, str]) -> tuple[tuple[str, bool], ...]:
+def _used(node: Stmt, owner: Mapping[str, str]) -> tuple[tuple[str, bool], ...]:
     """The buffers `node` uses, each with whether it writes the buffer without reading it (a get, a
-    zeroing)."""
+    zeroing); `owner` gives the buffer of each reply a wait may wait for."""
     if isinstance(node, Dma):
-        owner[node.reply] = node.buffer.name
         return ((node.buffer.name, node.direction == "get"),)
     if isinstance(node, DmaWait):
         return ((owner[node.reply], False),) if node.reply in owner else ()
