@@ -264,10 +264,11 @@ def tune_by_model(op: BoundOperator, target: Target, threads: int = 1,
     if target.sketch_estimate is None:
         space = explore(op, machine, max_candidates=max_candidates)
     else:
-        price = target.sketch_estimate
+        price, least = target.sketch_estimate, target.sketch_bound
         space = explore_ranked(op, machine, lambda sketch, doubled: price(sketch, doubled, threads),
                                max_candidates=max_candidates, commuting=threads == 1,
-                               call_seconds=target.call_seconds)
+                               call_seconds=target.call_seconds,
+                               bound=None if least is None else lambda nest, moved: least(nest, moved, threads))
     return rank(space, target.name, threads), space
 
 

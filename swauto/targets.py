@@ -72,6 +72,10 @@ class Target:
     # The same model's time of one primitive call on tiles in local memory: a sketch weighs the work of a
     # shorter last tile by it (None: by its volume).
     call_seconds: Callable[[Call], float] | None = None
+    # A bound of the sketch model from below: (a tile class's nest with no transfer, the fewest bytes any
+    # placement of its transfers moves, threads) -> seconds no sketch of the class is priced under. None:
+    # the nest's price alone.
+    sketch_bound: Callable[[Module, int, int], float] | None = None
 
 
 def register(target: Target) -> Target:

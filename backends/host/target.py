@@ -43,6 +43,11 @@ def sketch_estimate(sketch: Module, double_buffered: bool, threads: int) -> floa
     return host_model.estimate(sketch, threads, host_model.machine()).seconds
 
 
+def sketch_bound(nest: Module, moved: int, threads: int) -> float:
+    """The host model's least time for a tile class: its compute, and its fewest bytes copied."""
+    return host_model.least_seconds(nest, moved, threads, host_model.machine())
+
+
 def peak_flops(threads: int) -> float:
     """`threads` cores of this host, each at the in-register FMA peak its calibration measured (per core
     times threads: cores share nothing an in-register loop uses, so it is the bound; when all cores are busy
@@ -90,5 +95,6 @@ TARGET = targets.register(targets.Target(
     report=report,
     describe_call=describe_call,
     sketch_estimate=sketch_estimate,
+    sketch_bound=sketch_bound,
     call_seconds=lambda call: host_model.call_seconds(call, host_model.machine()),
 ))

@@ -51,6 +51,11 @@ def sketch_estimate(sketch: Module, double_buffered: bool, threads: int) -> floa
     return sw26010_model.sketch_seconds(sketch, double_buffered, SUNWAY)
 
 
+def sketch_bound(nest: Module, moved: int, threads: int) -> float:
+    """The thesis' model's least time for a tile class: its compute or its fewest bytes at peak bandwidth."""
+    return sw26010_model.least_seconds(nest, moved, SUNWAY)
+
+
 def peak_flops(threads: int) -> float:
     """One core group's peak, whatever `threads` says."""
     return SUNWAY.peak_flops
@@ -122,5 +127,6 @@ TARGET = targets.register(targets.Target(
     report=report,
     describe_call=describe_call,
     sketch_estimate=sketch_estimate,
+    sketch_bound=sketch_bound,
     call_seconds=lambda call: sw26010_model.call_seconds(call, SUNWAY),
 ))

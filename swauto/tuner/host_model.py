@@ -135,6 +135,14 @@ def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
     return HostEstimate(flops, copy_bytes, parallel[0] + serial[0], parallel[1] + serial[1], seconds)
 
 
+def least_seconds(nest: Module, moved: int, threads: int, machine: Machine) -> float:
+    """No module that computes as `nest` does (no transfer in it) and moves at least `moved` bytes is
+    priced below this by `estimate`: the nest's compute plus those bytes at the faster of the two
+    bandwidths a copy of its tensors gets, shared by every thread."""
+    bandwidth = max(_source_bandwidth(nest, machine), machine.transpose_bandwidth)
+    return estimate(nest, threads, machine).seconds + moved / bandwidth / threads
+
+
 def call_seconds(call: Call, machine: Machine) -> float:
     """One primitive call on tiles in the caches, with the default register tile: its compute and, for
     a map or reduction, its operands' traffic (`_node_cost`)."""

@@ -187,6 +187,24 @@ class Sketcher:
         call = replace(found.call.with_operands(lambda role, _: local[role]), epilogue=())
         return Sketch(replace(found.module, buffers=(), body=rebuild_nest(list(loops), call)), found.share, ())
 
+    def least_bytes(self, candidate: Candidate) -> int:
+        """The fewest bytes any sketch of `candidate`'s tile class moves, whatever its order, buffering
+        or local memory: per operand, the least over the sets S of loops its box depends on of its
+        transfer hoisted over S times the trips of the others (a transfer inside a loop it depends on
+        runs at least once per trip of it; hoisted over a loop its box covers every trip, gaps of a
+        stride included). With `compute_nest`, what a model's bound on the class needs. The class must
+        have a sketch (`compute_nest` is not None)."""
+        tiles = self._class_of(candidate)
+        assert tiles is not None
+        total = 0
+        for operand in tiles.operands:
+            deps = [loop for var, loop in tiles.loops.items() if var in operand.used]
+            total += operand.element * (operand.reads + operand.writes) * min(
+                prod(hoisted_extents(operand.access, crossed))
+                * prod(tiles.trips[loop.var] for loop in deps if loop not in crossed)
+                for size in range(len(deps) + 1) for crossed in itertools.combinations(deps, size))
+        return total
+
     def _class_of(self, candidate: Candidate) -> _TileClass | None:
         # A tuple, not `replace(candidate, ...)`: this runs for every candidate of the space.
         key = (candidate.splits, candidate.layouts, candidate.vectorize, candidate.fused)

@@ -134,7 +134,8 @@ def _check_size(op: BoundOperator, machine: LocalMemoryMachine, max_candidates: 
 
 def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callable[[Module, bool], float],
                    lowered: int = LOWERED, max_candidates: int = MAX_CANDIDATES, commuting: bool = True,
-                   call_seconds: Callable[[Call], float] | None = None) -> Space:
+                   call_seconds: Callable[[Call], float] | None = None,
+                   bound: Callable[[Module, int], float] | None = None) -> Space:
     """Rank before lowering: candidates are lowered from the cheapest sketch (`swauto.tuner.sketch`)
     on, priced by `price` (the target's model: sketch, double buffered -> seconds) times its share of
     work (its last tiles weighed by `call_seconds`, the model's time of one call, where given), until
@@ -143,9 +144,11 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callab
 
     Work is shared and skipped where that cannot change which candidates are lowered:
     - a tile class (the candidates that differ only in loop order and buffering) is scheduled once;
-      its sketches are built only when its *bound*, the price of its nest with no transfer
-      (`Sketcher.compute_nest`), is below the price of every candidate still to lower: no sketch of
-      the class can be cheaper than that (classes are opened cheapest bound first);
+      its sketches are built only when its *bound* is below the price of every candidate still to
+      lower: no sketch of the class can be cheaper than that (classes are opened cheapest bound
+      first). The bound is `bound` (the target model's least time for the nest with no transfer,
+      `Sketcher.compute_nest`, and the fewest bytes any placement moves, `Sketcher.least_bytes`)
+      where given, else the price of that nest, times the class's share of work;
     - of sketches with one signature (the same nest up to the order of loops with no transfer
       between them; `commuting`: `price` is unchanged by that order), one is priced, and lowered
       until one is legal: the others are the same program to the model. (Their real IR may differ
@@ -202,8 +205,13 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callab
                 space.rejected[rejection.reason] += len(orders) * len(bufferings) * micro_kernels
                 continue
             nest = None  # a reason that may depend on the order: each candidate says
-        bound = -math.inf if nest is None else price(nest.module, False) * nest.share
-        heapq.heappush(queue, (bound, 0, (number,), first, orders))
+        if nest is None:
+            least = -math.inf
+        elif bound is None:
+            least = price(nest.module, False) * nest.share
+        else:
+            least = bound(nest.module, sketcher.least_bytes(first)) * nest.share
+        heapq.heappush(queue, (least, 0, (number,), first, orders))
     found = 0
     seen: set[tuple] = set()
     while queue and found < lowered:

@@ -384,6 +384,13 @@ def estimate(module: Module, final: Module, double_buffered: bool, machine: SW26
     return ModelEstimate(dma, compute, prologue, double_buffered, seconds, model.dma_bytes, model.flops)
 
 
+def least_seconds(nest: Module, moved: int, machine: SW26010) -> float:
+    """No sketch that computes as `nest` does (no transfer in it) and moves at least `moved` bytes is
+    priced below this by `sketch_seconds`: single buffered its transfers add to the compute, double
+    buffered they overlap it, and never faster than the memory system's peak."""
+    return max(sketch_seconds(nest, False, machine), moved / machine.peak_bandwidth)
+
+
 def sketch_seconds(sketch: Module, double_buffered: bool, machine: SW26010) -> float:
     """The model's time for a candidate's sketch (`swauto.tuner.sketch`): as `estimate`, with every
     transfer inside a loop prefetched when double buffered and a prologue of one of each get."""
