@@ -261,14 +261,10 @@ def tune_by_model(op: BoundOperator, target: Target, threads: int = 1,
     candidate's sketch first and lowers only the cheapest (`explore_ranked`); without, it lowers all."""
     threads = threads if target.threaded else 1
     machine = target.machine()
-    if target.sketch_estimate is None:
+    if target.sketch_model is None:
         space = explore(op, machine, max_candidates=max_candidates)
     else:
-        price, least = target.sketch_estimate, target.sketch_bound
-        space = explore_ranked(op, machine, lambda sketch, doubled: price(sketch, doubled, threads),
-                               max_candidates=max_candidates, commuting=threads == 1,
-                               call_seconds=target.call_seconds,
-                               bound=None if least is None else lambda nest, moved: least(nest, moved, threads))
+        space = explore_ranked(op, machine, target.sketch_model(threads), max_candidates=max_candidates)
     return rank(space, target.name, threads), space
 
 

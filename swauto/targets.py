@@ -20,11 +20,12 @@ if TYPE_CHECKING:
     import numpy as np
 
     from swauto.frontend.check import BoundOperator
-    from swauto.ir.nodes import Call, Module
+    from swauto.ir.nodes import Module
     from swauto.machine import LocalMemoryMachine
     from swauto.pipeline import Stages
     from swauto.schedule.candidate import Candidate
     from swauto.tuner.cost_model import Estimate
+    from swauto.tuner.sketch import SketchModel
 
 # The built-in targets, in the order they are listed, and the module that registers each.
 _BUILTIN: dict[str, str] = {
@@ -66,16 +67,10 @@ class Target:
     report: Callable[[Module, int], Mapping[str, Any]]
     # What `swauto run` prints of a call it does not time itself (not threaded): report -> lines.
     describe_call: Callable[[Mapping[str, Any]], list[str]]
-    # The analytic model on a candidate's sketch (`swauto.tuner.sketch`): (sketch, double buffered, threads)
-    # -> seconds, what the model tuner ranks by before it lowers the fastest few; None: it lowers them all.
-    sketch_estimate: Callable[[Module, bool, int], float] | None = None
-    # The same model's time of one primitive call on tiles in local memory: a sketch weighs the work of a
-    # shorter last tile by it (None: by its volume).
-    call_seconds: Callable[[Call], float] | None = None
-    # A bound of the sketch model from below: (a tile class's nest with no transfer, the fewest bytes any
-    # placement of its transfers moves, threads) -> seconds no sketch of the class is priced under. None:
-    # the nest's price alone.
-    sketch_bound: Callable[[Module, int, int], float] | None = None
+    # The analytic model as ranking before lowering uses it (`swauto.tuner.sketch.SketchModel`), for one
+    # tuning on `threads` cores: what the model tuner ranks by before it lowers the fastest few; None: it
+    # lowers them all.
+    sketch_model: Callable[[int], SketchModel] | None = None
 
 
 def register(target: Target) -> Target:

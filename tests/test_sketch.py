@@ -20,7 +20,7 @@ from swauto.passes.peel_boundaries import peel_boundaries
 from swauto.pipeline import lower
 from swauto.schedule.space import apply, candidates, tile_classes
 from swauto.tuner.model_tuner import rank
-from swauto.tuner.sketch import Sketcher
+from swauto.tuner.sketch import Sketcher, SketchModel
 from swauto.tuner.space import count, explore, explore_ranked
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -62,7 +62,7 @@ def test_a_sketch_prices_as_the_real_ir_where_every_tile_is_whole(example, param
         if sketch is None or not _divides(op, candidate, machine):
             continue
         assert sketch.share == 1
-        sketched = target.sketch_estimate(sketch.module, False, 1)
+        sketched = target.sketch_model(1).price(sketch.module, False)
         assert sketched == pytest.approx(target.estimate(stages, 1).seconds, rel=1e-12), candidate
         compared += 1
     assert compared > 0
@@ -75,7 +75,7 @@ def test_the_ranked_pick_is_the_exhaustive_pick(target_name, example, params, mo
     prices within 1% of its pick from every candidate lowered (the same one on these cases on the
     SW26010; benchmarks/tuning_speed.py measures the workload list); the space still counts every
     candidate. (Without verifying every stage of every candidate: the other tests do.) A short last
-    tile's work is weighed by the target model's time of its call (`Target.call_seconds`): weighed by its
+    tile's work is weighed by the target model's time of its call (`SketchModel.call_seconds`): weighed by its
     volume, the best host candidate at B = 1 on a 10 x 10 image at stride 2 (the 5 output rows fused into
     M) ranked 33rd of its sketches and the pick was 7.7% slower."""
     monkeypatch.setenv("SWAUTO_VERIFY", "0")
@@ -99,7 +99,7 @@ def test_candidates_of_several_statements_are_lowered_to_be_priced():
     op = load(EXAMPLES / "softmax.sw", {})
     sketcher = Sketcher(op, machine)
     assert all(sketcher.sketch(candidate) is None for candidate in candidates(op))
-    ranked = explore_ranked(op, machine, lambda sketch, doubled: math.nan)
+    ranked = explore_ranked(op, machine, SketchModel(lambda sketch, doubled: math.nan, lambda nest, moved: math.nan))
     assert ranked.sketched == 0 and len(ranked.legal) == len(explore(op, machine).legal)
 
 
@@ -117,7 +117,7 @@ def test_candidates_whose_sketch_fits_no_placement_are_still_lowered(monkeypatch
         with pytest.raises(Rejected, match="local memory"):
             sketcher.sketch(candidate)
     with pytest.raises(ScheduleError, match=r"no legal candidate among \d+ .*local memory overflow"):
-        explore_ranked(op, machine, lambda sketch, doubled: math.nan)
+        explore_ranked(op, machine, SketchModel(lambda sketch, doubled: math.nan, lambda nest, moved: math.nan))
 
 
 @pytest.mark.parametrize(("example", "params"), [("conv2d.sw", {"Ni": 300, "No": 270, "Ri": 5, "Ci": 5}),
@@ -142,7 +142,8 @@ def test_no_sketch_is_priced_below_its_class_bound_and_one_signature_one_price(t
     target = targets.get(target_name)
     machine = target.machine()
     op = load(EXAMPLES / example, params)
-    sketcher = Sketcher(op, machine, commuting=threads == 1)
+    model = target.sketch_model(threads)
+    sketcher = Sketcher(op, machine, model.commuting)
     prices: dict[tuple, float] = {}
     checked = 0
     for candidate in candidates(op, (False, True) if machine.asynchronous_dma else (False,)):
@@ -151,9 +152,9 @@ def test_no_sketch_is_priced_below_its_class_bound_and_one_signature_one_price(t
         except Rejected:
             continue
         nest = sketcher.compute_nest(candidate)
-        price = target.sketch_estimate(sketch.module, candidate.double_buffer, threads) * sketch.share
-        compute = target.sketch_estimate(nest.module, False, threads) * nest.share
-        bound = target.sketch_bound(nest.module, sketcher.least_bytes(candidate), threads) * nest.share
+        price = model.price(sketch.module, candidate.double_buffer) * sketch.share
+        compute = model.price(nest.module, False) * nest.share
+        bound = model.bound(nest.module, sketcher.least_bytes(candidate)) * nest.share
         assert price >= bound * (1 - 1e-12) and bound >= compute * (1 - 1e-12), candidate
         key = (candidate.double_buffer, sketch.signature)
         assert price == pytest.approx(prices.setdefault(key, price), rel=1e-12), candidate

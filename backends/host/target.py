@@ -15,6 +15,7 @@ from swauto.pipeline import Stages, before_double_buffering
 from swauto.schedule.candidate import Candidate
 from swauto.tuner import host_model, measure
 from swauto.tuner.cost_model import Estimate
+from swauto.tuner.sketch import SketchModel
 from swauto.tuner.space import explore
 
 from . import isa
@@ -38,14 +39,16 @@ def estimate(stages: Stages, threads: int) -> Estimate:
     return Estimate(dma_bytes, flops, min(host.traffic, host.seconds), host.seconds)
 
 
-def sketch_estimate(sketch: Module, double_buffered: bool, threads: int) -> float:
-    """The host model on a candidate's sketch (the host never double buffers)."""
-    return host_model.estimate(sketch, threads, host_model.machine()).seconds
-
-
-def sketch_bound(nest: Module, moved: int, threads: int) -> float:
-    """The host model's least time for a tile class: its compute, and its fewest bytes copied."""
-    return host_model.least_seconds(nest, moved, threads, host_model.machine())
+def sketch_model(threads: int) -> SketchModel:
+    """The host model on candidates' sketches for `threads` cores, with this machine's calibration read
+    once (the host never double buffers; its threads share the outermost loops, so on more than one the
+    order of those matters)."""
+    calibrated = host_model.machine()
+    return SketchModel(
+        price=lambda sketch, double_buffered: host_model.estimate(sketch, threads, calibrated).seconds,
+        bound=lambda nest, moved: host_model.least_seconds(nest, moved, threads, calibrated),
+        call_seconds=lambda call: host_model.call_seconds(call, calibrated),
+        commuting=threads == 1)
 
 
 def peak_flops(threads: int) -> float:
@@ -94,7 +97,5 @@ TARGET = targets.register(targets.Target(
     tune=tune,
     report=report,
     describe_call=describe_call,
-    sketch_estimate=sketch_estimate,
-    sketch_bound=sketch_bound,
-    call_seconds=lambda call: host_model.call_seconds(call, host_model.machine()),
+    sketch_model=sketch_model,
 ))

@@ -18,6 +18,7 @@ from swauto.pipeline import Stages, before_double_buffering
 from swauto.schedule.candidate import Candidate
 from swauto.tuner import sw26010_model
 from swauto.tuner.cost_model import Estimate
+from swauto.tuner.sketch import SketchModel
 from swauto.tuner.space import explore
 
 from .codegen import emit_program
@@ -46,14 +47,12 @@ def estimate(stages: Stages, threads: int, machine: SW26010 = SUNWAY) -> Estimat
     return Estimate(model.dma_bytes, model.flops, memory, model.compute_seconds, overlapped)
 
 
-def sketch_estimate(sketch: Module, double_buffered: bool, threads: int) -> float:
-    """The thesis' model on a candidate's sketch (`threads` does not apply)."""
-    return sw26010_model.sketch_seconds(sketch, double_buffered, SUNWAY)
-
-
-def sketch_bound(nest: Module, moved: int, threads: int) -> float:
-    """The thesis' model's least time for a tile class: its compute or its fewest bytes at peak bandwidth."""
-    return sw26010_model.least_seconds(nest, moved, SUNWAY)
+def sketch_model(threads: int) -> SketchModel:
+    """The thesis' model on candidates' sketches (`threads` does not apply)."""
+    return SketchModel(
+        price=lambda sketch, double_buffered: sw26010_model.sketch_seconds(sketch, double_buffered, SUNWAY),
+        bound=lambda nest, moved: sw26010_model.least_seconds(nest, moved, SUNWAY),
+        call_seconds=lambda call: sw26010_model.call_seconds(call, SUNWAY))
 
 
 def peak_flops(threads: int) -> float:
@@ -126,7 +125,5 @@ TARGET = targets.register(targets.Target(
     tune=tune,
     report=report,
     describe_call=describe_call,
-    sketch_estimate=sketch_estimate,
-    sketch_bound=sketch_bound,
-    call_seconds=lambda call: sw26010_model.call_seconds(call, SUNWAY),
+    sketch_model=sketch_model,
 ))

@@ -97,18 +97,7 @@ def _scheduled_nest(seed: Module, splits: tuple[tuple[SplitChoice, int], ...],
     """The statement that is `seed`'s only nest with its own splits (each with its tile size),
     fusions, loop order and the layouts of the tensors it touches, and, for a GEMM, the vectorized
     dimension, whose tile sizes must suit the primitive."""
-    module = seed
-    for split, factor in splits:  # in directive order: loop names depend on it
-        if split.on_primitive:
-            module = transforms.split_primitive(module, split.dim, factor, split.outer, 0)  # type: ignore[arg-type]
-        else:
-            module = transforms.split_loop(module, split.target, factor, split.outer, split.inner or "")
-    for fuse in fuses:
-        if fuse.into_dim is not None:
-            module = transforms.fuse_into_primitive(module, fuse.loop, fuse.into_dim, 0)
-        else:
-            module = transforms.fuse_loops(module, fuse.loop, fuse.with_loop or "", fuse.fused or "")
-    module = transforms.drop_single_trip_loops(transforms.reorder(module, order))
+    module = transforms.drop_single_trip_loops(transforms.reorder(_tiled(seed, splits, fuses), order))
     for tensor, permutation in layouts:
         module = transforms.set_layout(module, tensor, permutation)
     if loop_nest(module.body)[1].signature.kind == "gemm":
@@ -123,6 +112,24 @@ def _scheduled_nest(seed: Module, splits: tuple[tuple[SplitChoice, int], ...],
         if violation is not None:
             raise Rejected("primitive constraint", violation)
     return module.body
+
+
+@functools.lru_cache(maxsize=1024)
+def _tiled(seed: Module, splits: tuple[tuple[SplitChoice, int], ...], fuses: tuple[FuseChoice, ...]) -> Module:
+    """`seed` split and fused (`_scheduled_nest` before reordering): shared by the tile classes that
+    differ only in layouts, vectorization and orders."""
+    module = seed
+    for split, factor in splits:  # in directive order: loop names depend on it
+        if split.on_primitive:
+            module = transforms.split_primitive(module, split.dim, factor, split.outer, 0)  # type: ignore[arg-type]
+        else:
+            module = transforms.split_loop(module, split.target, factor, split.outer, split.inner or "")
+    for fuse in fuses:
+        if fuse.into_dim is not None:
+            module = transforms.fuse_into_primitive(module, fuse.loop, fuse.into_dim, 0)
+        else:
+            module = transforms.fuse_loops(module, fuse.loop, fuse.with_loop or "", fuse.fused or "")
+    return module
 
 
 def _statement_of(fuse: FuseChoice, space: ScheduleSpace) -> int:

@@ -129,6 +129,22 @@ class Sketch:
 
 
 @dataclass(frozen=True)
+class SketchModel:
+    """A target's model as ranking before lowering uses it, for one tuning (its machine's constants
+    read once): `price`, a sketch's seconds (sketch, double buffered); `bound`, seconds no sketch of a
+    tile class is priced under (the class's nest with no transfer, the fewest bytes any placement of
+    its transfers moves: `Sketcher.compute_nest`, `Sketcher.least_bytes`); `call_seconds`, one
+    primitive call's time on tiles in local memory, by which a class's shorter last tiles are weighed
+    (None: by their volume); `commuting`, whether `price` is unchanged by swapping two loops with no
+    transfer between them."""
+
+    price: Callable[[Module, bool], float]
+    bound: Callable[[Module, int], float]
+    call_seconds: Callable[[Call], float] | None = None
+    commuting: bool = True
+
+
+@dataclass(frozen=True)
 class Placement:
     """Where a candidate's transfers sit, its sketch without the module: per operand, the loop whose
     body holds its transfer (None: outside every loop) and the transfer; `signature` and `share` as
@@ -188,21 +204,32 @@ class Sketcher:
         return Sketch(replace(found.module, buffers=(), body=rebuild_nest(list(loops), call)), found.share, ())
 
     def least_bytes(self, candidate: Candidate) -> int:
-        """The fewest bytes any sketch of `candidate`'s tile class moves, whatever its order, buffering
-        or local memory: per operand, the least over the sets S of loops its box depends on of its
-        transfer hoisted over S times the trips of the others (a transfer inside a loop it depends on
-        runs at least once per trip of it; hoisted over a loop its box covers every trip, gaps of a
-        stride included). With `compute_nest`, what a model's bound on the class needs. The class must
-        have a sketch (`compute_nest` is not None)."""
+        """The fewest bytes any sketch of `candidate`'s tile class moves, whatever its order or
+        buffering: per operand, the least over the sets S of loops its transfer may cross (loops its box
+        depends on, each of them hoistable, as many as it may be hoisted over) whose buffer alone fits
+        local memory, of its transfer hoisted over S times the trips of the other loops its box depends
+        on (it runs at least once per trip of those). With `compute_nest`, what a model's bound on the
+        class needs. The class must have a sketch (`compute_nest` is not None)."""
         tiles = self._class_of(candidate)
         assert tiles is not None
+        room = self.machine.ldm_usable_bytes
         total = 0
         for operand in tiles.operands:
-            deps = [loop for var, loop in tiles.loops.items() if var in operand.used]
-            total += operand.element * (operand.reads + operand.writes) * min(
-                prod(hoisted_extents(operand.access, crossed))
-                * prod(tiles.trips[loop.var] for loop in deps if loop not in crossed)
-                for size in range(len(deps) + 1) for crossed in itertools.combinations(deps, size))
+            deps = [loop for loop in tiles.loops.values() if loop.var in operand.used]
+            movable = [loop for loop in deps if hoistable(operand.access, (loop,))]
+            most = len(movable) if operand.cap is None else min(operand.cap, len(movable))
+            twin = tiles.twins.get(operand.role, 0)
+            least = None
+            for size in range(most + 1):
+                for crossed in itertools.combinations(movable, size):
+                    extents = hoisted_extents(operand.access, crossed)
+                    shape = zip(extents, operand.access.pad or (0,) * len(extents), strict=True)
+                    if size and aligned(ceil(prod(e + p for e, p in shape) / self.machine.cpes)
+                                        * operand.element) + twin > room:
+                        continue
+                    moved = prod(extents) * prod(tiles.trips[loop.var] for loop in deps if loop not in crossed)
+                    least = moved if least is None else min(least, moved)
+            total += operand.element * (operand.reads + operand.writes) * least
         return total
 
     def _class_of(self, candidate: Candidate) -> _TileClass | None:

@@ -7,13 +7,13 @@ import heapq
 import itertools
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 from swauto.errors import Rejected, ScheduleError
 from swauto.frontend.check import BoundOperator
 from swauto.frontend.integers import check_integer
-from swauto.ir.nodes import Call, Module
+from swauto.ir.nodes import Module
 from swauto.machine import LocalMemoryMachine
 from swauto.pipeline import Stages, lower
 from swauto.schedule.candidate import Candidate
@@ -26,7 +26,7 @@ from swauto.schedule.space import (
     tile_classes,
     tile_sizes,
 )
-from swauto.tuner.sketch import Sketcher
+from swauto.tuner.sketch import Sketcher, SketchModel
 
 # The most candidates `explore` builds unless told otherwise (`max_candidates=`, `--max-candidates`).
 # The project's largest spaces have a few thousand (conv2d.sw with a choice of the weight's layout:
@@ -132,25 +132,21 @@ def _check_size(op: BoundOperator, machine: LocalMemoryMachine, max_candidates: 
     return total
 
 
-def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callable[[Module, bool], float],
-                   lowered: int = LOWERED, max_candidates: int = MAX_CANDIDATES, commuting: bool = True,
-                   call_seconds: Callable[[Call], float] | None = None,
-                   bound: Callable[[Module, int], float] | None = None) -> Space:
+def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: SketchModel,
+                   lowered: int = LOWERED, max_candidates: int = MAX_CANDIDATES) -> Space:
     """Rank before lowering: candidates are lowered from the cheapest sketch (`swauto.tuner.sketch`)
-    on, priced by `price` (the target's model: sketch, double buffered -> seconds) times its share of
-    work (its last tiles weighed by `call_seconds`, the model's time of one call, where given), until
-    `lowered` of them are legal; the rest are counted in `Space.sketched`. The model tuner ranks the
-    lowered ones on their real IR.
+    on, priced by `model.price` times its share of work (its last tiles weighed by `model.call_seconds`),
+    until `lowered` of them are legal; the rest are counted in `Space.sketched`. The model tuner ranks
+    the lowered ones on their real IR.
 
     Work is shared and skipped where that cannot change which candidates are lowered:
     - a tile class (the candidates that differ only in loop order and buffering) is scheduled once;
       its sketches are built only when its *bound* is below the price of every candidate still to
       lower: no sketch of the class can be cheaper than that (classes are opened cheapest bound
-      first). The bound is `bound` (the target model's least time for the nest with no transfer,
-      `Sketcher.compute_nest`, and the fewest bytes any placement moves, `Sketcher.least_bytes`)
-      where given, else the price of that nest, times the class's share of work;
+      first). The bound is `model.bound` of the class's nest with no transfer (`Sketcher.compute_nest`)
+      and the fewest bytes any placement moves (`Sketcher.least_bytes`), times its share of work;
     - of sketches with one signature (the same nest up to the order of loops with no transfer
-      between them; `commuting`: `price` is unchanged by that order), one is priced, and lowered
+      between them; `model.commuting`: its price is unchanged by that order), one is priced, and lowered
       until one is legal: the others are the same program to the model. (Their real IR may differ
       where tiles are peeled, so an illegal one does not stand for them.)
 
@@ -158,7 +154,7 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callab
     placement that fits local memory come last: the sketch doubles every buffer of a double-buffered
     candidate, the pipeline only those it prefetches."""
     total = _check_size(op, machine, max_candidates)
-    sketcher = Sketcher(op, machine, commuting, call_seconds)
+    sketcher = Sketcher(op, machine, model.commuting, model.call_seconds)
     space = Space(op)
     bufferings = (False, True) if machine.asynchronous_dma else (False,)
     micro_kernels = len(machine.micro_kernels or (None,))
@@ -193,7 +189,8 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callab
                 signature = (double_buffer, placement.signature)
                 seconds = prices.get(signature)
                 if seconds is None:
-                    seconds = prices[signature] = price(sketcher.module(placement), double_buffer) * placement.share
+                    seconds = prices[signature] = model.price(sketcher.module(placement),
+                                                              double_buffer) * placement.share
                 heapq.heappush(queue, (seconds, 1, place, candidate, signature))
 
     for number, (first, orders) in enumerate(tile_classes(op)):
@@ -205,13 +202,8 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, price: Callab
                 space.rejected[rejection.reason] += len(orders) * len(bufferings) * micro_kernels
                 continue
             nest = None  # a reason that may depend on the order: each candidate says
-        if nest is None:
-            least = -math.inf
-        elif bound is None:
-            least = price(nest.module, False) * nest.share
-        else:
-            least = bound(nest.module, sketcher.least_bytes(first)) * nest.share
-        heapq.heappush(queue, (least, 0, (number,), first, orders))
+        bound = -math.inf if nest is None else model.bound(nest.module, sketcher.least_bytes(first)) * nest.share
+        heapq.heappush(queue, (bound, 0, (number,), first, orders))
     found = 0
     seen: set[tuple] = set()
     while queue and found < lowered:
