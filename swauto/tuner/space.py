@@ -3,11 +3,13 @@ with their IR stages and the others counted by reason (what the tuners rank)."""
 
 from __future__ import annotations
 
+import gc
 import heapq
 import itertools
 import math
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from swauto.errors import Rejected, ScheduleError
@@ -132,6 +134,21 @@ def _check_size(op: BoundOperator, machine: LocalMemoryMachine, max_candidates: 
     return total
 
 
+@contextmanager
+def _cycle_collector_paused() -> Iterator[None]:
+    """Ranking a space allocates millions of short-lived IR nodes, freed by reference counting; the
+    cyclic collector's passes over the growing heap took a third of model tuning (1.4 s against 0.93
+    s on a space of 13 056 candidates). The cycles it leaves (some ten thousand objects per tuning)
+    are collected once it runs again."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: SketchModel,
                    lowered: int = LOWERED, max_candidates: int = MAX_CANDIDATES) -> Space:
     """Rank before lowering: candidates are lowered from the cheapest sketch (`swauto.tuner.sketch`)
@@ -153,7 +170,12 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketch
     Candidates without a sketch (several statements) are all lowered. Those whose sketch finds no
     placement that fits local memory come last: the sketch doubles every buffer of a double-buffered
     candidate, the pipeline only those it prefetches."""
-    total = _check_size(op, machine, max_candidates)
+    with _cycle_collector_paused():
+        return _explore_ranked(op, machine, model, lowered, _check_size(op, machine, max_candidates))
+
+
+def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: SketchModel, lowered: int,
+                    total: int) -> Space:
     sketcher = Sketcher(op, machine, model.commuting, model.call_seconds)
     space = Space(op)
     bufferings = (False, True) if machine.asynchronous_dma else (False,)
