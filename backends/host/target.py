@@ -46,7 +46,7 @@ def sketch_model(threads: int) -> SketchModel:
     calibrated = host_model.machine()
     return SketchModel(
         price=lambda sketch, double_buffered: host_model.estimate(sketch, threads, calibrated).seconds,
-        bound=lambda nest, moved: host_model.least_seconds(nest, moved, threads, calibrated),
+        bound=lambda nest: host_model.least_seconds(nest, threads, calibrated),
         call_seconds=lambda call: host_model.call_seconds(call, calibrated),
         commuting=threads == 1)
 

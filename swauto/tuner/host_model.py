@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from math import ceil, prod
 from pathlib import Path
@@ -135,12 +136,13 @@ def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
     return HostEstimate(flops, copy_bytes, parallel[0] + serial[0], parallel[1] + serial[1], seconds)
 
 
-def least_seconds(nest: Module, moved: int, threads: int, machine: Machine) -> float:
-    """No module that computes as `nest` does (no transfer in it) and moves at least `moved` bytes is
-    priced below this by `estimate`: the nest's compute plus those bytes at the faster of the two
+def least_seconds(nest: Module, threads: int, machine: Machine) -> Callable[[int], float]:
+    """No module that computes as `nest` does (no transfer in it) and moves `moved` bytes is priced
+    below `least(moved)` by `estimate`: the nest's compute plus those bytes at the faster of the two
     bandwidths a copy of its tensors gets, shared by every thread."""
-    bandwidth = max(_source_bandwidth(nest, machine), machine.transpose_bandwidth)
-    return estimate(nest, threads, machine).seconds + moved / bandwidth / threads
+    compute = estimate(nest, threads, machine).seconds
+    bandwidth = max(_source_bandwidth(nest, machine), machine.transpose_bandwidth) * threads
+    return lambda moved: compute + moved / bandwidth
 
 
 def call_seconds(call: Call, machine: Machine) -> float:

@@ -131,15 +131,16 @@ class Sketch:
 @dataclass(frozen=True)
 class SketchModel:
     """A target's model as ranking before lowering uses it, for one tuning (its machine's constants
-    read once): `price`, a sketch's seconds (sketch, double buffered); `bound`, seconds no sketch of a
-    tile class is priced under (the class's nest with no transfer, the fewest bytes any placement of
-    its transfers moves: `Sketcher.compute_nest`, `Sketcher.least_bytes`); `call_seconds`, one
+    read once): `price`, a sketch's seconds (sketch, double buffered); `bound`, given a tile class's
+    nest with no transfer (`Sketcher.compute_nest`), the seconds no sketch of the class that moves a
+    number of bytes is priced under (with `Sketcher.least_bytes`, no sketch of the class at all);
+    `call_seconds`, one
     primitive call's time on tiles in local memory, by which a class's shorter last tiles are weighed
     (None: by their volume); `commuting`, whether `price` is unchanged by swapping two loops with no
     transfer between them."""
 
     price: Callable[[Module, bool], float]
-    bound: Callable[[Module, int], float]
+    bound: Callable[[Module], Callable[[int], float]]
     call_seconds: Callable[[Call], float] | None = None
     commuting: bool = True
 
@@ -148,13 +149,15 @@ class SketchModel:
 class Placement:
     """Where a candidate's transfers sit, its sketch without the module: per operand, the loop whose
     body holds its transfer (None: outside every loop) and the transfer; `signature` and `share` as
-    the sketch's. A tuner compares signatures before it builds a module (`Sketcher.module`)."""
+    the sketch's; `moved`, the bytes its transfers move in all. A tuner compares signatures, and
+    bounds its price by `moved` (`SketchModel.bound`), before it builds a module (`Sketcher.module`)."""
 
     tiles: _TileClass
     loops: tuple[For, ...]
     placed: tuple[tuple[str | None, _Transfer], ...]
     signature: tuple
     share: float
+    moved: int
 
 
 class Sketcher:
@@ -337,7 +340,8 @@ class Sketcher:
         if picks is None:
             raise Rejected("local memory overflow", "no placement of the transfers fits local memory")
         placed = tuple(per_level[pick][2:] for per_level, pick in zip(options, picks, strict=True))
-        return Placement(tiles, loops, placed, self._signature(tiles, loops, placed), tiles.share)
+        moved = sum(per_level[pick][0] for per_level, pick in zip(options, picks, strict=True))
+        return Placement(tiles, loops, placed, self._signature(tiles, loops, placed), tiles.share, moved)
 
     def _ladder(self, tiles: _TileClass, operand: _Operand, loops: tuple[For, ...],
                 deps: tuple[str, ...]) -> tuple[tuple[str | None, _Transfer], ...]:

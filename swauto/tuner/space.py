@@ -8,7 +8,7 @@ import heapq
 import itertools
 import math
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
@@ -37,6 +37,8 @@ from swauto.tuner.sketch import Sketcher, SketchModel
 MAX_CANDIDATES = 100_000
 # How many legal candidates `explore_ranked` lowers: those whose sketches the model prices fastest.
 LOWERED = 16
+# The kinds of `explore_ranked`'s queue entries, in the order they go at one figure.
+OPEN, PRICE, LOWER = 0, 1, 2
 
 
 def count(op: BoundOperator, machine: LocalMemoryMachine) -> tuple[int, list[str]]:
@@ -162,6 +164,8 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketch
       lower: no sketch of the class can be cheaper than that (classes are opened cheapest bound
       first). The bound is `model.bound` of the class's nest with no transfer (`Sketcher.compute_nest`)
       and the fewest bytes any placement moves (`Sketcher.least_bytes`), times its share of work;
+    - a sketch's module is built and priced only when the bound of the bytes its placement moves
+      (`Placement.moved`) is below the price of every candidate still to lower;
     - of sketches with one signature (the same nest up to the order of loops with no transfer
       between them; `model.commuting`: its price is unchanged by that order), one is priced, and lowered
       until one is legal: the others are the same program to the model. (Their real IR may differ
@@ -181,9 +185,13 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
     bufferings = (False, True) if machine.asynchronous_dma else (False,)
     micro_kernels = len(machine.micro_kernels or (None,))
     lowered_at: list[tuple[tuple[int, ...], list[tuple[Candidate, Stages]]]] = []
-    # Entries (price or bound, 0 for a class to open / 1 for a candidate to lower, place, candidate or
-    # class, signature): a class comes before a candidate of its bound's price.
-    queue: list[tuple[float, int, tuple[int, ...], Candidate, Iterable[tuple[str, ...]] | tuple]] = []
+    # Entries (seconds, kind, place, candidate, payload), by kind: a class to open at its bound (OPEN,
+    # payload its orders); a candidate to price at its placement's bound (PRICE, payload its signature
+    # and placement); a candidate to lower at its price (LOWER, payload its signature). At one figure a
+    # class opens before a candidate is priced, and one is priced before one is lowered.
+    queue: list[tuple[float, int, tuple[int, ...], Candidate, object]] = []
+    least: dict[int, Callable[[int], float]] = {}  # per class: its bound, by the bytes a sketch moves
+    prices: dict[tuple, float] = {}  # per signature
 
     def add(place: tuple[int, ...], candidate: Candidate) -> bool:
         entries = _lowered(op, candidate, machine, space)
@@ -192,7 +200,6 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
         return bool(entries)
 
     def open_class(number: int, orders: Iterable[tuple[str, ...]], first: Candidate) -> None:
-        prices: dict[tuple, float] = {}
         for position, order in enumerate(orders):
             for double_buffer in bufferings:
                 candidate = replace(first, order=order, double_buffer=double_buffer)
@@ -201,7 +208,7 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
                     placement = sketcher.placement(candidate)
                 except Rejected as rejection:
                     if rejection.reason == "local memory overflow":
-                        heapq.heappush(queue, (math.inf, 1, place, candidate, ()))
+                        heapq.heappush(queue, (math.inf, LOWER, place, candidate, ()))
                     else:
                         space.rejected[rejection.reason] += micro_kernels
                     continue
@@ -210,10 +217,11 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
                     continue
                 signature = (double_buffer, placement.signature)
                 seconds = prices.get(signature)
-                if seconds is None:
-                    seconds = prices[signature] = model.price(sketcher.module(placement),
-                                                              double_buffer) * placement.share
-                heapq.heappush(queue, (seconds, 1, place, candidate, signature))
+                if seconds is not None:
+                    heapq.heappush(queue, (seconds, LOWER, place, candidate, signature))
+                else:
+                    bound = least[number](placement.moved) * placement.share
+                    heapq.heappush(queue, (bound, PRICE, place, candidate, (signature, placement)))
 
     for number, (first, orders) in enumerate(tile_classes(op)):
         orders = list(orders)
@@ -224,24 +232,32 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
                 space.rejected[rejection.reason] += len(orders) * len(bufferings) * micro_kernels
                 continue
             nest = None  # a reason that may depend on the order: each candidate says
-        bound = -math.inf if nest is None else model.bound(nest.module, sketcher.least_bytes(first)) * nest.share
-        heapq.heappush(queue, (bound, 0, (number,), first, orders))
+        if nest is None:
+            bound = -math.inf
+        else:
+            least[number] = model.bound(nest.module)
+            bound = least[number](sketcher.least_bytes(first)) * nest.share
+        heapq.heappush(queue, (bound, OPEN, (number,), first, orders))
     found = 0
     seen: set[tuple] = set()
     while queue and found < lowered:
         _, kind, place, candidate, payload = heapq.heappop(queue)
-        if kind == 0:
+        if kind == OPEN:
             open_class(place[0], payload, candidate)  # type: ignore[arg-type]
-            continue
-        if payload and payload in seen:
-            continue
-        if add(place, candidate):
+        elif kind == PRICE:
+            signature, placement = payload  # type: ignore[misc]
+            seconds = prices.get(signature)
+            if seconds is None:
+                seconds = prices[signature] = model.price(sketcher.module(placement),
+                                                          candidate.double_buffer) * placement.share
+            heapq.heappush(queue, (seconds, LOWER, place, candidate, signature))
+        elif not (payload and payload in seen) and add(place, candidate):
             found += 1
             seen.add(payload)  # an illegal one does not stand for the others: their peeled tiles may fit
     # In the space's order (tile classes, then orders): the model tuner breaks ties by it.
     space.legal = [entry for _, entries in sorted(lowered_at, key=lambda pair: pair[0]) for entry in entries]
-    # The rest, neither lowered nor rejected, was ranked out: by its sketch, one of its signature, or its
-    # class's bound.
+    # The rest, neither lowered nor rejected, was ranked out: by its sketch's price or bound, one of its
+    # signature, or its class's bound.
     space.sketched = total - len(space.legal) - sum(space.rejected.values())
     if not space.legal:
         raise ScheduleError(_explain_empty(op, space))

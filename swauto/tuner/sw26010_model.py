@@ -30,7 +30,7 @@ halves and for the prologue) and the machine description, never a simulation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from math import gcd, prod
@@ -384,11 +384,12 @@ def estimate(module: Module, final: Module, double_buffered: bool, machine: SW26
     return ModelEstimate(dma, compute, prologue, double_buffered, seconds, model.dma_bytes, model.flops)
 
 
-def least_seconds(nest: Module, moved: int, machine: SW26010) -> float:
-    """No sketch that computes as `nest` does (no transfer in it) and moves at least `moved` bytes is
-    priced below this by `sketch_seconds`: single buffered its transfers add to the compute, double
+def least_seconds(nest: Module, machine: SW26010) -> Callable[[int], float]:
+    """No sketch that computes as `nest` does (no transfer in it) and moves `moved` bytes is priced
+    below `least(moved)` by `sketch_seconds`: single buffered its transfers add to the compute, double
     buffered they overlap it, and never faster than the memory system's peak."""
-    return max(sketch_seconds(nest, False, machine), moved / machine.peak_bandwidth)
+    compute = sketch_seconds(nest, False, machine)
+    return lambda moved: max(compute, moved / machine.peak_bandwidth)
 
 
 def sketch_seconds(sketch: Module, double_buffered: bool, machine: SW26010) -> float:
