@@ -12,7 +12,7 @@ from swauto.api import load
 from swauto.backends.sw26010 import emit_program, simulate
 from swauto.errors import SimulationError
 from swauto.ir import expr as ex
-from swauto.ir.nodes import Call, Dma, DmaWait, LocalBuffer, Seq
+from swauto.ir.nodes import Access, Call, Dma, DmaWait, LocalBuffer, Module, Seq, Tensor
 from swauto.ir.visitor import Rewriter, walk
 from swauto.machine import SUNWAY
 from swauto.passes.plan_local_memory import per_cpe_bytes
@@ -182,3 +182,23 @@ def test_buffers_live_at_once_may_not_share_local_memory(gemm_source, monkeypatc
     monkeypatch.setattr(simulator, "check_local_memory", lambda module, machine: 0)
     with pytest.raises(SimulationError, match="whose local memory .* has written since"):
         simulate(broken, gemm_inputs(256, 256, 128), SUNWAY)
+
+
+def _box(name: str, start: int) -> Access:
+    """Four elements of a one-axis tensor or buffer from `start`."""
+    return Access(name, (ex.Const(start),), (4,), (None,))
+
+
+def test_a_zero_filled_get_from_wholly_outside_the_tensor_writes_its_tile():
+    """Two buffers share local memory one after the other; the second is filled by a zero-filled get
+    whose box lies wholly outside the tensor (a convolution's top rows in the padding): no byte moves,
+    but the CPEs zero the tile, so reading it reads zeros, not the bytes the first buffer left there."""
+    module = Module("shared", (Tensor("X", (8,)), Tensor("Y", (8,), is_output=True)),
+                    (LocalBuffer("S", (4,), offset=0, spread="flat"), LocalBuffer("T", (4,), offset=0, spread="flat")),
+                    Seq((Dma("get", _box("X", 0), _box("S", 0), "s"), DmaWait("s"),
+                         Dma("put", _box("Y", 0), _box("S", 0), "y"), DmaWait("y"),
+                         Dma("get", _box("X", -8), _box("T", 0), "t", zero_fill=True), DmaWait("t"),
+                         Dma("put", _box("Y", 4), _box("T", 0), "y"), DmaWait("y"))))
+    arrays = {"X": np.arange(1, 9, dtype=np.float32), "Y": np.full(8, -1, np.float32)}
+    simulate(module, arrays, SUNWAY)
+    np.testing.assert_array_equal(arrays["Y"], [1, 2, 3, 4, 0, 0, 0, 0])
