@@ -58,6 +58,7 @@ class _Operand:
     element: int
     cap: int | None
     used: frozenset[str]  # the loop variables its box's address depends on
+    movable: frozenset[str]  # those its transfer may be hoisted over (`hoistable`, each on its own)
 
 
 @dataclass
@@ -219,7 +220,7 @@ class Sketcher:
         total = 0
         for operand in tiles.operands:
             deps = [loop for loop in tiles.loops.values() if loop.var in operand.used]
-            movable = [loop for loop in deps if hoistable(operand.access, (loop,))]
+            movable = [loop for loop in deps if loop.var in operand.movable]
             most = len(movable) if operand.cap is None else min(operand.cap, len(movable))
             twin = tiles.twins.get(operand.role, 0)
             least = None
@@ -287,7 +288,8 @@ class Sketcher:
                 reads=not writes or call.signature.reads_output() and not zeroed,
                 writes=writes, element=DTYPE_BYTES[tensor.dtype],
                 cap=0 if writes and call.epilogue else None,  # fused consumers run on one call's box
-                used=frozenset().union(*(ex.free_vars(start) for start in access.starts))))
+                used=(used := frozenset().union(*(ex.free_vars(start) for start in access.starts))),
+                movable=frozenset(loop.var for loop in loops if loop.var in used and hoistable(access, (loop,)))))
         twins = {}  # per role, the primitive's float64 copy of its operand tile (`plan_local_memory`)
         if call.signature.kind == "gemm" and self.machine.gemm_compute_dtype != "float32":
             twins = {role: aligned(per_cpe_bytes(LocalBuffer(f"{names[role]}_double", access.padded_extents(),
@@ -346,7 +348,9 @@ class Sketcher:
     def _ladder(self, tiles: _TileClass, operand: _Operand, loops: tuple[For, ...],
                 deps: tuple[str, ...]) -> tuple[tuple[str | None, _Transfer], ...]:
         """`_TileClass.ladders` for the operand's dependent loops `deps` (outermost first) in `loops`."""
-        cap = min(hoistable(operand.access, loops), len(deps) if operand.cap is None else operand.cap)
+        # As `hoistable`: the innermost dependent loops, up to the first that may not be crossed.
+        cap = next((n for n, var in enumerate(reversed(deps)) if var not in operand.movable), len(deps))
+        cap = cap if operand.cap is None else min(cap, operand.cap)
         return tuple((deps[len(deps) - level - 1] if len(deps) > level else None,
                       self._transfer(tiles, operand, loops, frozenset(deps[len(deps) - level:] if level else ())))
                      for level in range(cap + 1))
