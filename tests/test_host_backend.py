@@ -6,6 +6,7 @@ CodegenErrors."""
 
 from __future__ import annotations
 
+import multiprocessing
 from dataclasses import replace
 from functools import cache
 
@@ -14,6 +15,7 @@ import pytest
 
 from conftest import GEMM_SW, gemm_inputs, gemm_reference, relative_error
 from swauto.backends.host import HostProgram, Knobs, compile_module, layout
+from swauto.backends.host import threads as thread_pools
 from swauto.backends.host.codegen import generate
 from swauto.backends.host.isa import ISAS, select
 from swauto.errors import CodegenError
@@ -53,6 +55,46 @@ def legal_modules(shape: tuple[int, int, int]) -> dict[str, Module]:
     source = Source.load(GEMM_SW)
     op = check(parse(source), source, dict(zip("MNK", shape, strict=True)))
     return {candidate.id: stages[-1][1] for candidate, stages in explore(op, SUNWAY).legal}
+
+
+def _shared_module() -> Module:
+    """A legal GEMM module whose parallel group has three iterations (two threads share them unevenly)."""
+    for module in legal_modules((256, 384, 128)).values():
+        if compile_module(module).parallel_iterations == 3:
+            return module
+    raise AssertionError("no candidate of GEMM 256 x 384 x 128 shares three iterations")
+
+
+@pytest.mark.parametrize("pool", ["native", "python"])
+def test_both_thread_pools_share_the_iterations(pool, monkeypatch):
+    """On the native pool (libgomp, called from the kernel's 'parallel' function) and on the Python
+    pool (forced by $SWAUTO_HOST_THREADS), every thread count gives GEMM's result."""
+    monkeypatch.setenv(thread_pools.ENV_VAR, pool)
+    if pool == "native" and not thread_pools.native():
+        pytest.skip("libgomp cannot be loaded here")
+    program = compile_module(_shared_module())
+    assert ("parallel" in program.plan.symbols) == (pool == "native")
+    for count in (2, 3):
+        arrays = gemm_inputs(256, 384, 128, seed=count)
+        expected = gemm_reference(arrays)
+        program.run(arrays, threads=count)
+        assert relative_error(arrays["C"], expected) <= TOLERANCE, count
+
+
+def _run_in_child(module: Module) -> float:
+    arrays = gemm_inputs(256, 384, 128, seed=7)
+    expected = gemm_reference(arrays)
+    compile_module(module).run(arrays, threads=2)
+    return relative_error(arrays["C"], expected)
+
+
+def test_a_forked_child_runs_threaded_kernels():
+    """libgomp's team does not survive fork: a child forked after the parent ran a kernel on the native
+    pool runs on the Python pool, and returns (it would wait forever for the parent's threads)."""
+    module = _shared_module()
+    compile_module(module).run(gemm_inputs(256, 384, 128), threads=2)
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply_async(_run_in_child, (module,)).get(timeout=120) <= TOLERANCE
 
 
 # Every candidate at the two smaller shapes; every sixth at the largest (its space is the product of

@@ -1,7 +1,8 @@
 """Lowering of a final IR `Module` to LLVM IR (llvmlite.ir) for the host CPU.
 
 The generated module defines up to three functions (`Plan.symbols`), one per phase of
-`parallel.split`: 'before', 'loop' and 'after'. Each takes one `noalias float*` per tensor in
+`parallel.split`: 'before', 'loop' and 'after' (and, on the native thread pool, 'parallel', which
+runs 'loop' on the threads: `threads`). Each takes one `noalias float*` per tensor in
 `module.tensors` order, a `float*` to a per-thread workspace holding the local buffers at
 `Plan.offsets`, and an i64 range `lo, hi`: 'loop' runs those flattened iterations of the parallel
 nest, the others ignore it. Buffers live in the layouts of `layout.plan`; a DMA is a copy loop nest
@@ -44,7 +45,7 @@ from swauto.ir.verify import VerificationError, verify
 from swauto.ir.visitor import Visitor
 
 from . import layout as layouts
-from . import parallel
+from . import parallel, threads
 from .isa import Isa, cache_sizes
 from .knobs import Knobs
 from .primitives import emit_call
@@ -102,6 +103,8 @@ def plan_kernel(module: Module, isa: Isa, knobs: Knobs) -> Plan:
     symbols = {"before": f"{base}_before"}
     if phases.loops:
         symbols.update(loop=f"{base}_loop", after=f"{base}_after")
+        if threads.native():
+            symbols.update(parallel=f"{base}_parallel")
     return Plan(phases, symbols, offsets, size, placed, views)
 
 
@@ -117,8 +120,11 @@ def generate(module: Module, isa: Isa, knobs: Knobs) -> ir.Module:
     lets = phases.lets
     Lowering(module, plan, isa, knobs, ir_module, plan.symbols["before"]).emit(phases.before)
     if phases.loops:
-        Lowering(module, plan, isa, knobs, ir_module, plan.symbols["loop"], parallel=True).emit_parallel(lets)
+        loop = Lowering(module, plan, isa, knobs, ir_module, plan.symbols["loop"], parallel=True)
+        loop.emit_parallel(lets)
         Lowering(module, plan, isa, knobs, ir_module, plan.symbols["after"]).emit(lets + phases.after)
+        if "parallel" in plan.symbols:
+            threads.emit_parallel_entry(ir_module, loop.function, len(module.tensors), plan.symbols["parallel"])
     return ir_module
 
 

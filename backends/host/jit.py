@@ -2,7 +2,7 @@
 forced narrower instruction set) with LLVM's new pass manager, emitted as object code, stored in the
 on-disk cache (`cache`) and loaded into an MCJIT engine. A kernel found on disk skips LLVM entirely.
 
-Programs are also cached in the process per (module, instruction set, knobs), keeping the
+Programs are also cached in the process per (module, instruction set, knobs, thread pool), keeping the
 `CACHE_SIZE` most recently used ones.
 """
 
@@ -17,7 +17,7 @@ import llvmlite.binding as llvm
 from swauto.errors import CodegenError
 from swauto.ir.nodes import Module, fingerprint
 
-from . import cache
+from . import cache, threads
 from . import isa as isas
 from .codegen import generate, plan_kernel
 from .knobs import Knobs, default_knobs
@@ -29,7 +29,7 @@ CACHE_SIZE = 128
 # llvmlite shares one LLVM context between threads and LLVM's is not thread-safe: every use of
 # LLVM (and of the cache) happens under this lock.
 _LLVM_LOCK = threading.Lock()
-_CACHE: OrderedDict[tuple[Module, str, Knobs], HostProgram] = OrderedDict()
+_CACHE: OrderedDict[tuple[Module, str, Knobs, bool], HostProgram] = OrderedDict()
 
 
 def compile_module(module: Module, isa: str | None = None, knobs: Knobs | None = None) -> HostProgram:
@@ -43,7 +43,7 @@ def compile_module(module: Module, isa: str | None = None, knobs: Knobs | None =
     knobs = knobs or default_knobs(chosen)
     if not knobs.fits(chosen):
         raise CodegenError(f"micro-kernel {knobs} does not fit the {chosen.width}-lane registers of {chosen.name}")
-    entry = (module, chosen.name, knobs)
+    entry = (module, chosen.name, knobs, threads.native())  # the native pool adds a function
     with _LLVM_LOCK:
         program = _CACHE.get(entry)
         if program is None:
@@ -69,7 +69,9 @@ def _build(module: Module, isa: isas.Isa, knobs: Knobs) -> HostProgram:
     cpu, _ = isas.host_cpu()
     features = isas.target_features(isa)
     # The plan (buffer layouts, views) depends on the caches' sizes too: it is part of the key.
-    placement = repr((sorted(plan.layouts.items()), sorted(plan.offsets.items()), sorted(plan.views.items())))
+    # The functions it has too ('parallel' only where the native thread pool runs).
+    placement = repr((sorted(plan.layouts.items()), sorted(plan.offsets.items()), sorted(plan.views.items()),
+                      sorted(plan.symbols)))
     key = cache.kernel_key(fingerprint(module), repr(knobs) + placement, isa.name, cpu, features)
     object_code = cache.load(key)
     from_disk = object_code is not None

@@ -1,7 +1,9 @@
-"""A compiled host kernel and its runtime: per-thread workspaces and the thread pool.
+"""A compiled host kernel and its runtime: per-thread workspaces and the thread pools.
 
 A call runs the 'before' phase on the calling thread, the parallel nest's flattened iterations split
-into one contiguous range per thread (ctypes releases the GIL while native code runs), then 'after'.
+into one contiguous range per thread, then 'after'. The ranges run on the native pool (`threads`:
+one call into the kernel's 'parallel' function) or, where it is not available, on a Python pool
+(ctypes releases the GIL while native code runs).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from swauto.errors import ArgumentError
 from swauto.ir.nodes import Module
 
 from . import cache
+from . import threads as threads_module
 from .codegen import Plan
 from .knobs import Knobs
 
@@ -82,10 +85,13 @@ class HostProgram:
         self.module, self.plan, self.build, self.isa, self.knobs = module, plan, build, isa, knobs
         self._engine = engine
         self._llvm_ir = llvm_ir
+        # Every phase takes the tensors, a workspace (for 'parallel': an array of one per thread) and two
+        # integers (a range of iterations; for 'parallel': the iterations and the threads).
         signature = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * (len(module.tensors) + 1)),
                                      ctypes.c_int64, ctypes.c_int64)
         self._functions = {phase: signature(address) for phase, address in addresses.items()}
         self._workspaces: list[np.ndarray] = []
+        self._workspace_arrays: dict[int, ctypes.Array] = {}
         # Workspaces are reused between calls: simultaneous calls of one program are serialised.
         self._run_lock = threading.Lock()
 
@@ -125,6 +131,12 @@ class HostProgram:
                 loop = self._functions["loop"]
                 if len(ranges) == 1:
                     loop(*pointers, workspaces[0], *ranges[0])
+                elif "parallel" in self._functions and threads_module.native():
+                    array = self._workspace_arrays.get(len(ranges))
+                    if array is None:
+                        array = self._workspace_arrays[len(ranges)] = (ctypes.c_void_p * len(ranges))(*workspaces)
+                    self._functions["parallel"](*pointers, ctypes.addressof(array), self.parallel_iterations,
+                                                len(ranges))
                 else:
                     # The calling thread runs the first range itself (ctypes releases the GIL):
                     # one hand-over fewer, which small kernels feel.
