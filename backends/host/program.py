@@ -9,6 +9,7 @@ one call into the kernel's 'parallel' function) or, where it is not available, o
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -65,11 +66,12 @@ def _pool() -> ThreadPoolExecutor:
         return _POOL
 
 
-def split_range(count: int, parts: int) -> list[tuple[int, int]]:
+@functools.lru_cache(maxsize=256)  # asked again at every call
+def split_range(count: int, parts: int) -> tuple[tuple[int, int], ...]:
     """`range(count)` cut into at most `parts` contiguous, non-empty ranges differing in length by at most 1."""
     parts = max(1, min(parts, count))
     bounds = [count * p // parts for p in range(parts + 1)]
-    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False) if lo < hi]
+    return tuple((lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False) if lo < hi)
 
 
 class HostProgram:
@@ -91,7 +93,9 @@ class HostProgram:
                                      ctypes.c_int64, ctypes.c_int64)
         self._functions = {phase: signature(address) for phase, address in addresses.items()}
         self._workspaces: list[np.ndarray] = []
+        self._workspace_addresses: list[int] = []  # each 64-byte aligned
         self._workspace_arrays: dict[int, ctypes.Array] = {}
+        self._iterations = plan.phases.iterations
         # Workspaces are reused between calls: simultaneous calls of one program are serialised.
         self._run_lock = threading.Lock()
 
@@ -110,7 +114,7 @@ class HostProgram:
     @property
     def parallel_iterations(self) -> int:
         """How many independent iterations the threads share (0: the kernel runs on one thread)."""
-        return self.plan.phases.iterations
+        return self._iterations
 
     def run(self, arrays: dict[str, np.ndarray], threads: int | None = None) -> None:
         """Run the kernel on `arrays` (by tensor name); outputs are updated in place.
@@ -123,7 +127,7 @@ class HostProgram:
         if threads < 1:
             raise ArgumentError(f"threads must be a positive integer, got {threads}")
         pointers = [arrays[t.name].ctypes.data for t in self.module.tensors]
-        ranges = split_range(self.parallel_iterations, threads)
+        ranges = split_range(self._iterations, threads)
         with self._run_lock:
             workspaces = self._workspace_pointers(max(len(ranges), 1))
             self._functions["before"](*pointers, workspaces[0], 0, 0)
@@ -135,8 +139,7 @@ class HostProgram:
                     array = self._workspace_arrays.get(len(ranges))
                     if array is None:
                         array = self._workspace_arrays[len(ranges)] = (ctypes.c_void_p * len(ranges))(*workspaces)
-                    self._functions["parallel"](*pointers, ctypes.addressof(array), self.parallel_iterations,
-                                                len(ranges))
+                    self._functions["parallel"](*pointers, ctypes.addressof(array), self._iterations, len(ranges))
                 else:
                     # The calling thread runs the first range itself (ctypes releases the GIL):
                     # one hand-over fewer, which small kernels feel.
@@ -151,8 +154,10 @@ class HostProgram:
         """Addresses of `count` 64-byte-aligned workspaces, allocated on first use and kept."""
         elements = self.plan.workspace_elements
         while len(self._workspaces) < count:
-            self._workspaces.append(np.zeros(elements + 16, np.float32))
-        return [array.ctypes.data + (-array.ctypes.data % 64) for array in self._workspaces[:count]]
+            array = np.zeros(elements + 16, np.float32)
+            self._workspaces.append(array)
+            self._workspace_addresses.append(array.ctypes.data + (-array.ctypes.data % 64))
+        return self._workspace_addresses[:count]
 
     def __repr__(self) -> str:
         source = "disk cache" if self.build.from_disk else "compiled"
