@@ -19,6 +19,7 @@ import random
 import numpy as np
 import pytest
 from isolation import run_isolated
+from test_host_model import quiet_machine
 
 import swauto
 from conftest import EXAMPLES, assert_golden_stages, relative_error
@@ -42,11 +43,7 @@ def _no_host_calibration():
     """These tests check results, not predictions: a host kernel's report prices it with made-up machine
     constants instead of measuring this machine (about 10 s, once per session, stored in the session's
     cache folder; nothing is stored from here)."""
-    made_up = host_model.Machine(
-        cpu="test-cpu", measured="2026-11-23", kernel_flops=100e9, accumulator_seconds=4e-10,
-        latency_accumulators=8.0, vector_lanes=16, l2_bandwidth=40e9, l3_bandwidth=20e9, dram_bandwidth=10e9,
-        dram_bandwidth_total=15e9, transpose_bandwidth=3e9, l1_bytes=48 << 10, l2_bytes=2 << 20, l3_bytes=32 << 20,
-        peak_flops=120e9)
+    made_up = quiet_machine()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(host_model, "machine", lambda cache_dir=None: made_up)
         yield

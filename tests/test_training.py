@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from isolation import run_isolated
+from test_host_model import quiet_machine
 
 import swauto
 from conftest import EXAMPLES, assert_golden_stages, relative_error
@@ -151,10 +152,7 @@ def test_references_are_the_adjoints_of_the_forward_convolution(stride, pad):
 # --- the candidates ------------------------------------------------------------------------------------
 
 
-MADE_UP_CALIBRATION = host_model.Machine(
-    cpu="made-up", measured="2026-11-23", kernel_flops=100e9, accumulator_seconds=4e-10, latency_accumulators=8.0,
-    vector_lanes=16, l2_bandwidth=40e9, l3_bandwidth=20e9, dram_bandwidth=10e9, dram_bandwidth_total=15e9,
-    transpose_bandwidth=3e9, l1_bytes=48 << 10, l2_bytes=2 << 20, l3_bytes=32 << 20, peak_flops=120e9)
+MADE_UP_CALIBRATION = quiet_machine("made-up")
 
 
 @pytest.fixture(scope="module", autouse=True)
