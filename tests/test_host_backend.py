@@ -42,7 +42,9 @@ from swauto.ir.nodes import (
 )
 from swauto.ir.visitor import Rewriter, walk
 from swauto.machine import HOST_MICRO_KERNELS, SUNWAY, local_memory_machine
+from swauto.pipeline import lower
 from swauto.schedule.candidate import Candidate
+from swauto.tuner import host_model
 from swauto.tuner.space import explore
 
 SHAPES = [(256, 384, 128), (128, 128, 64), (384, 256, 96)]  # (M, N, K)
@@ -79,6 +81,26 @@ def test_both_thread_pools_share_the_iterations(pool, monkeypatch):
         expected = gemm_reference(arrays)
         program.run(arrays, threads=count)
         assert relative_error(arrays["C"], expected) <= TOLERANCE, count
+
+
+@pytest.mark.parametrize(("m", "in_place"), [(4, True), (64, False)])
+def test_a_vector_operand_read_once_is_left_in_place(m, in_place):
+    """GEMM m x 512 x 256 (B's rows contiguous, cache-resident): with one row tile of the micro-kernel
+    (m = 4) each element of B is read once, so B is read in place rather than packed (packing cost as
+    much as the multiplication); with 16 row tiles it is packed. The host model charges an in-place
+    operand half a copy's traffic (read, not written), a packed one a copy; both compute GEMM."""
+    source = Source.load(GEMM_SW)
+    op = check(parse(source), source, {"M": m, "N": 512, "K": 256})
+    candidate = Candidate((("K", 256), ("M", m), ("N", 128)), ("M_outer", "K_outer", "N_outer"), "M")
+    module = lower(op, candidate, local_memory_machine("host"))[-1][1]
+    program = compile_module(module, knobs=Knobs(4, 4))
+    assert ("B_tile" in program.plan.views) == in_place
+    predicted = host_model.estimate(module, 1, host_model.machine())
+    assert (predicted.copy_bytes < 4 * (256 * 512 + 2 * m * 512)) == in_place  # B's bytes are not copied
+    arrays = gemm_inputs(m, 512, 256)
+    expected = gemm_reference(arrays)
+    program.run(arrays, threads=1)
+    assert relative_error(arrays["C"], expected) <= TOLERANCE
 
 
 def _run_in_child(module: Module) -> float:

@@ -236,7 +236,8 @@ def test_packing_a_transposed_vector_operand_is_predicted_slower():
         if candidate.order[2] == "cKr" and dict(candidate.splits)["cCo"] == 4 and candidate.vectorize == "N":
             by_weight.setdefault(dict(candidate.layouts)["weight"], host_model.estimate(stages[-1][1], 1, machine))
     transposed, plain = by_weight[(0, 1, 2, 3)], by_weight[(0, 1, 3, 2)]
-    assert transposed.copy_bytes == plain.copy_bytes and transposed.seconds > plain.seconds
+    # With M = 4 pixels (one row tile) the plain weight is read in place, the transposed one packed.
+    assert plain.copy_bytes < transposed.copy_bytes and transposed.seconds > plain.seconds
 
 
 def test_parallel_group_splits_the_tiles_of_c_and_never_the_reduction():

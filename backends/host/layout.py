@@ -105,12 +105,39 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
 
     A buffer is packed when every GEMM that reads it uses it as the vector operand, through the same
     single axis for the packed dimension, at a constant start that is a multiple of the panel: then
-    the micro-kernel's offsets are compile-time constants. Else, when the tensors are
+    the micro-kernel's offsets are compile-time constants; unless the micro-kernel reads each of its
+    elements once, in whole vectors in place (`read_in_place`). Else, when the tensors are
     `cache_resident`, it is a view if `_view` allows (in DRAM, tiles read in place stall the
     micro-kernel, while a copy streams: measured 79 against 91 GFLOPS for GEMM 32768 x 256 x 128;
     in cache, 109 against 90 for 4096 x 64 x 64). Else it is row-major (padded).
     """
-    uses: dict[str, set[tuple[str, int | None, int]]] = {}
+    uses = _uses(module, knobs, width)
+    in_place = read_in_place(module, knobs, width, cache_resident, uses)
+    layouts = {tensor.name: row_major(tensor.shape) for tensor in module.tensors}
+    views: dict[str, str] = {}
+    for buffer in module.buffers:
+        if buffer.name in ignored:
+            continue
+        use = uses.get(buffer.name, set())
+        view = _view(module, buffer.name, buffer.shape) if cache_resident else None
+        if buffer.name not in in_place and len(use) == 1 and (only := next(iter(use)))[0] == "vector" \
+                and only[1] is not None:
+            _, axis, panel = only
+            layouts[buffer.name] = packed(buffer.shape, axis, panel, _k_axes(module, buffer.name))
+        elif view is not None:
+            views[buffer.name], layouts[buffer.name] = view[0], view[1]
+        else:
+            layouts[buffer.name] = row_major(buffer.shape, pad=True)
+    return layouts, views
+
+
+_Uses = dict[str, set[tuple[str, int | None, int]]]
+
+
+def _uses(module: Module, knobs: Knobs, width: int) -> _Uses:
+    """Per buffer, how the calls read it: (role, the axis a GEMM's vector operand could be packed along
+    or None, the panel width), 'map' for maps and reductions."""
+    uses: _Uses = {}
     for node, _ in walk(module.body):
         if not isinstance(node, Call):
             continue
@@ -121,20 +148,41 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
         for role, (dim, access) in gemm_roles(node).items():
             panel = knobs.vectors * width if role == "vector" else 0
             uses.setdefault(access.name, set()).add((role, _packable_axis(access, dim, panel), panel))
-    layouts = {tensor.name: row_major(tensor.shape) for tensor in module.tensors}
-    views: dict[str, str] = {}
+    return uses
+
+
+def read_in_place(module: Module, knobs: Knobs, width: int, cache_resident: bool,
+                  uses: _Uses | None = None) -> frozenset[str]:
+    """The vector operands `plan` could pack that it leaves in place as views, because packing would not
+    pay (`_read_once`) and their lanes are contiguous in the tensor: their transfers copy nothing (the
+    host model charges them nothing)."""
+    if not cache_resident:
+        return frozenset()
+    uses = _uses(module, knobs, width) if uses is None else uses
+    found = set()
     for buffer in module.buffers:
-        if buffer.name in ignored:
-            continue
         use = uses.get(buffer.name, set())
-        if len(use) == 1 and (only := next(iter(use)))[0] == "vector" and only[1] is not None:
-            _, axis, panel = only
-            layouts[buffer.name] = packed(buffer.shape, axis, panel, _k_axes(module, buffer.name))
-        elif cache_resident and (view := _view(module, buffer.name, buffer.shape)) is not None:
-            views[buffer.name], layouts[buffer.name] = view[0], view[1]
-        else:
-            layouts[buffer.name] = row_major(buffer.shape, pad=True)
-    return layouts, views
+        if len(use) == 1 and (only := next(iter(use)))[0] == "vector" and only[1] is not None \
+                and _read_once(module, buffer.name, knobs):
+            view = _view(module, buffer.name, buffer.shape)
+            if view is not None and view[1].axes[only[1]].strides == (1,):  # whole vectors in place
+                found.add(buffer.name)
+    return frozenset(found)
+
+
+def _read_once(module: Module, buffer: str, knobs: Knobs) -> bool:
+    """Whether the micro-kernel reads each element of the vector operand `buffer` once: every GEMM
+    reading it has one row tile (its broadcast dimension at most `knobs.rows`). Packing it then costs as
+    much as the multiplication, where its lanes are contiguous in place (GEMM 4 x 512 x 256: 39.6
+    GFLOPS packed, 65.5 in place; at 8 rows and more, each element read again, packing pays once the
+    operand's rows are 4 KiB apart: 1024^3 at 104.7 packed, 91.6 in place)."""
+    for node, _ in walk(module.body):
+        if isinstance(node, Call) and node.signature.kind == "gemm" and \
+                any(access.name == buffer for _, access in node.operands):
+            broadcast = gemm_roles(node)["broadcast"][0]
+            if dict(node.sizes)[broadcast] > knobs.rows:
+                return False
+    return True
 
 
 def _view(module: Module, buffer: str, shape: tuple[int, ...]) -> tuple[str, Layout] | None:

@@ -105,11 +105,17 @@ def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
     Deterministic and cheap: it reads only the IR. Every candidate is priced with the default register
     tile: the tiles the space offers differ by about 1% at the median (`HOST_MICRO_KERNELS`), and the
     measuring tuners choose among them."""
+    from swauto.backends.host.knobs import Knobs
+    from swauto.backends.host.layout import read_in_place
     from swauto.backends.host.parallel import split
 
     tile = _default_tile()
     # On one thread, where the parallel phases would start changes nothing: they are not looked for.
     phases = split(module) if threads > 1 else None
+    # The backend reads some vector operands in place instead of packing them: the micro-kernel reads
+    # their bytes once from where they are, half the traffic of a copy (which reads and writes them).
+    resident = sum(4 * prod(tensor.shape) for tensor in module.tensors) <= machine.l3_bytes // 2
+    in_place = read_in_place(module, Knobs(*tile), machine.vector_lanes, resident)
     nodes = [(node, loops) for node, loops in walk(module.body) if isinstance(node, Dma | Call)]
     transposing = _transposing_buffers(nodes)
     in_group = set()
@@ -130,6 +136,8 @@ def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
         trips = _trips(loops)
         bandwidth = machine.transpose_bandwidth if isinstance(node, Dma) and node.buffer.name in transposing else level
         node_flops, node_bytes, compute, traffic = _node_cost(node, machine, bandwidth, tile)
+        if isinstance(node, Dma) and node.buffer.name in in_place:
+            node_bytes, traffic = 0, traffic / 2
         flops += node_flops * trips
         copy_bytes += node_bytes * trips
         target = parallel if id(node) in in_group else serial
