@@ -155,7 +155,7 @@ def read_in_place(module: Module, knobs: Knobs, width: int, cache_resident: bool
                   uses: _Uses | None = None) -> frozenset[str]:
     """The vector operands `plan` could pack that it leaves in place as views, because packing would not
     pay (`_read_once`) and their lanes are contiguous in the tensor: their transfers copy nothing (the
-    host model charges them nothing)."""
+    host model charges the micro-kernel's one read of them)."""
     if not cache_resident:
         return frozenset()
     uses = _uses(module, knobs, width) if uses is None else uses

@@ -1,6 +1,8 @@
 """The host performance model: flops against the micro-kernel's measured rate plus its cost per
 accumulator (loading and storing C around the K loop), packing (DMA) traffic against the bandwidth of
-the memory level its data comes from, and the parallel nest's iterations shared by the threads.
+the memory level its data comes from (half of it for an operand the backend reads in place:
+`backends/host/layout.read_in_place`), and the parallel nest's iterations shared by the threads, plus
+what starting them costs.
 
 Its machine constants come from `calibrate()`, a micro-benchmark of a few seconds (the micro-kernel on
 cache-resident panels at a long and a short K, copies sized for L2, L3 and DRAM, and the core's peak: an

@@ -135,10 +135,9 @@ class SketchModel:
     read once): `price`, a sketch's seconds (sketch, double buffered); `bound`, given a tile class's
     nest with no transfer (`Sketcher.compute_nest`), the seconds no sketch of the class that moves a
     number of bytes is priced under (with `Sketcher.least_bytes`, no sketch of the class at all);
-    `call_seconds`, one
-    primitive call's time on tiles in local memory, by which a class's shorter last tiles are weighed
-    (None: by their volume); `commuting`, whether `price` is unchanged by swapping two loops with no
-    transfer between them."""
+    `call_seconds`, one primitive call's time on tiles in local memory, by which a class's shorter
+    last tiles are weighed (None: by their volume); `commuting`, whether `price` is unchanged by
+    swapping two loops with no transfer between them."""
 
     price: Callable[[Module, bool], float]
     bound: Callable[[Module], Callable[[int], float]]
