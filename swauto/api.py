@@ -104,10 +104,8 @@ def compile(  # noqa: A001 - the public name users expect
     """Compile the operator in `source` (a path or `.sw` text) for `target`.
 
     Without `schedule`, the tuner picks the candidate; with one (a Candidate from `schedules`, its id,
-    or its JSON form) that candidate is compiled. On the host, the kernel is tuned for `threads` cores
-    (default: all available) and a call runs on as many of them as the model predicts fastest (one where
-    a call is too small to share); the `measure` tuner times every candidate there and `hybrid` the
-    model's best few.
+    or its JSON form) that candidate is compiled. On the host, `threads` cores run the kernel (default:
+    all available); the `measure` tuner times every candidate there and `hybrid` the model's best few.
     On sw26010 the `simulate` tuner times every candidate on the timed simulator and `hybrid` the
     model's best few. A schedule space of more than `max_candidates` candidates is refused before it is built.
     """
@@ -136,15 +134,12 @@ def compile(  # noqa: A001 - the public name users expect
             database.record(key, candidate, {"operator": op.name, "params": op.params, "target": target,
                                              "tuner": tuner, "tuning_s": time.perf_counter() - started})
     tuning_seconds = time.perf_counter() - started
-    # A call runs on the fewest of the cores given that the model predicts fastest: one where it is too
-    # small to share (starting the threads costs more than it saves) or has nothing to share.
-    threads = min(range(1, host_threads + 1), key=lambda t: plugin.estimate(stages, t).seconds) \
-        if plugin.threaded else 1
+    threads = host_threads if plugin.threaded else 1
     module = stages[-1][1]
     program = plugin.build(module, candidate)
     report = _report(op, candidate, stages, plugin, threads, tuning_seconds)
     report["from_tuning_log"] = remembered
-    return Kernel(op, candidate, stages, target, program, report, threads)
+    return Kernel(op, candidate, stages, target, program, report, host_threads)
 
 
 def choose(

@@ -39,8 +39,7 @@ def quiet_machine(cpu: str = "test-cpu") -> host_model.Machine:
     return host_model.Machine(
         cpu=cpu, measured="2026-11-23", kernel_flops=100e9, accumulator_seconds=4e-10, latency_accumulators=8.0,
         vector_lanes=16, l2_bandwidth=40e9, l3_bandwidth=20e9, dram_bandwidth=10e9, dram_bandwidth_total=15e9,
-        transpose_bandwidth=3e9, l1_bytes=48 << 10, l2_bytes=2 << 20, l3_bytes=32 << 20, peak_flops=120e9,
-        parallel_seconds=3e-6)
+        transpose_bandwidth=3e9, l1_bytes=48 << 10, l2_bytes=2 << 20, l3_bytes=32 << 20, peak_flops=120e9)
 
 
 @pytest.fixture
@@ -148,7 +147,6 @@ def _fake_measurements(monkeypatch, kernel_rates: list[float], peak: float = 120
     monkeypatch.setattr(host_model, "_kernel_rate", kernel_rate)
     monkeypatch.setattr(host_model, "_copy_bandwidth", lambda size, threads=1: 10e9)
     monkeypatch.setattr(host_model, "_transpose_bandwidth", lambda size: 3e9)
-    monkeypatch.setattr(host_model, "_parallel_seconds", lambda: 3e-6)
     return handed
 
 
@@ -291,22 +289,6 @@ def test_compile_with_a_tuner_and_threads_computes_gemm(tuner):
     kernel(**arrays)
     assert relative_error(arrays["C"], expected) <= 1e-5
     assert kernel.threads == 2 and kernel.report["predicted_s"] > 0
-
-
-def test_a_call_runs_on_the_threads_the_model_predicts_fastest():
-    """Of the cores a kernel is compiled for, a call runs on the fewest the model predicts fastest: one
-    for a GEMM with nothing worth sharing, both for one whose halves take far longer than starting a
-    thread (`Machine.parallel_seconds`, measured at calibration)."""
-    from swauto import targets
-
-    host = targets.get("host")
-    small = swauto.compile(GEMM_SW, {"M": 32, "N": 32, "K": 32}, target="host", threads=2)
-    large = swauto.compile(GEMM_SW, PARAMS, target="host", threads=2)
-    assert (small.threads, large.threads) == (1, 2)
-    for kernel in (small, large):
-        predicted = [host.estimate(kernel.stages, threads).seconds for threads in (1, 2)]
-        assert kernel.threads == 1 + (predicted[1] < predicted[0])
-    assert 0 < host_model.machine().parallel_seconds < 1e-3
 
 
 def test_measured_tuners_are_host_only():

@@ -1,8 +1,7 @@
 """The host performance model: flops against the micro-kernel's measured rate plus its cost per
 accumulator (loading and storing C around the K loop), packing (DMA) traffic against the bandwidth of
 the memory level its data comes from (half of it for an operand the backend reads in place:
-`backends/host/layout.read_in_place`), and the parallel nest's iterations shared by the threads, plus
-what starting them costs.
+`backends/host/layout.read_in_place`), and the parallel nest's iterations shared by the threads.
 
 Its machine constants come from `calibrate()`, a micro-benchmark of a few seconds (the micro-kernel on
 cache-resident panels at a long and a short K, copies sized for L2, L3 and DRAM, and the core's peak: an
@@ -34,7 +33,7 @@ from swauto.ir.nodes import Call, Dma, For, Module
 from swauto.ir.visitor import walk
 
 CALIBRATION_FILE = "host_machine.json"
-CALIBRATION_VERSION = 7  # 6: the FMA peak, best-of-runs timings; 7: the cost of sharing a call
+CALIBRATION_VERSION = 6  # 6: the FMA peak, best-of-runs timings
 
 
 @dataclass(frozen=True)
@@ -42,10 +41,8 @@ class Machine:
     """Measured constants of the host: the micro-kernel's flops per second on one core, its seconds
     per accumulator vector (C loaded and stored once per call) and how many accumulators a register
     tile needs to keep the FMA units busy, copy bandwidth (bytes per second, one core) out of L2, L3
-    and DRAM, DRAM's total over all cores, cache sizes in bytes, the core's peak flops per second
-    (FMAs on registers only: what percent of peak is measured against), and what sharing a call's
-    iterations among threads costs beyond them (starting and joining the threads on the pool the
-    kernels use).
+    and DRAM, DRAM's total over all cores, cache sizes in bytes, and the core's peak flops per second
+    (FMAs on registers only: what percent of peak is measured against).
 
     Construction guarantees every constant is a finite number in a range some real CPU could have
     (ValueError otherwise), so a damaged calibration never reaches the model as 0, NaN or nonsense."""
@@ -65,7 +62,6 @@ class Machine:
     l2_bytes: int
     l3_bytes: int
     peak_flops: float  # one core, in-register FMAs of the instruction set's widest vectors
-    parallel_seconds: float
 
     def __post_init__(self) -> None:
         for name in ("cpu", "measured"):
@@ -86,7 +82,7 @@ _PLAUSIBLE: dict[str, tuple[float, float]] = {
     "latency_accumulators": (1.0, 256.0), "vector_lanes": (1, 64),
     "l2_bandwidth": _BANDWIDTH, "l3_bandwidth": _BANDWIDTH, "dram_bandwidth": _BANDWIDTH,
     "dram_bandwidth_total": _BANDWIDTH, "transpose_bandwidth": _BANDWIDTH,
-    "l1_bytes": _BYTES, "l2_bytes": _BYTES, "l3_bytes": _BYTES, "parallel_seconds": (0.0, 1e-2),
+    "l1_bytes": _BYTES, "l2_bytes": _BYTES, "l3_bytes": _BYTES,
 }
 
 
@@ -146,8 +142,6 @@ def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
         target[0] += compute * trips
         target[1] += traffic * trips
     seconds = parallel[0] * share + parallel[1] * traffic_share + serial[0] + serial[1]
-    if shared > 1:
-        seconds += machine.parallel_seconds
     return HostEstimate(flops, copy_bytes, parallel[0] + serial[0], parallel[1] + serial[1], seconds)
 
 
@@ -308,22 +302,19 @@ def _calibration_file(folder: Path | None) -> Path:
 
 
 def _cpu() -> str:
-    """What a calibration is valid for: the CPU's name, the instruction set compiled for and its features,
-    and the thread pool the kernels run on."""
-    from swauto.backends.host import threads
+    """What a calibration is valid for: the CPU's name, the instruction set compiled for and its features."""
     from swauto.backends.host.isa import ENV_VAR
 
-    return _cpu_with(os.environ.get(ENV_VAR) or None, threads.native())
+    return _cpu_with(os.environ.get(ENV_VAR) or None)
 
 
 @functools.cache
-def _cpu_with(isa: str | None, native_threads: bool) -> str:
-    """`_cpu` when the instruction set asked for is `isa` and the pool is the native one or not (the model
-    asks for every candidate)."""
+def _cpu_with(isa: str | None) -> str:
+    """`_cpu` when the instruction set asked for is `isa` (the model asks for every candidate)."""
     from swauto.backends.host.isa import host_cpu, select, target_features
 
     features = hashlib.sha256(target_features(select(isa)).encode()).hexdigest()[:12]
-    return f"{host_cpu()[0]} {select(isa).name} {features} {'native' if native_threads else 'python'} threads"
+    return f"{host_cpu()[0]} {select(isa).name} {features}"
 
 
 def _load_calibration(path: Path, cpu: str) -> Machine | None:
@@ -399,7 +390,6 @@ def calibrate(cpu: str) -> Machine:
         l2_bytes=l2,
         l3_bytes=l3,
         peak_flops=peak,
-        parallel_seconds=_parallel_seconds(),
     )
 
 
@@ -505,27 +495,6 @@ def kernel_benchmark_module(repeat: int = 400, k: int = 128, m: int = KERNEL_BEN
     return Module("kernel_rate", (), (LocalBuffer("A", (m, k)), LocalBuffer("B", (k, n)), LocalBuffer("C", (m, n))),
                   Seq((Zero(a), Zero(b), Zero(c),
                        For("r", Const(0), Const(repeat), 1, gemm_call(m, n, k, a, b, c, "N")))))
-
-
-def _parallel_seconds() -> float:
-    """What a call shared by two threads costs beyond its work: a kernel of two iterations of almost
-    nothing, run on two threads and on one, each the best of many calls."""
-    from swauto.backends.host import compile_module
-    from swauto.ir.expr import Const, Var
-    from swauto.ir.nodes import Access, Dma, DmaWait, LocalBuffer, Seq, Tensor
-
-    def row(name: str, index: Var | Const) -> Access:
-        return Access(name, (index, Const(0)), (1, 16), (None, None))
-
-    i, tile = Var("i"), row("T", Const(0))
-    copy = For("i", Const(0), Const(2), 1, Seq((Dma("get", row("X", i), tile, "got"), DmaWait("got"),
-                                                Dma("put", row("Y", i), tile, "put"), DmaWait("put"))))
-    program = compile_module(Module("parallel_cost", (Tensor("X", (2, 16)), Tensor("Y", (2, 16), is_output=True)),
-                                    (LocalBuffer("T", (1, 16)),), copy))
-    arrays = {"X": np.ones((2, 16), np.float32), "Y": np.zeros((2, 16), np.float32)}
-    one, two = (_best_seconds(lambda threads=threads: program.run(arrays, threads=threads), runs=200)
-                for threads in (1, 2))
-    return max(0.0, two - one)
 
 
 def _transpose_bandwidth(size: int) -> float:
