@@ -10,7 +10,9 @@ both targets.
   batch-size-aware form, algorithm 3; rows join M only where a row gives M <= 16);
 - host: the median of `--repeat` calls against PyTorch's conv2d (oneDNN) on `--threads` threads,
   swauto on arrays already in its layouts (`Kernel.run_arranged`), PyTorch on NCHW, and the percent
-  of this machine's measured FMA peak.
+  of this machine's measured FMA peak; and the same with the weight's layout among the choices
+  (`host_conv.conv_source`: [Kr, Kc, Ni, No] lets the micro-kernel, which vectorizes No, read or
+  pack the weight without transposing it).
 Prints the machine and the date; writes benchmarks/results/stride2.{csv,md}.
 """
 
@@ -22,13 +24,15 @@ import math
 
 import numpy as np
 from common import ROOT, header, write_tables
+from host_conv import conv_source
 from host_gemm import median_seconds
 
 import swauto
 
 NETWORKS = ROOT / "benchmarks" / "workloads" / "networks.csv"
 FIELDS = ["model", "layer", "ci", "co", "in_hw", "kr", "kc", "sw_columns", "sw_rows", "sw_peak_pct", "sw_candidate",
-          "host_gflops", "torch_gflops", "host_vs_torch", "host_peak_pct", "host_candidate"]
+          "host_gflops", "torch_gflops", "host_vs_torch", "host_peak_pct", "host_candidate",
+          "host_weight_choice_gflops", "host_weight_choice_vs_torch", "host_weight_choice_candidate"]
 
 
 def strided_layers() -> list[dict[str, str]]:
@@ -64,16 +68,21 @@ def measure(layer: dict[str, str], threads: int, repeat: int) -> dict[str, objec
     row.update(sw_columns=splits["cCo"], sw_rows=splits.get("cRo", 1),
                sw_peak_pct=round(100 * sw.report["flops"] / seconds / targets.get("sw26010").peak_flops(1), 1),
                sw_candidate=sw.schedule.describe())
-    host = swauto.compile(source, params, target="host", threads=threads)
     rng = np.random.default_rng(0)
     ci, co, hw, kr, kc = (int(layer[k]) for k in ("ci", "co", "in_hw", "kr", "kc"))
     x = rng.standard_normal((1, ci, hw, hw), dtype=np.float32)  # NCHW, as PyTorch takes it
     w = rng.standard_normal((co, ci, kr, kc), dtype=np.float32)  # OIHW
     declared = {"input": x.transpose(2, 3, 1, 0), "weight": w.transpose(2, 3, 0, 1)}
-    arranged = {name: np.ascontiguousarray(a.transpose(host.layouts[name]) if name in host.layouts else a)
-                for name, a in declared.items()}
-    arranged["output"] = np.zeros(next(t.shape for t in host.module.tensors if t.name == "output"), np.float32)
-    ours = median_seconds(lambda: host.run_arranged(**arranged), repeat)
+
+    def host_seconds(text: str) -> tuple[float, swauto.Kernel]:
+        host = swauto.compile(text, params, target="host", threads=threads)
+        arranged = {name: np.ascontiguousarray(a.transpose(host.layouts[name]) if name in host.layouts else a)
+                    for name, a in declared.items()}
+        arranged["output"] = np.zeros(next(t.shape for t in host.module.tensors if t.name == "output"), np.float32)
+        return median_seconds(lambda: host.run_arranged(**arranged), repeat), host
+
+    ours, host = host_seconds(source.read_text())
+    chosen, with_choice = host_seconds(conv_source())
     torch.set_num_threads(threads)
     tx, tw = torch.from_numpy(x), torch.from_numpy(w)
     padding = (int(layer["pad_r"]), int(layer["pad_c"]))
@@ -83,7 +92,10 @@ def measure(layer: dict[str, str], threads: int, repeat: int) -> dict[str, objec
     row.update(host_gflops=round(flops / ours / 1e9, 1), torch_gflops=round(flops / theirs / 1e9, 1),
                host_vs_torch=round(theirs / ours, 3),
                host_peak_pct=round(100 * flops / ours / targets.get("host").peak_flops(threads), 1),
-               host_candidate=host.schedule.describe())
+               host_candidate=host.schedule.describe(),
+               host_weight_choice_gflops=round(flops / chosen / 1e9, 1),
+               host_weight_choice_vs_torch=round(theirs / chosen, 3),
+               host_weight_choice_candidate=with_choice.schedule.describe())
     return row
 
 
@@ -100,11 +112,15 @@ def main() -> None:
         rows.append(measure(layer, args.threads, args.repeat))
         tqdm.write(f"{layer['model']:12} {layer['layer']:26} SW {rows[-1]['sw_peak_pct']:5.1f}% of peak "
                    f"(S = {rows[-1]['sw_columns']}); host {rows[-1]['host_vs_torch']:.2f}x PyTorch")
-    ratios = [float(r["host_vs_torch"]) for r in rows]
+    def spread(column: str) -> str:
+        ratios = [float(r[column]) for r in rows]
+        return (f"{min(ratios):.2f}-{max(ratios):.2f}x PyTorch, geometric mean "
+                f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x, {sum(r < 0.9 for r in ratios)} below 0.9x")
+
     notes = (f"{len(rows)} layers, B = 1: SW26010 {min(float(r['sw_peak_pct']) for r in rows):.1f}-"
              f"{max(float(r['sw_peak_pct']) for r in rows):.1f}% of a core group's peak; host, {args.threads} "
-             f"thread(s): {min(ratios):.2f}-{max(ratios):.2f}x PyTorch, geometric mean "
-             f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x")
+             f"thread(s): {spread('host_vs_torch')}; with the weight's layout among the choices: "
+             f"{spread('host_weight_choice_vs_torch')}")
     print(header() + f"  torch {torch.__version__}  medians of {args.repeat}")
     print(notes)
     write_tables("stride2", FIELDS, rows, "Stride-2 layers at batch 1 on both targets", notes=notes)
