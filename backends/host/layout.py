@@ -119,12 +119,11 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
         if buffer.name in ignored:
             continue
         use = uses.get(buffer.name, set())
-        view = _view(module, buffer.name, buffer.shape) if cache_resident else None
         if buffer.name not in in_place and len(use) == 1 and (only := next(iter(use)))[0] == "vector" \
                 and only[1] is not None:
             _, axis, panel = only
             layouts[buffer.name] = packed(buffer.shape, axis, panel, _k_axes(module, buffer.name))
-        elif view is not None:
+        elif cache_resident and (view := _view(module, buffer.name, buffer.shape)) is not None:
             views[buffer.name], layouts[buffer.name] = view[0], view[1]
         else:
             layouts[buffer.name] = row_major(buffer.shape, pad=True)
@@ -154,35 +153,31 @@ def _uses(module: Module, knobs: Knobs, width: int) -> _Uses:
 def read_in_place(module: Module, knobs: Knobs, width: int, cache_resident: bool,
                   uses: _Uses | None = None) -> frozenset[str]:
     """The vector operands `plan` could pack that it leaves in place as views, because packing would not
-    pay (`_read_once`) and their lanes are contiguous in the tensor: their transfers copy nothing (the
-    host model charges the micro-kernel's one read of them)."""
+    pay (every GEMM reading them has `one_row_tile`) and their lanes are contiguous in the tensor: their
+    transfers copy nothing (the host model charges the micro-kernel's one read of them)."""
     if not cache_resident:
         return frozenset()
     uses = _uses(module, knobs, width) if uses is None else uses
+    reread = {gemm_roles(node)["vector"][1].name for node, _ in walk(module.body)
+              if isinstance(node, Call) and node.signature.kind == "gemm" and not one_row_tile(node, knobs)}
     found = set()
     for buffer in module.buffers:
         use = uses.get(buffer.name, set())
-        if len(use) == 1 and (only := next(iter(use)))[0] == "vector" and only[1] is not None \
-                and _read_once(module, buffer.name, knobs):
+        if buffer.name not in reread and len(use) == 1 and (only := next(iter(use)))[0] == "vector" \
+                and only[1] is not None:
             view = _view(module, buffer.name, buffer.shape)
             if view is not None and view[1].axes[only[1]].strides == (1,):  # whole vectors in place
                 found.add(buffer.name)
     return frozenset(found)
 
 
-def _read_once(module: Module, buffer: str, knobs: Knobs) -> bool:
-    """Whether the micro-kernel reads each element of the vector operand `buffer` once: every GEMM
-    reading it has one row tile (its broadcast dimension at most `knobs.rows`). Packing it then costs as
-    much as the multiplication, where its lanes are contiguous in place (GEMM 4 x 512 x 256: 39.6
-    GFLOPS packed, 65.5 in place; at 8 rows and more, each element read again, packing pays once the
-    operand's rows are 4 KiB apart: 1024^3 at 104.7 packed, 91.6 in place)."""
-    for node, _ in walk(module.body):
-        if isinstance(node, Call) and node.signature.kind == "gemm" and \
-                any(access.name == buffer for _, access in node.operands):
-            broadcast = gemm_roles(node)["broadcast"][0]
-            if dict(node.sizes)[broadcast] > knobs.rows:
-                return False
-    return True
+def one_row_tile(gemm: Call, knobs: Knobs) -> bool:
+    """Whether the micro-kernel covers `gemm`'s broadcast dimension with one row tile of `knobs`, so it
+    reads each element of the vector operand once. Packing that operand then costs as much as the
+    multiplication, where its lanes are contiguous in place (GEMM 4 x 512 x 256: 39.6 GFLOPS packed,
+    65.5 in place; at 8 rows and more, each element read again, packing pays once the operand's rows
+    are 4 KiB apart: 1024^3 at 104.7 packed, 91.6 in place)."""
+    return dict(gemm.sizes)[gemm_roles(gemm)["broadcast"][0]] <= knobs.rows
 
 
 def _view(module: Module, buffer: str, shape: tuple[int, ...]) -> tuple[str, Layout] | None:

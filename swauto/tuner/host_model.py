@@ -112,8 +112,7 @@ def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
     phases = split(module) if threads > 1 else None
     # The backend reads some vector operands in place instead of packing them: the micro-kernel reads
     # their bytes once from where they are, half the traffic of a copy (which reads and writes them).
-    resident = sum(4 * prod(tensor.shape) for tensor in module.tensors) <= machine.l3_bytes // 2
-    in_place = read_in_place(module, Knobs(*tile), machine.vector_lanes, resident)
+    in_place = read_in_place(module, Knobs(*tile), machine.vector_lanes, _cache_resident(module, machine))
     nodes = [(node, loops) for node, loops in walk(module.body) if isinstance(node, Dma | Call)]
     transposing = _transposing_buffers(nodes)
     in_group = set()
@@ -148,9 +147,17 @@ def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
 def least_seconds(nest: Module, threads: int, machine: Machine) -> Callable[[int], float]:
     """No module that computes as `nest` does (no transfer in it) and moves `moved` bytes is priced
     below `least(moved)` by `estimate`: the nest's compute plus those bytes at the faster of the two
-    bandwidths a copy of its tensors gets, shared by every thread."""
+    bandwidths a copy of its tensors gets, shared by every thread, and at half their cost where an
+    operand of the nest's GEMM may be read in place (`estimate` charges it half a copy)."""
+    from swauto.backends.host.knobs import Knobs
+    from swauto.backends.host.layout import one_row_tile
+
     compute = estimate(nest, threads, machine).seconds
     bandwidth = max(_source_bandwidth(nest, machine), machine.transpose_bandwidth) * threads
+    tile = Knobs(*_default_tile())
+    if _cache_resident(nest, machine) and any(one_row_tile(node, tile) for node, _ in walk(nest.body)
+                                              if isinstance(node, Call) and node.signature.kind == "gemm"):
+        bandwidth *= 2
     return lambda moved: compute + moved / bandwidth
 
 
@@ -223,6 +230,11 @@ def _transposing_buffers(nodes: list[tuple[Dma | Call, tuple[For, ...]]]) -> set
             if innermost is not None and innermost != vectorized[node.buffer.name]:
                 transposing.add(node.buffer.name)
     return transposing
+
+
+def _cache_resident(module: Module, machine: Machine) -> bool:
+    """Whether `module`'s tensors fit half the L3 (as `backends/host/codegen.plan_kernel` decides)."""
+    return sum(4 * prod(tensor.shape) for tensor in module.tensors) <= machine.l3_bytes // 2
 
 
 def _source_bandwidth(module: Module, machine: Machine) -> float:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from math import ceil, prod
 
@@ -218,21 +218,18 @@ class Sketcher:
         room = self.machine.ldm_usable_bytes
         total = 0
         for operand in tiles.operands:
-            deps = [loop for loop in tiles.loops.values() if loop.var in operand.used]
-            movable = [loop for loop in deps if loop.var in operand.movable]
+            deps = [var for var in tiles.loops if var in operand.used]
+            movable = [var for var in deps if var in operand.movable]
             most = len(movable) if operand.cap is None else min(operand.cap, len(movable))
             twin = tiles.twins.get(operand.role, 0)
-            least = None
+            least = []
             for size in range(most + 1):
                 for crossed in itertools.combinations(movable, size):
-                    extents = hoisted_extents(operand.access, crossed)
-                    shape = zip(extents, operand.access.pad or (0,) * len(extents), strict=True)
-                    if size and aligned(ceil(prod(e + p for e, p in shape) / self.machine.cpes)
-                                        * operand.element) + twin > room:
-                        continue
-                    moved = prod(extents) * prod(tiles.trips[loop.var] for loop in deps if loop not in crossed)
-                    least = moved if least is None else min(least, moved)
-            total += operand.element * (operand.reads + operand.writes) * least
+                    moved, local = self._hoisted(tiles, operand, crossed)
+                    # Not hoisted, it counts even where it does not fit: then no sketch of the class fits.
+                    if not size or local + twin <= room:
+                        least.append(moved * prod(tiles.trips[var] for var in deps if var not in crossed))
+            total += min(least)
         return total
 
     def _class_of(self, candidate: Candidate) -> _TileClass | None:
@@ -362,12 +359,17 @@ class Sketcher:
         found = tiles.transfers.get(key)
         if found is not None:
             return found
+        moved, local = self._hoisted(tiles, operand, crossed)
+        found = tiles.transfers[key] = _Transfer(operand, loops, crossed, moved, local)
+        return found
+
+    def _hoisted(self, tiles: _TileClass, operand: _Operand, crossed: Iterable[str]) -> tuple[int, int]:
+        """(bytes one execution moves, its buffer's local bytes per CPE) of the operand's transfer
+        hoisted over the loops `crossed`."""
         extents = hoisted_extents(operand.access, (tiles.loops[var] for var in crossed))
         shape = tuple(e + p for e, p in zip(extents, operand.access.pad or (0,) * len(extents), strict=True))
-        found = tiles.transfers[key] = _Transfer(
-            operand, loops, crossed, moved=prod(extents) * operand.element * (operand.reads + operand.writes),
-            local=aligned(per_cpe_bytes(LocalBuffer(operand.buffer, shape, spread=tiles.spread), self.machine)))
-        return found
+        return (prod(extents) * operand.element * (operand.reads + operand.writes),
+                aligned(per_cpe_bytes(LocalBuffer(operand.buffer, shape, spread=tiles.spread), self.machine)))
 
     def _ir(self, tiles: _TileClass, transfer: _Transfer) -> _TransferIR:
         """The transfer's IR: the boxes `infer_dma.place` makes, without its zeroing and waits (the models
