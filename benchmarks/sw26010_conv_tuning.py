@@ -55,6 +55,13 @@ def layers(names: list[str] | None) -> list[dict]:
     return chosen
 
 
+def params_of(layer: dict, batch: int) -> dict[str, int]:
+    """`examples/conv2d.sw`'s parameters for a row of the workload list at batch `batch`."""
+    return {"B": batch, "Ni": int(layer["ci"]), "No": int(layer["co"]), "Ri": int(layer["in_hw"]),
+            "Ci": int(layer["in_hw"]), "Kr": int(layer["k"]), "Kc": int(layer["k"]), "stride": int(layer["stride"]),
+            "pad": int(layer["pad"])}
+
+
 def tune_layer(task: tuple[dict, int]) -> dict:
     from dataclasses import replace
 
@@ -67,9 +74,7 @@ def tune_layer(task: tuple[dict, int]) -> dict:
     from swauto.tuner.space import explore
 
     layer, batch = task
-    params = {"B": batch, "Ni": int(layer["ci"]), "No": int(layer["co"]), "Ri": int(layer["in_hw"]),
-              "Ci": int(layer["in_hw"]), "Kr": int(layer["k"]), "Kc": int(layer["k"]), "stride": int(layer["stride"]),
-              "pad": int(layer["pad"])}
+    params = params_of(layer, batch)
     op = load(ROOT / "examples" / "conv2d.sw", params)
     head = {"model": layer["model"], "layer": layer["layer"], "B": batch, "ci": params["Ni"], "co": params["No"],
             "hw": params["Ri"], "k": params["Kr"], "stride": params["stride"]}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 
 from common import ROOT, header, workload_layers
+from sw26010_conv_tuning import params_of
 from tqdm import tqdm
 
 
@@ -34,11 +35,7 @@ def main() -> None:
     found = [row for row in workload_layers() if f"{row['model']}/{row['layer']}" == args.layer]
     if not found:
         parser.error(f"no layer {args.layer} in the workload list")
-    layer = found[0]
-    params = {"B": args.batch, "Ni": int(layer["ci"]), "No": int(layer["co"]), "Ri": int(layer["in_hw"]),
-              "Ci": int(layer["in_hw"]), "Kr": int(layer["k"]), "Kc": int(layer["k"]),
-              "stride": int(layer["stride"]), "pad": int(layer["pad"])}
-    op = load(ROOT / "examples" / "conv2d.sw", params)
+    op = load(ROOT / "examples" / "conv2d.sw", params_of(found[0], args.batch))
     ranked = rank(explore(op, SUNWAY), "sw26010")
     rows = []
     for number, entry in enumerate(tqdm(ranked, desc="timing candidates", unit="candidate")):
