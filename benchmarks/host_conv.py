@@ -3,16 +3,13 @@
     python benchmarks/host_conv.py [--batch 1 32] [--threads 1 2] [--kernel 3] [--models resnet50 vgg16]
                                    [--repeat 5] [--limit N]
 
-The operator is examples/conv2d.sw with one more choice, the weight's layout ([Kr, Kc, Ni, No] as well
-as [Kr, Kc, No, Ni]): with No innermost, packing the weight for the micro-kernel (which vectorizes No)
-is a plain copy instead of a transposing one, which matters where images are small (ResNet50
-res5_3x3 at B = 1: 61 -> 92 GFLOPS). Layers come from ../shared/workloads/cnn_conv_layers.csv
-(default: the 3x3 layers). For each layer,
-batch size and thread count: the median of `--repeat` calls of each implementation, GFLOPS, the
-ratio swauto / PyTorch, and the tuning and compile time. swauto runs on arrays already in the
-layouts its kernel wants (`Kernel.run_arranged`): a framework would hand them over that way, and
-PyTorch likewise gets its own NCHW arrays; the conversion swauto would need from NCHW is timed apart
-(`layout_s`). Prints the machine and the date; writes benchmarks/results/host_conv.{csv,md,png}.
+The operator is examples/conv2d.sw as written. Layers come from ../shared/workloads/cnn_conv_layers.csv
+(default: the 3x3 layers). For each layer, batch size and thread count: the median of `--repeat` calls
+of each implementation, GFLOPS, the ratio swauto / PyTorch, and the tuning and compile time. swauto runs
+on arrays already in the layouts its kernel wants (`Kernel.run_arranged`): a framework would hand them
+over that way, and PyTorch likewise gets its own NCHW arrays; the conversion swauto would need from NCHW
+is timed apart (`layout_s`).
+Prints the machine and the date; writes benchmarks/results/host_conv.{csv,md,png}.
 """
 
 from __future__ import annotations
@@ -31,14 +28,7 @@ import swauto
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"
-WEIGHT_LAYOUTS = "    layout weight any of {[Kr, Kc, No, Ni], [Kr, Kc, Ni, No]}\n"
-
-
-def conv_source() -> str:
-    """examples/conv2d.sw with the weight's layout among the choices."""
-    text = (ROOT / "examples" / "conv2d.sw").read_text()
-    anchor = "    vectorize gemm over"
-    return text.replace(anchor, WEIGHT_LAYOUTS + anchor, 1)
+CONV = ROOT / "examples" / "conv2d.sw"
 FIELDS = ["model", "layer", "batch", "threads", "gflop", "swauto_gflops", "torch_gflops", "swauto_vs_torch",
           "layout_s", "tuning_s", "candidate"]
 
@@ -54,7 +44,7 @@ def measure(layer: dict[str, str], batch: int, threads: int, repeat: int) -> dic
     ci, co, hw, k, stride, pad = (int(layer[key]) for key in ("ci", "co", "in_hw", "k", "stride", "pad"))
     params = {"B": batch, "Ni": ci, "No": co, "Ri": hw, "Ci": hw, "Kr": k, "Kc": k, "stride": stride, "pad": pad}
     started = time.perf_counter()
-    kernel = swauto.compile(conv_source(), params, target="host", threads=threads)
+    kernel = swauto.compile(CONV, params, target="host", threads=threads)
     tuning = time.perf_counter() - started
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, ci, hw, hw), dtype=np.float32)  # NCHW, as PyTorch takes it

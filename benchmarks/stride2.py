@@ -10,9 +10,7 @@ both targets.
   batch-size-aware form, algorithm 3; rows join M only where a row gives M <= 16);
 - host: the median of `--repeat` calls against PyTorch's conv2d (oneDNN) on `--threads` threads,
   swauto on arrays already in its layouts (`Kernel.run_arranged`), PyTorch on NCHW, and the percent
-  of this machine's measured FMA peak; and the same with the weight's layout among the choices
-  (`host_conv.conv_source`: [Kr, Kc, Ni, No] lets the micro-kernel, which vectorizes No, read or
-  pack the weight without transposing it).
+  of this machine's measured FMA peak.
 Prints the machine and the date; writes benchmarks/results/stride2.{csv,md}.
 """
 
@@ -24,15 +22,13 @@ import math
 
 import numpy as np
 from common import ROOT, header, write_tables
-from host_conv import conv_source
 from host_gemm import median_seconds
 
 import swauto
 
 NETWORKS = ROOT / "benchmarks" / "workloads" / "networks.csv"
 FIELDS = ["model", "layer", "ci", "co", "in_hw", "kr", "kc", "sw_columns", "sw_rows", "sw_peak_pct", "sw_candidate",
-          "host_gflops", "torch_gflops", "host_vs_torch", "host_peak_pct", "host_candidate",
-          "host_weight_choice_gflops", "host_weight_choice_vs_torch", "host_weight_choice_candidate"]
+          "host_gflops", "torch_gflops", "host_vs_torch", "host_peak_pct", "host_candidate"]
 
 
 def strided_layers() -> list[dict[str, str]]:
@@ -74,15 +70,11 @@ def measure(layer: dict[str, str], threads: int, repeat: int) -> dict[str, objec
     w = rng.standard_normal((co, ci, kr, kc), dtype=np.float32)  # OIHW
     declared = {"input": x.transpose(2, 3, 1, 0), "weight": w.transpose(2, 3, 0, 1)}
 
-    def host_seconds(text: str) -> tuple[float, swauto.Kernel]:
-        host = swauto.compile(text, params, target="host", threads=threads)
-        arranged = {name: np.ascontiguousarray(a.transpose(host.layouts[name]) if name in host.layouts else a)
-                    for name, a in declared.items()}
-        arranged["output"] = np.zeros(next(t.shape for t in host.module.tensors if t.name == "output"), np.float32)
-        return median_seconds(lambda: host.run_arranged(**arranged), repeat), host
-
-    ours, host = host_seconds(source.read_text())
-    chosen, with_choice = host_seconds(conv_source())
+    host = swauto.compile(source, params, target="host", threads=threads)
+    arranged = {name: np.ascontiguousarray(a.transpose(host.layouts[name]) if name in host.layouts else a)
+                for name, a in declared.items()}
+    arranged["output"] = np.zeros(next(t.shape for t in host.module.tensors if t.name == "output"), np.float32)
+    ours = median_seconds(lambda: host.run_arranged(**arranged), repeat)
     torch.set_num_threads(threads)
     tx, tw = torch.from_numpy(x), torch.from_numpy(w)
     padding = (int(layer["pad_r"]), int(layer["pad_c"]))
@@ -92,10 +84,7 @@ def measure(layer: dict[str, str], threads: int, repeat: int) -> dict[str, objec
     row.update(host_gflops=round(flops / ours / 1e9, 1), torch_gflops=round(flops / theirs / 1e9, 1),
                host_vs_torch=round(theirs / ours, 3),
                host_peak_pct=round(100 * flops / ours / targets.get("host").peak_flops(threads), 1),
-               host_candidate=host.schedule.describe(),
-               host_weight_choice_gflops=round(flops / chosen / 1e9, 1),
-               host_weight_choice_vs_torch=round(theirs / chosen, 3),
-               host_weight_choice_candidate=with_choice.schedule.describe())
+               host_candidate=host.schedule.describe())
     return row
 
 
@@ -119,8 +108,7 @@ def main() -> None:
 
     notes = (f"{len(rows)} layers, B = 1: SW26010 {min(float(r['sw_peak_pct']) for r in rows):.1f}-"
              f"{max(float(r['sw_peak_pct']) for r in rows):.1f}% of a core group's peak; host, {args.threads} "
-             f"thread(s): {spread('host_vs_torch')}; with the weight's layout among the choices: "
-             f"{spread('host_weight_choice_vs_torch')}")
+             f"thread(s): {spread('host_vs_torch')}")
     print(header() + f"  torch {torch.__version__}  medians of {args.repeat}")
     print(notes)
     write_tables("stride2", FIELDS, rows, "Stride-2 layers at batch 1 on both targets", notes=notes)

@@ -4,7 +4,8 @@ swAutoDNN 1.44x swDNN on average over VGG16, ResNet-50 and YOLO layers), on the 
     python benchmarks/swdnn_schedules.py [--batches 32 128] [--layers N]
 
 Layers: the VGG16, ResNet-50 and YOLOv2 layers of ../shared/workloads/cnn_conv_layers.csv. swDNN's
-schedules are fixed candidates of `examples/conv2d.sw` (its natural [Ri, Ci, Ni, B] layouts, loops
+schedules are fixed candidates of `examples/conv2d.sw` (natural layouts: input [Ri, Ci, Ni, B], the
+weight [Kr, Kc, No, Ni] as figure 6.2 has it rather than conv2d.sw's [Kr, Kc, Ni, No]; loops
 R_o > C_o blocks > K_r > K_c around the GEMM, the output tile kept in local memory over the taps,
 transfers double buffered, channels in blocks of 256 where there are more, as the hand-written code
 must to fit local memory):
@@ -31,9 +32,14 @@ FIELDS = ["model", "layer", "B", "ci", "co", "in_hw", "k", "stride", "pad", "alg
           "algorithm4_bco", "swauto_ms", "swauto_gflops", "swauto_pct", "speedup", "swauto_pick"]
 
 
+# conv2d.sw with the weight in its declared (swDNN's) layout: the space the hand schedules are found in.
+SWDNN_SW = (ROOT / "examples" / "conv2d.sw").read_text().replace(
+    "layout weight any of {[Kr, Kc, Ni, No]}", "layout weight any of {[Kr, Kc, No, Ni]}")
+
+
 def hand_schedule(op: BoundOperator, columns: int, double_buffer: bool) -> Candidate | None:
     """swDNN's fixed candidate with `columns` output columns per GEMM (see the module docstring), found
-    in conv2d.sw's space: loops that run once stand outermost there, in any order."""
+    in SWDNN_SW's space: loops that run once stand outermost there, in any order."""
     from swauto.schedule.space import candidates
 
     batch = op.params["B"]
@@ -55,14 +61,13 @@ def simulated_ms(params: dict[str, int], columns: int) -> float | None:
     import swauto
     from swauto.api import load
 
-    op = load(ROOT / "examples" / "conv2d.sw", params)
+    op = load(SWDNN_SW, params)
     for double_buffer in (True, False):
         candidate = hand_schedule(op, columns, double_buffer)
         if candidate is None:
             continue
         try:
-            kernel = swauto.compile(ROOT / "examples" / "conv2d.sw", params=params, target="sw26010",
-                                    schedule=candidate)
+            kernel = swauto.compile(SWDNN_SW, params=params, target="sw26010", schedule=candidate)
         except swauto.SwautoError:
             continue
         return 1e3 * kernel.report["simulated_s"]

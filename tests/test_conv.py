@@ -257,10 +257,10 @@ def test_kernel_converts_layouts_at_its_boundary():
     op, arrays, expected = problem(SHAPES[0])
     candidate = next(
         c for c in swauto.schedules(CONV_SW, params_of(SHAPES[0]))
-        if dict(c.layouts) == {"input": (0, 1, 3, 2), "output": (0, 1, 3, 2)}
+        if dict(c.layouts) == {"input": (0, 1, 3, 2), "output": (0, 1, 3, 2), "weight": (0, 1, 3, 2)}
     )
     kernel = swauto.compile(CONV_SW, params_of(SHAPES[0]), target="host", schedule=candidate)
-    assert kernel.layouts == {"input": (0, 1, 3, 2), "output": (0, 1, 3, 2)}
+    assert kernel.layouts == {"input": (0, 1, 3, 2), "output": (0, 1, 3, 2), "weight": (0, 1, 3, 2)}
     output = arrays["output"].copy()
     kernel(input=arrays["input"], weight=arrays["weight"], output=output)
     assert relative_error(output, expected) <= 1e-5
@@ -268,7 +268,7 @@ def test_kernel_converts_layouts_at_its_boundary():
     # A framework can hand the data over already arranged.
     arranged_output = np.ascontiguousarray(arrays["output"].transpose(0, 1, 3, 2))
     kernel.run_arranged(input=np.ascontiguousarray(arrays["input"].transpose(0, 1, 3, 2)),
-                        weight=arrays["weight"], output=arranged_output)
+                        weight=np.ascontiguousarray(arrays["weight"].transpose(0, 1, 3, 2)), output=arranged_output)
     assert relative_error(arranged_output.transpose(0, 1, 3, 2), expected) <= 1e-5
 
 
@@ -286,12 +286,13 @@ def test_padding_reads_zeros_without_a_padded_copy():
 
 def test_figure_6_2_golden_ir():
     """The thesis' own example: split the output columns, reorder, fuse the inner part into the
-    GEMM's M, row-major layouts, vectorize N; double buffered."""
+    GEMM's M, row-major layouts (the weight [Kr, Kc, Ni, No], as conv2d.sw keeps it), vectorize N;
+    double buffered."""
     params = {"B": 8, "Ni": 64, "No": 128, "Ri": 28, "Ci": 28, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1}
     op = load(CONV_SW, params)
     candidate = Candidate(
         (("cCo", 4), ("N", 128), ("K", 64)), ("N_outer", "K_outer", "cRo", "cCo_outer", "cKr", "cKc"), "N",
-        (("input", (0, 1, 2, 3)), ("output", (0, 1, 2, 3))), True,
+        (("input", (0, 1, 2, 3)), ("output", (0, 1, 2, 3)), ("weight", (0, 1, 3, 2))), True,
     )
     assert_golden_stages(op, candidate, "conv2d_figure_6_2.txt")
 

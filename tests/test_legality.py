@@ -89,10 +89,10 @@ VALID_CONV_SW26010_SW = VALID_CONV_SW.replace("split gemm.N by {2, 4}  ", "")
 
 CONV_SW = (EXAMPLES / "conv2d.sw").read_text()
 
-# examples/conv2d.sw with the weight-layout choice benchmarks/host_conv.py adds: the space of the
-# VGG16 conv5_1 hang (the model's pick never returned from its first call on 2 threads).
-WEIGHT_LAYOUTS = "    layout weight any of {[Kr, Kc, No, Ni], [Kr, Kc, Ni, No]}\n"
-CONV_WEIGHT_LAYOUTS_SW = CONV_SW.replace("    vectorize gemm over", WEIGHT_LAYOUTS + "    vectorize gemm over", 1)
+# examples/conv2d.sw with both weight layouts among the choices: the space of the VGG16 conv5_1 hang
+# (the model's pick never returned from its first call on 2 threads).
+CONV_WEIGHT_LAYOUTS_SW = CONV_SW.replace("layout weight any of {[Kr, Kc, Ni, No]}",
+                                         "layout weight any of {[Kr, Kc, No, Ni], [Kr, Kc, Ni, No]}", 1)
 
 GEMM_SW = (EXAMPLES / "gemm.sw").read_text()
 
@@ -118,7 +118,7 @@ def test_seed_texts_were_derived() -> None:
     """The derived seeds really differ from the ones they come from (a `replace` that matched)."""
     assert "split cCo by {1, 2}" in BACKWARD_DATA_STRIDED_SW
     assert "gemm.N" not in VALID_CONV_SW26010_SW.split("schedule")[1]
-    assert "layout weight any of" in CONV_WEIGHT_LAYOUTS_SW
+    assert "{[Kr, Kc, No, Ni], [Kr, Kc, Ni, No]}" in CONV_WEIGHT_LAYOUTS_SW
 
 
 # --- running candidates ------------------------------------------------------------------------------

@@ -95,7 +95,7 @@ def test_single_buffered_terms_add_up_and_double_buffered_ones_overlap():
     assert kinds == {True, False}
 
 
-NHWC = (("input", (0, 1, 3, 2)), ("output", (0, 1, 3, 2)))
+NHWC = (("input", (0, 1, 3, 2)), ("output", (0, 1, 3, 2)), ("weight", (0, 1, 3, 2)))
 
 
 def _conv(batch: int, channels: int, pixels: int):
