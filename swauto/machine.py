@@ -139,13 +139,12 @@ class SW26010:
         return self.ldm_bytes - self.ldm_reserve_bytes
 
 
-# The host micro-kernel's register tiles (rows, vectors) the schedule space explores, per instruction
-# set, the default first: rows x vectors accumulators, one register per vector of the vector operand
-# and one broadcast register must fit the register file (AVX-512: 32 registers; AVX2 and SSE: 16).
-# On cache-resident packed data eight AVX-512 tiles all ran at 114.8-115.7 GFLOPS; in whole GEMMs,
-# where the broadcast operand streams its rows in place, fewer rows won: over the 432 lowerings of
-# GEMM 1024^3 (benchmarks/host_tuning.py) 4 x 4 was fastest for 305, 6 x 4 for 125, 8 x 2 for 2 and
-# 14 x 2 for none (8 x 2 and 14 x 2 were 13% and 44% slower than the best tile at the median).
+# The host micro-kernel's default register tiles (rows, vectors) per instruction set, the default first:
+# a kernel compiled without a chosen tile gets it, and calibration measures these among its choices
+# (`backends/host/knobs.register_tile_choices`); the space explores the tiles measured fastest on the
+# machine at hand (`host_model.Machine.register_tiles`). Rows x vectors accumulators, one register per
+# vector of the vector operand and one broadcast register must fit the register file (AVX-512: 32
+# registers; AVX2 and SSE: 16). On a Zen 4, 4 x 4 and 6 x 4 won most whole GEMMs (benchmarks/host_tuning.py).
 HOST_MICRO_KERNELS: dict[str, tuple[tuple[int, int], ...]] = {
     "avx512": ((4, 4), (6, 4)),
     "avx2": ((4, 2), (6, 2)),
@@ -166,8 +165,8 @@ class HostScratchpad:
     ldm_reserve_bytes: int = 0
     gemm_compute_dtype: str = "float32"
     gemm: GemmConstraints = GemmConstraints(vectorized_multiple=1, other_multiple=1, k_multiple=1)
-    # Register tiles of the micro-kernel to explore (`HOST_MICRO_KERNELS` of the instruction set the
-    # kernels are compiled for); none: the backend uses its default.
+    # Register tiles of the micro-kernel to explore (the calibration's fastest for the instruction set
+    # the kernels are compiled for); none: the backend uses its default.
     micro_kernels: tuple[tuple[int, int], ...] = ()
     # A "DMA" is a packing copy the core runs itself: double buffering has nothing to overlap it with,
     # so the space leaves it out (the backend still runs double-buffered IR it is given).

@@ -18,6 +18,7 @@ from swauto.backends.host import HostProgram, Knobs, compile_module, layout
 from swauto.backends.host import threads as thread_pools
 from swauto.backends.host.codegen import generate
 from swauto.backends.host.isa import ISAS, select
+from swauto.backends.host.knobs import register_tile_choices
 from swauto.errors import CodegenError
 from swauto.frontend.check import check
 from swauto.frontend.parser import parse
@@ -182,9 +183,16 @@ def test_the_environment_forces_the_isa_and_forced_code_has_no_wider_vectors(mon
     assert "<16 x float>" not in program.llvm_ir and "<8 x float>" in program.llvm_ir
 
 
-@pytest.mark.parametrize("knobs", [Knobs(1, 1), Knobs(3, 2), Knobs(5, 1), Knobs(3, 3), Knobs(7, 3)])
-def test_micro_kernel_shapes_with_edges_in_every_direction(knobs):
-    if not knobs.fits(select()):
+# Odd register tiles, and every tile calibration may choose for each instruction set (forced).
+TILES = [(None, knobs) for knobs in (Knobs(1, 1), Knobs(3, 2), Knobs(5, 1), Knobs(3, 3), Knobs(7, 3))] + [
+    (isa, knobs) for isa in ISAS for knobs in register_tile_choices(ISAS[isa])]
+
+
+@pytest.mark.parametrize(("isa", "knobs"), TILES, ids=[f"{isa or 'native'}-{k.rows}x{k.vectors}" for isa, k in TILES])
+def test_micro_kernel_shapes_with_edges_in_every_direction(isa, knobs):
+    if isa is not None and ISAS[isa].width > select().width:
+        pytest.skip(f"this CPU cannot run {isa}")
+    if not knobs.fits(select(isa)):
         pytest.skip(f"{knobs} needs more vector registers than this CPU's {select().name} has")
     # M=45, N=37 leave partial row and column tiles and single-lane columns for every register tile.
     m, n, k = 45, 37, 19
@@ -192,7 +200,7 @@ def test_micro_kernel_shapes_with_edges_in_every_direction(knobs):
     arrays["AT"] = np.ascontiguousarray(arrays.pop("A").T)
     expected = arrays["C"].astype(np.float64) + arrays["AT"].T.astype(np.float64) @ arrays["B"]
     module = transposed_gemm_module(m, n, k, tile_k=k, vectorize="N")
-    compile_module(module, knobs=knobs).run(arrays)
+    compile_module(module, isa=isa, knobs=knobs).run(arrays)
     assert relative_error(arrays["C"], expected) <= TOLERANCE
 
 

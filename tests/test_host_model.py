@@ -14,10 +14,12 @@ import swauto
 from conftest import GEMM_SW, gemm_inputs, gemm_reference, relative_error
 from swauto.api import load
 from swauto.backends.host import compile_module, parallel
+from swauto.backends.host.isa import ISAS, select
+from swauto.backends.host.knobs import register_tile_choices
 from swauto.errors import ArgumentError
 from swauto.ir.nodes import Dma
 from swauto.ir.visitor import walk
-from swauto.machine import SUNWAY, HostScratchpad
+from swauto.machine import SUNWAY, HostScratchpad, local_memory_machine
 from swauto.passes.plan_local_memory import plan_local_memory
 from swauto.pipeline import lower
 from swauto.schedule.candidate import Candidate
@@ -39,7 +41,8 @@ def quiet_machine(cpu: str = "test-cpu") -> host_model.Machine:
     return host_model.Machine(
         cpu=cpu, measured="2026-11-23", kernel_flops=100e9, accumulator_seconds=4e-10, latency_accumulators=8.0,
         vector_lanes=16, l2_bandwidth=40e9, l3_bandwidth=20e9, dram_bandwidth=10e9, dram_bandwidth_total=15e9,
-        transpose_bandwidth=3e9, l1_bytes=48 << 10, l2_bytes=2 << 20, l3_bytes=32 << 20, peak_flops=120e9)
+        transpose_bandwidth=3e9, l1_bytes=48 << 10, l2_bytes=2 << 20, l3_bytes=32 << 20, peak_flops=120e9,
+        register_tiles=((4, 2), (6, 2)))  # AVX2's defaults: they fit every instruction set's registers
 
 
 @pytest.fixture
@@ -64,6 +67,19 @@ def test_calibration_is_measured_once_and_stored_with_the_date(monkeypatch):
     assert host_model.disturbed(first) is None and first.peak_flops >= first.kernel_flops / 1.2
     monkeypatch.setattr(host_model, "calibrate", lambda cpu: pytest.fail("measured twice"))
     assert host_model.machine() == first
+    # The space explores the register tiles measured fastest here.
+    assert local_memory_machine("host").micro_kernels == first.register_tiles
+
+
+@pytest.mark.parametrize("isa", ["avx2", None])
+def test_register_tiles_are_the_fastest_measured_among_those_the_instruction_set_allows(isa, monkeypatch):
+    if isa is not None:
+        if ISAS[isa].width > select().width:
+            pytest.skip(f"this CPU cannot run {isa}")
+        monkeypatch.setenv("SWAUTO_HOST_ISA", isa)
+    tiles = host_model.register_tiles()
+    choices = {(knobs.rows, knobs.vectors) for knobs in register_tile_choices(select())}
+    assert len(set(tiles)) == len(tiles) == host_model.EXPLORED_TILES and set(tiles) <= choices
 
 
 def _write_calibration(folder, machine_field) -> None:
@@ -91,6 +107,10 @@ BAD_CALIBRATIONS = {
     "a bool constant": _stored_fields(vector_lanes=True),
     "an unknown field": _stored_fields(turbo=True),
     "measured under load": _stored_fields(kernel_flops=10e9),  # 8% of its own FMA peak
+    "no register tiles": _stored_fields(register_tiles=[]),
+    "a register tile of three": _stored_fields(register_tiles=[[4, 4, 4]]),
+    "a register tile of bools": _stored_fields(register_tiles=[[True, 2]]),
+    "a register tile too big for the registers": _stored_fields(register_tiles=[[30, 5]]),
 }
 
 

@@ -1,6 +1,7 @@
 """The host backend's own schedule knobs: the micro-kernel's register tile. The schedule space
-explores them (`Candidate.micro_kernel`, from the machine description's `HOST_MICRO_KERNELS`); they
-shape code only inside the backend (packing and the micro-kernel), never the IR."""
+explores the tiles this machine's calibration measured fastest (`Candidate.micro_kernel`, from
+`host_model.Machine.register_tiles`, chosen among `register_tile_choices`); they shape code only
+inside the backend (packing and the micro-kernel), never the IR."""
 
 from __future__ import annotations
 
@@ -25,8 +26,20 @@ class Knobs:
 
 
 def default_knobs(isa: Isa) -> Knobs:
-    """The first register tile the machine description lists for `isa`."""
+    """The register tile of `isa` a kernel without a chosen one gets (`HOST_MICRO_KERNELS`'s first)."""
     return Knobs(*HOST_MICRO_KERNELS[isa.name][0])
+
+
+def register_tile_choices(isa: Isa) -> tuple[Knobs, ...]:
+    """The register tiles calibration measures for `isa`: for 2 to 5 vectors, the most rows that fit
+    the register file and about half as many (fewer rows stream less of the broadcast operand per
+    vector loaded), besides the default tiles; only tiles with enough accumulators to hide an FMA's
+    latency on two pipes (8)."""
+    tiles = {Knobs(*tile) for tile in HOST_MICRO_KERNELS[isa.name]}
+    for vectors in range(2, 6):
+        most = (isa.registers - vectors - 1) // vectors
+        tiles |= {Knobs(rows, vectors) for rows in (most, (most + 1) // 2) if rows * vectors >= 8}
+    return tuple(sorted((tile for tile in tiles if tile.fits(isa)), key=lambda tile: (tile.vectors, tile.rows)))
 
 
 def knobs_of(micro_kernel: tuple[int, int] | None) -> Knobs | None:

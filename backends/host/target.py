@@ -10,7 +10,7 @@ from swauto import targets
 from swauto.frontend.check import BoundOperator
 from swauto.ir.analysis import traffic
 from swauto.ir.nodes import Module
-from swauto.machine import HOST_MICRO_KERNELS, HostScratchpad, LocalMemoryMachine
+from swauto.machine import HostScratchpad, LocalMemoryMachine
 from swauto.pipeline import Stages, before_double_buffering
 from swauto.schedule.candidate import Candidate
 from swauto.tuner import host_model, measure
@@ -18,16 +18,15 @@ from swauto.tuner.cost_model import Estimate
 from swauto.tuner.sketch import SketchModel
 from swauto.tuner.space import explore
 
-from . import isa
 from .jit import compile_module
 from .knobs import knobs_of
 from .program import HostProgram
 
 
 def machine() -> HostScratchpad:
-    """The host as the scheduler sees it, exploring the register tiles of the instruction set its kernels
-    are compiled for (known at run time only)."""
-    return HostScratchpad(micro_kernels=HOST_MICRO_KERNELS[isa.select().name])
+    """The host as the scheduler sees it, exploring the register tiles its calibration measured fastest
+    for the instruction set its kernels are compiled for (known at run time only)."""
+    return HostScratchpad(micro_kernels=host_model.machine().register_tiles)
 
 
 def estimate(stages: Stages, threads: int) -> Estimate:

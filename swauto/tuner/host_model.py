@@ -4,13 +4,13 @@ the memory level its data comes from (half of it for an operand the backend read
 `backends/host/layout.read_in_place`), and the parallel nest's iterations shared by the threads.
 
 Its machine constants come from `calibrate()`, a micro-benchmark of a few seconds (the micro-kernel on
-cache-resident panels at a long and a short K, copies sized for L2, L3 and DRAM, and the core's peak: an
-in-register FMA loop), run once per machine and stored with the date in the cache directory
-(`host_machine.json`); a different CPU measures again, and so does `recalibrate()` (`swauto calibrate`).
-Every timing is the best of several short runs, and the micro-kernel's rate is checked against the FMA
-peak, so another process running during calibration is measured again or not stored. A stored file that
-is damaged (not JSON, the wrong shape, a constant that is zero, negative, NaN, infinite or absurd) is
-measured again and overwritten, with a `CacheWarning`.
+cache-resident panels at a long and a short K, whole GEMMs with each register tile the instruction set
+allows, copies sized for L2, L3 and DRAM, and the core's peak: an in-register FMA loop), run once per
+machine and stored with the date in the cache directory (`host_machine.json`); a different CPU measures
+again, and so does `recalibrate()` (`swauto calibrate`). Every timing is the best of several short runs,
+and the micro-kernel's rate is checked against the FMA peak, so another process running during calibration
+is measured again or not stored. A stored file that is damaged (not JSON, the wrong shape, a constant that
+is zero, negative, NaN, infinite or absurd) is measured again and overwritten, with a `CacheWarning`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from swauto.ir.nodes import Call, Dma, For, Module
 from swauto.ir.visitor import walk
 
 CALIBRATION_FILE = "host_machine.json"
-CALIBRATION_VERSION = 6  # 6: the FMA peak, best-of-runs timings
+CALIBRATION_VERSION = 7  # 6: the FMA peak, best-of-runs timings; 7: register tiles
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,9 @@ class Machine:
     """Measured constants of the host: the micro-kernel's flops per second on one core, its seconds
     per accumulator vector (C loaded and stored once per call) and how many accumulators a register
     tile needs to keep the FMA units busy, copy bandwidth (bytes per second, one core) out of L2, L3
-    and DRAM, DRAM's total over all cores, cache sizes in bytes, and the core's peak flops per second
-    (FMAs on registers only: what percent of peak is measured against).
+    and DRAM, DRAM's total over all cores, cache sizes in bytes, the core's peak flops per second
+    (FMAs on registers only: what percent of peak is measured against), and the micro-kernel's register
+    tiles (rows, vectors) that ran whole GEMMs fastest here, fastest first: the ones the space explores.
 
     Construction guarantees every constant is a finite number in a range some real CPU could have
     (ValueError otherwise), so a damaged calibration never reaches the model as 0, NaN or nonsense."""
@@ -62,11 +63,20 @@ class Machine:
     l2_bytes: int
     l3_bytes: int
     peak_flops: float  # one core, in-register FMAs of the instruction set's widest vectors
+    register_tiles: tuple[tuple[int, int], ...]
 
     def __post_init__(self) -> None:
         for name in ("cpu", "measured"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} is not a string")
+        # Stored as JSON lists; held as tuples, each a (rows, vectors) pair of positive integers.
+        tiles = self.register_tiles
+        if not isinstance(tiles, list | tuple) or not tiles or not all(
+                isinstance(tile, list | tuple) and len(tile) == 2
+                and all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 64 for n in tile)
+                for tile in tiles):
+            raise ValueError(f"register_tiles = {tiles!r} is not a list of (rows, vectors) pairs")
+        object.__setattr__(self, "register_tiles", tuple(tuple(tile) for tile in tiles))
         for name, (low, high) in _PLAUSIBLE.items():
             value = getattr(self, name)
             # bool is an int, and a string or None would only fail later, inside the model
@@ -100,14 +110,14 @@ class HostEstimate:
 
 def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
     """The predicted time of `module` on `threads` cores of `machine` (see the module docstring).
-    Deterministic and cheap: it reads only the IR. Every candidate is priced with the default register
-    tile: the tiles the space offers differ by about 1% at the median (`HOST_MICRO_KERNELS`), and the
-    measuring tuners choose among them."""
+    Deterministic and cheap: it reads only the IR. Every candidate is priced with the calibration's
+    fastest register tile: the tiles the space offers differ by a few percent (`Machine.register_tiles`),
+    the model tuner's pick among equals is that tile, and the measuring tuners choose among them."""
     from swauto.backends.host.knobs import Knobs
     from swauto.backends.host.layout import read_in_place
     from swauto.backends.host.parallel import split
 
-    tile = _default_tile()
+    tile = machine.register_tiles[0]
     # On one thread, where the parallel phases would start changes nothing: they are not looked for.
     phases = split(module) if threads > 1 else None
     # The backend reads some vector operands in place instead of packing them: the micro-kernel reads
@@ -154,7 +164,7 @@ def least_seconds(nest: Module, threads: int, machine: Machine) -> Callable[[int
 
     compute = estimate(nest, threads, machine).seconds
     bandwidth = max(_source_bandwidth(nest, machine), machine.transpose_bandwidth) * threads
-    tile = Knobs(*_default_tile())
+    tile = Knobs(*machine.register_tiles[0])
     if _cache_resident(nest, machine) and any(one_row_tile(node, tile) for node, _ in walk(nest.body)
                                               if isinstance(node, Call) and node.signature.kind == "gemm"):
         bandwidth *= 2
@@ -162,9 +172,9 @@ def least_seconds(nest: Module, threads: int, machine: Machine) -> Callable[[int
 
 
 def call_seconds(call: Call, machine: Machine) -> float:
-    """One primitive call on tiles in the caches, with the default register tile: its compute and, for
+    """One primitive call on tiles in the caches, with the fastest register tile: its compute and, for
     a map or reduction, its operands' traffic (`_node_cost`)."""
-    _, _, compute, traffic = _node_cost(call, machine, machine.l2_bandwidth, _default_tile())
+    _, _, compute, traffic = _node_cost(call, machine, machine.l2_bandwidth, machine.register_tiles[0])
     return compute + traffic
 
 
@@ -348,7 +358,7 @@ def _load_calibration(path: Path, cpu: str) -> Machine | None:
             if stored["version"] != CALIBRATION_VERSION or stored["machine"]["cpu"] != cpu:
                 return None  # outdated or another CPU: measured again, nothing wrong with the file
             loaded = Machine(**stored["machine"])
-            problem = disturbed(loaded)
+            problem = disturbed(loaded) or _unfit(loaded.register_tiles)
             if problem is None:
                 return loaded
         except (TypeError, KeyError, ValueError) as error:  # the wrong shape, a field missing or out of range
@@ -402,6 +412,7 @@ def calibrate(cpu: str) -> Machine:
         l2_bytes=l2,
         l3_bytes=l3,
         peak_flops=peak,
+        register_tiles=register_tiles(),
     )
 
 
@@ -430,6 +441,64 @@ def _kernel_rate() -> dict[str, float]:
     return {"kernel_flops": 2 * width / fma,
             "accumulator_seconds": max(0.0, short - 8 * per_k) / (m * n / width),
             "latency_accumulators": max(float(vectors), one_row / fma)}
+
+
+# GEMMs that tell register tiles apart (C += A B, 1024 x 1024 x 256: operands out of L2, as in the
+# GEMMs and convolutions tuned; at 512^3, from L2, every tile ran within a few percent): tiles of C and
+# K, the loops' order, outermost first, and the vectorized dimension. Between them, both operands are
+# broadcast, and the vector operand's panel is long and short.
+TILE_BENCHMARKS = (((32, 512, 256), ("N_outer", "M_outer", "K_outer"), "M"),
+                   ((32, 64, 256), ("K_outer", "M_outer", "N_outer"), "M"),
+                   ((128, 256, 256), ("N_outer", "K_outer", "M_outer"), "N"))
+TILE_BENCHMARK_GEMM = """operator gemm(M = 1024, N = 1024, K = 256) {
+  tensor A[M, K]
+  tensor B[K, N]
+  tensor C[M, N]
+  compute { gemm(M = M, N = N, K = K, A = A, B = B, C += C) }
+  schedule { split gemm.M by {TM} split gemm.N by {TN} split gemm.K by {TK} reorder any vectorize gemm over {M, N} }
+}"""
+# How many tiles the space explores: the fastest ones (they differ by a few percent; more would only
+# multiply the space).
+EXPLORED_TILES = 2
+
+
+def register_tiles() -> tuple[tuple[int, int], ...]:
+    """The `EXPLORED_TILES` register tiles of `register_tile_choices` that run the `TILE_BENCHMARKS` GEMMs
+    fastest on one core (geometric mean of their best-of-runs times), fastest first. Whole GEMMs, not the
+    micro-kernel on cache-resident panels, where every tile runs within a percent: how the broadcast
+    operand streams from memory is what tells them apart."""
+    from swauto.api import load
+    from swauto.backends.host import compile_module
+    from swauto.backends.host.isa import select
+    from swauto.backends.host.knobs import register_tile_choices
+    from swauto.machine import HostScratchpad
+    from swauto.pipeline import lower
+    from swauto.schedule.candidate import Candidate
+
+    rng = np.random.default_rng(0)
+    arrays = {name: rng.standard_normal(shape, dtype=np.float32)
+              for name, shape in (("A", (1024, 256)), ("B", (256, 1024)), ("C", (1024, 1024)))}
+    log_seconds: dict[tuple[int, int], float] = {}
+    for (tm, tn, tk), order, vectorized in TILE_BENCHMARKS:
+        text = TILE_BENCHMARK_GEMM.replace("TM", str(tm)).replace("TN", str(tn)).replace("TK", str(tk))
+        candidate = Candidate((("M", tm), ("N", tn), ("K", tk)), order, vectorized)
+        module = lower(load(text, {}), candidate, HostScratchpad())[-1][1]
+        for knobs in register_tile_choices(select()):
+            program = compile_module(module, knobs=knobs)
+            seconds = _best_seconds(lambda: program.run(arrays, threads=1), runs=4)  # noqa: B023 - run at once
+            tile = (knobs.rows, knobs.vectors)
+            log_seconds[tile] = log_seconds.get(tile, 0.0) + float(np.log(seconds))
+    return tuple(sorted(log_seconds, key=log_seconds.get)[:EXPLORED_TILES])  # type: ignore[arg-type]
+
+
+def _unfit(tiles: tuple[tuple[int, int], ...]) -> str | None:
+    """Why a stored calibration's register tiles cannot be compiled for this instruction set, or None."""
+    from swauto.backends.host.isa import select
+    from swauto.backends.host.knobs import Knobs
+
+    isa = select()
+    unfit = [tile for tile in tiles if not Knobs(*tile).fits(isa)]
+    return f"register tile {unfit[0]} does not fit {isa.name}'s registers" if unfit else None
 
 
 def fma_peak() -> float:
