@@ -14,8 +14,9 @@ out, none of the broadcast operand). The others are row-major with the rows padd
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import gcd
 
-from swauto.ir.expr import Const
+from swauto.ir.expr import Const, linear_form
 from swauto.ir.nodes import Access, Call, Dma, Module, Zero
 from swauto.ir.visitor import walk
 
@@ -80,12 +81,12 @@ def vector_dim(gemm: Call) -> str:
     return dim if dim in ("M", "N") else "N"
 
 
-def whole_vectors(gemm: Call, panel: int) -> bool:
-    """True when the micro-kernel loads whole vectors of the vector operand (with packed panels
-    `panel` wide): the operand is packed, or its innermost axis longer than 1 carries the vectorized
-    dimension. Otherwise every lane is loaded and multiplied alone."""
+def whole_vectors(gemm: Call, knobs: Knobs, width: int) -> bool:
+    """True when the micro-kernel (register tile `knobs`, vectors of `width` lanes) loads whole vectors
+    of the vector operand: the operand is packed, or its innermost axis longer than 1 carries the
+    vectorized dimension. Otherwise every lane is loaded and multiplied alone."""
     dim, access = gemm_roles(gemm)["vector"]
-    return _packable_axis(access, dim, panel) is not None or innermost_dim(access) == dim
+    return _packing(access, dim, knobs, width) is not None or innermost_dim(access) == dim
 
 
 def gemm_roles(gemm: Call) -> dict[str, tuple[str, Access]]:
@@ -103,13 +104,13 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
     """A layout for every buffer of `module` not in `ignored`, and for every tensor (row-major); and
     the buffers that are views, each with the tensor it shows.
 
-    A buffer is packed when every GEMM that reads it uses it as the vector operand, through the same
-    single axis for the packed dimension, at a constant start that is a multiple of the panel: then
-    the micro-kernel's offsets are compile-time constants; unless the micro-kernel reads each of its
-    elements once, in whole vectors in place (`read_in_place`). Else, when the tensors are
-    `cache_resident`, it is a view if `_view` allows (in DRAM, tiles read in place stall the
-    micro-kernel, while a copy streams: measured 79 against 91 GFLOPS for GEMM 32768 x 256 x 128;
-    in cache, 109 against 90 for 4096 x 64 x 64). Else it is row-major (padded).
+    A buffer is packed when every GEMM that reads it uses it as the vector operand, through the same single
+    axis for the packed dimension, at a start that is always a multiple of the same panel (`_packing`): then
+    the micro-kernel's offsets are a run-time base plus compile-time constants; unless the micro-kernel reads
+    each of its elements once, in whole vectors in place (`read_in_place`). Else, when the tensors are
+    `cache_resident`, it is a view if `_view` allows (in DRAM, tiles read in place stall the micro-kernel,
+    while a copy streams: measured 79 against 91 GFLOPS for GEMM 32768 x 256 x 128; in cache, 109 against 90
+    for 4096 x 64 x 64). Else it is row-major (padded).
     """
     uses = _uses(module, knobs, width)
     in_place = read_in_place(module, knobs, width, cache_resident, uses)
@@ -135,7 +136,7 @@ _Uses = dict[str, set[tuple[str, int | None, int]]]
 
 def _uses(module: Module, knobs: Knobs, width: int) -> _Uses:
     """Per buffer, how the calls read it: (role, the axis a GEMM's vector operand could be packed along
-    or None, the panel width), 'map' for maps and reductions."""
+    or None, the panel width or 0), 'map' for maps and reductions."""
     uses: _Uses = {}
     for node, _ in walk(module.body):
         if not isinstance(node, Call):
@@ -145,8 +146,8 @@ def _uses(module: Module, knobs: Knobs, width: int) -> _Uses:
                 uses.setdefault(access.name, set()).add(("map", None, 0))
             continue
         for role, (dim, access) in gemm_roles(node).items():
-            panel = knobs.vectors * width if role == "vector" else 0
-            uses.setdefault(access.name, set()).add((role, _packable_axis(access, dim, panel), panel))
+            packing = _packing(access, dim, knobs, width) if role == "vector" else None
+            uses.setdefault(access.name, set()).add((role, *(packing or (None, 0))))
     return uses
 
 
@@ -232,13 +233,21 @@ def packed(shape: tuple[int, ...], axis: int, panel: int, k_axes: tuple[int, ...
     return Layout(axes, stride)
 
 
-def _packable_axis(access: Access, dim: str, panel: int) -> int | None:
-    """The one axis of `access` carrying `dim`, if its start is a constant multiple of `panel`."""
+def _packing(access: Access, dim: str, knobs: Knobs, width: int) -> tuple[int, int] | None:
+    """(axis, panel) when `access` can read a buffer packed in panels along its one axis carrying `dim`:
+    the panel is the register tile's columns (`knobs.vectors` x `width` lanes), or the largest divisor
+    of them that every start of the axis is a multiple of (a tile of a hoisted buffer starts at a
+    loop's multiple of the tile: a panel of 2 vectors for tiles of 32 columns), if it is whole vectors;
+    so an element's place is its start's panel plus a constant. None: no axis carries `dim` so."""
     axes = [a for a, d in enumerate(access.dims) if d == dim]
-    if panel <= 0 or len(axes) != 1:
+    if len(axes) != 1:
         return None
-    start = access.starts[axes[0]]
-    return axes[0] if isinstance(start, Const) and start.value % panel == 0 else None
+    form = linear_form(access.starts[axes[0]])
+    if form is None:
+        return None
+    coefficients, constant = form
+    panel = gcd(knobs.vectors * width, constant, *coefficients.values())
+    return (axes[0], panel) if panel % width == 0 else None
 
 
 def _k_axes(module: Module, buffer: str) -> tuple[int, ...]:

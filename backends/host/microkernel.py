@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from swauto.errors import CodegenError
-from swauto.ir.expr import Const
+from swauto.ir.expr import Const, Expr, linear_form
 from swauto.ir.nodes import Access, Call
 from swauto.ir.printer import format_access
 
@@ -243,8 +243,11 @@ def operand_map(lw: Lowering, access: Access, sizes: Mapping[str, int], env: Env
                 constant += axis_layout.offset(start.value)
         elif len(axis_layout.extents) == 1:
             base = b.add(base, b.mul(lw.expr(start, env), i64(axis_layout.strides[0]), flags=_NSW), flags=_NSW)
+        elif _multiple_of(start, axis_layout.extents[-1]):  # packed in panels: the start's panel
+            panel = b.sdiv(lw.expr(start, env), i64(axis_layout.extents[-1]))
+            base = b.add(base, b.mul(panel, i64(axis_layout.strides[0]), flags=_NSW), flags=_NSW)
         else:
-            raise CodegenError(f"gemm operand {format_access(access)} starts at a run-time index on a packed axis")
+            raise CodegenError(f"gemm operand {format_access(access)} starts inside a packed panel at run time")
     tables = {}
     extents = access.padded_extents()
     for dim in {d for d in access.dims if d is not None}:
@@ -258,10 +261,16 @@ def operand_map(lw: Lowering, access: Access, sizes: Mapping[str, int], env: Env
                 axis_layout = storage.layout.axes[axis]
                 start = access.starts[axis]
                 offset += (axis_layout.offset(start.value + local) if isinstance(start, Const)
-                           else local * axis_layout.strides[0])
+                           else axis_layout.offset(local))  # a run-time start is a whole number of panels
             table.append(offset)
         tables[dim] = tuple(table)
     return OperandMap(storage, b.add(base, i64(constant), flags=_NSW), tables)
+
+
+def _multiple_of(start: Expr, panel: int) -> bool:
+    """Whether the affine `start` is a multiple of `panel` for every value of its variables."""
+    form = linear_form(start)
+    return form is not None and all(c % panel == 0 for c in (form[1], *form[0].values()))
 
 
 def table_lookup(lw: Lowering, table: tuple[int, ...], index: ir.Value, name: str) -> ir.Value:

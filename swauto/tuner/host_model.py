@@ -190,6 +190,7 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float,
     if node.signature.kind != "gemm":
         touched = 4 * sum(prod(access.extents) for _, access in node.operands)
         return node.flops, 0, node.flops / (machine.kernel_flops / 2), touched / machine.l2_bandwidth
+    from swauto.backends.host.knobs import Knobs
     from swauto.backends.host.layout import gemm_roles, whole_vectors
 
     roles = gemm_roles(node)
@@ -199,7 +200,7 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float,
     # Columns left over from whole vectors run one lane per FMA, each costing a vector's time; all of
     # them do when the vector operand's lanes are not contiguous in memory.
     width = machine.vector_lanes
-    slots = sizes[v] // width + sizes[v] % width if whole_vectors(node, vectors * width) else sizes[v]
+    slots = sizes[v] // width + sizes[v] % width if whole_vectors(node, Knobs(rows, vectors), width) else sizes[v]
     fma = 2 * width / machine.kernel_flops  # seconds per vector FMA at the full rate
     compute = 0.0
     # Register tiles: whole ones, then the edge tiles with fewer rows or vectors. A K step of a tile
