@@ -38,6 +38,8 @@ ODD = [
 ]
 # One row tile of the host's micro-kernel: its vector operand may be read in place, at half a copy's cost.
 ONE_ROW_TILE = [("gemm.sw", {"M": 4, "N": 512, "K": 256})]
+# A statement fused into its producer (batchnorm's shift into its scale): the sketch settles its sizes too.
+FUSED = [("batchnorm.sw", {"B": 2, "Ch": 8, "R": 8, "C": 8})]
 
 
 # A model that prices nothing: for spaces whose candidates have no sketch or fit no placement.
@@ -75,7 +77,7 @@ def test_a_sketch_prices_as_the_real_ir_where_every_tile_is_whole(example, param
 
 
 @pytest.mark.parametrize("target_name", ["sw26010", "host"])
-@pytest.mark.parametrize(("example", "params"), DIVIDING[:2] + ODD + ONE_ROW_TILE)
+@pytest.mark.parametrize(("example", "params"), DIVIDING[:2] + ODD + ONE_ROW_TILE + FUSED)
 def test_the_ranked_pick_is_the_exhaustive_pick(target_name, example, params, monkeypatch):
     """The model tuner lowers only the candidates whose sketches price fastest, and picks one the model
     prices within 1% of its pick from every candidate lowered (the same one on these cases on the

@@ -266,10 +266,12 @@ class Sketcher:
             return replace(access, extents=tuple(e if isinstance(e, int) else ex.evaluate(e, first)
                                                  for e in access.extents))
 
+        def settled(call: Call) -> Call:  # its boxes and sizes at the first iteration: numbers
+            return replace(call.with_operands(lambda _, access: full(access)),
+                           sizes=tuple((d, s if isinstance(s, int) else ex.evaluate(s, first)) for d, s in call.sizes))
+
         peeled = _peeled_copies(loops, call, first)
-        call = replace(call.with_operands(lambda _, access: full(access)),
-                       sizes=tuple((d, s if isinstance(s, int) else ex.evaluate(s, first)) for d, s in call.sizes),
-                       epilogue=tuple(c.with_operands(lambda _, access: full(access)) for c in call.epilogue))
+        call = replace(settled(call), epilogue=tuple(settled(fused) for fused in call.epilogue))
         module = pad_primitive(replace(module, body=rebuild_nest(loops, call)), self.machine)
         loops, call = loop_nest(module.body)
         names = buffer_names(call)
