@@ -1,7 +1,8 @@
 """swauto: a domain-specific tensor compiler for deep-learning operators.
 
 The pipeline, one package each: `frontend` (grammar, parser, checks) -> `schedule` (the space of
-candidates) -> `ir` and `passes` -> `tuner` (cost models) -> `backends` (sw26010 simulator, host JIT).
+candidates) -> `ir` and `passes` -> `tuner` (cost models) -> `backends` (sw26010 simulator, host JIT);
+`models` takes whole ONNX models through it layer by layer.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from swauto.errors import (
     ArgumentError,
     CheckError,
     CodegenError,
+    ModelError,
     ParameterError,
     ParseError,
     ScheduleError,
@@ -27,6 +29,7 @@ __all__ = [
     "CheckError",
     "CodegenError",
     "Kernel",
+    "ModelError",
     "ParameterError",
     "ParseError",
     "ScheduleError",
@@ -37,6 +40,7 @@ __all__ = [
     "choose",
     "compile",
     "schedules",
+    "tune_model",
 ]
 __version__ = "0.1.0"
 
@@ -53,4 +57,8 @@ def __getattr__(name: str) -> Any:
         from swauto import api
 
         return getattr(api, name)
+    if name == "tune_model":
+        from swauto.models import tune_model
+
+        return tune_model
     raise AttributeError(f"module 'swauto' has no attribute {name!r}")

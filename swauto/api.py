@@ -113,13 +113,13 @@ def compile(  # noqa: A001 - the public name users expect
     _check_choice(tuner, TUNERS, "tuner")
     check_integer(max_candidates, "max_candidates", 1)  # now: the tuning log may spare building the space
     if threads is not None:
-        cores = _available_threads()
+        cores = available_threads()
         threads = check_integer(threads, "threads", 1, cores, why=f"the cores this process may run on: {cores}")
     started = time.perf_counter()
     op = load(source, params)
     if tuner not in plugin.tuners:
         raise ArgumentError(_tuner_refusal(tuner, plugin))
-    host_threads = threads or _available_threads()
+    host_threads = threads or available_threads()
     machine = plugin.machine()
     if schedule is not None:
         candidate, stages = _resolve(op, schedule, machine, max_candidates)
@@ -268,7 +268,7 @@ def tune_by_model(op: BoundOperator, target: Target, threads: int = 1,
     return rank(space, target.name, threads), space
 
 
-def _available_threads() -> int:
+def available_threads() -> int:
     from swauto.backends.host import available_threads
 
     return available_threads()

@@ -1,5 +1,5 @@
-"""The `swauto` command: compile, schedules, run, tune, calibrate. User errors print one sentence and exit
-with 2."""
+"""The `swauto` command: compile, choose, schedules, run, tune, tune-model, calibrate. User errors print one
+sentence and exit with 2."""
 
 from __future__ import annotations
 
@@ -114,6 +114,23 @@ def _parser() -> argparse.ArgumentParser:
     tune_cmd.add_argument("--show", type=_integer(1), default=10, help="rows of the table (default 10)")
     tune_cmd.add_argument("--plot", type=Path, metavar="FILE.png",
                           help="draw predicted against simulated time for every candidate (simulates them all)")
+
+    model_cmd = commands.add_parser(
+        "tune-model", help="tune every layer of an ONNX model; print a per-layer table",
+        description="Read an ONNX model, compile each distinct layer once with the operator library, and print "
+                    "per layer the operator, the candidate, its time, GFLOPS and percent of peak, and on the host "
+                    "onnxruntime's time for the node alone and the error against it.")
+    model_cmd.add_argument("model", type=Path, help="the .onnx file")
+    model_cmd.add_argument("--target", choices=targets.names(), default=DEFAULT_TARGET)
+    model_cmd.add_argument("-D", dest="defines", action="append", type=_define, default=[], metavar="batch=N",
+                           help="the batch (the first dimension of the model's inputs)")
+    model_cmd.add_argument("--tuner", choices=("model", "measure", "simulate", "hybrid"), default="model")
+    model_cmd.add_argument("--threads", type=_integer(1), default=None,
+                           help="host threads (default: all cores; at most the cores this process may use)")
+    model_cmd.add_argument("--repeat", type=_integer(1), default=5, help="timed calls per layer (the median is shown)")
+    model_cmd.add_argument("--no-compare", dest="compare", action="store_false",
+                           help="do not run onnxruntime beside each layer")
+    model_cmd.add_argument("--plot", type=Path, metavar="FILE.png", help="draw each layer's GFLOPS")
 
     commands.add_parser("calibrate", help="measure this machine again for the host model and keep the result",
                         description="Measure the host's constants for the host model again (a few seconds) and "
@@ -330,6 +347,28 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tune_model(args: argparse.Namespace) -> int:
+    from swauto.models import tune_model
+
+    params = _params(args)
+    unknown = sorted(set(params) - {"batch"})
+    if unknown:
+        raise ArgumentError(f"tune-model takes one parameter, -D batch=N; got -D {unknown[0]}")
+    if args.plot is not None:
+        _check_plot_path(args.plot)
+    tuning = tune_model(args.model, target=args.target, batch=params.get("batch"), threads=args.threads,
+                        tuner=args.tuner, repeat=args.repeat, compare=args.compare)
+    print(tuning.table())
+    print(tuning.summary())
+    if args.plot is not None:
+        try:
+            tuning.plot(args.plot)
+        except OSError as error:
+            raise SwautoError(f"cannot write {args.plot}: {error.strerror}") from None
+        print(f"wrote      {args.plot}")
+    return 0
+
+
 def _check_plot_path(path: Path) -> None:
     """Refuse, before tuning, a --plot path that cannot be written or whose format matplotlib lacks."""
     from matplotlib.figure import Figure
@@ -387,7 +426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.showwarning = _show_warning
     args = _parser().parse_args(argv)
     commands = {"compile": _compile, "choose": _choose, "schedules": _schedules, "run": _run, "tune": _tune,
-                "calibrate": _calibrate}
+                "tune-model": _tune_model, "calibrate": _calibrate}
     command = commands[args.command]
     try:
         return command(args)

@@ -64,6 +64,10 @@ class CodegenError(SwautoError):
     """A backend could not generate or compile code for a candidate."""
 
 
+class ModelError(SwautoError):
+    """A whole model (ONNX) cannot be read, or one of its nodes cannot be compiled (the message names it)."""
+
+
 class Rejected(Exception):
     """Internal: a candidate schedule is illegal for `reason` (the scheduler counts reasons).
 

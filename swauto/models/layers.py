@@ -1,0 +1,335 @@
+"""ONNX nodes as swauto operators: which `.sw` file of the operator library (`examples/`, installed as
+`swauto.examples`) computes a node, with which sizes, and how its tensors go between ONNX's layouts
+(NCHW activations, [No, Ni, Kr, Kc] weights) and the operator's declared ones.
+
+Each ONNX operator is one `Mapping` registered in `MAPPINGS`: `layer` reads a node into a `Layer`
+(or says why the node is not supported), `arrays` arranges the node's inputs for the kernel, `output`
+gives the node's output back in ONNX's layout. Nodes that only reshape (Flatten, Reshape, Identity,
+Dropout at inference) have no kernel. What a kernel does not compute, a mapping says in
+`Layer.numpy` (a Conv's or Gemm's bias is added by NumPy after the kernel).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from swauto.models.graph import Graph, Node
+
+Arrays = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A node as a swauto operator: the library file (None: a reshape, no kernel), its size parameters,
+    the flops it computes, a short description of its shape, and what NumPy adds after the kernel."""
+
+    node: Node
+    operator: str | None
+    params: Mapping[str, int] = field(default_factory=dict)
+    flops: int = 0
+    shape: str = ""
+    numpy: str = ""
+
+    @property
+    def key(self) -> tuple[str | None, tuple[tuple[str, int], ...]]:
+        """Layers of one key compile to one kernel (a model's repeated blocks are tuned once)."""
+        return self.operator, tuple(sorted(self.params.items()))
+
+
+class Unsupported(Exception):
+    """Internal: why a node cannot be compiled (a sentence); `layer_of` turns it into a `ModelError`."""
+
+
+@dataclass(frozen=True)
+class OnnxMapping:
+    """How one ONNX operator becomes a swauto operator (see the module docstring)."""
+
+    layer: Callable[[Node, Graph], Layer]
+    arrays: Callable[[Layer, Graph, Mapping[str, np.ndarray]], Arrays]
+    output: Callable[[Layer, Graph, Arrays, Mapping[str, np.ndarray]], np.ndarray]
+
+
+def library(operator: str) -> Path:
+    """The path of an operator library file (`conv2d.sw`)."""
+    return Path(str(resources.files("swauto.examples") / operator))
+
+
+def _nchw_to_declared(x: np.ndarray) -> np.ndarray:
+    """An NCHW activation as the library's [R, C, channels, B]."""
+    return np.ascontiguousarray(x.transpose(2, 3, 1, 0))
+
+
+def _declared_to_nchw(y: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(y.transpose(3, 2, 0, 1))
+
+
+def _input(graph: Graph, node: Node, index: int) -> tuple[int, ...]:
+    return graph.shapes[node.inputs[index]]
+
+
+def _weight(graph: Graph, node: Node, index: int, what: str) -> np.ndarray:
+    name = node.inputs[index]
+    if name not in graph.constants:
+        raise Unsupported(f"its {what} ({name}) is computed by the graph; swauto compiles it only as a weight")
+    return graph.constants[name]
+
+
+def _bias(graph: Graph, node: Node, index: int) -> np.ndarray | None:
+    return _weight(graph, node, index, "bias") if len(node.inputs) > index and node.inputs[index] else None
+
+
+# --- Conv --------------------------------------------------------------------------------------------
+
+
+def _conv_window(node: Node, graph: Graph, kernel: tuple[int, int]) -> tuple[int, int, int]:
+    """(stride, rows padded, columns padded) of a 2-D Conv or pooling node, or Unsupported."""
+    if len(_input(graph, node, 0)) != 4:
+        raise Unsupported(f"its input is {len(_input(graph, node, 0))}-D; swauto compiles 2-D windows (NCHW)")
+    strides = tuple(node.attribute("strides", (1, 1)))
+    dilations = tuple(node.attribute("dilations", (1, 1)))
+    if any(d != 1 for d in dilations):
+        raise Unsupported(f"dilations {list(dilations)}: swauto has no dilated window")
+    if strides[0] != strides[1]:
+        raise Unsupported(f"strides {list(strides)}: swauto's operators take one stride for rows and columns")
+    auto_pad = node.attribute("auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        _, _, rows, columns = _input(graph, node, 0)
+        pads = []
+        for size, k in zip((rows, columns), kernel, strict=True):
+            total = max(0, (math.ceil(size / strides[0]) - 1) * strides[0] + k - size)
+            if total % 2:
+                raise Unsupported(f"auto_pad {auto_pad} pads unevenly ({total} in all)")
+            pads.append(total // 2)
+        return strides[0], pads[0], pads[1]
+    pads = tuple(node.attribute("pads", (0, 0, 0, 0))) if auto_pad in ("NOTSET", "") else (0, 0, 0, 0)
+    if pads[0] != pads[2] or pads[1] != pads[3]:
+        raise Unsupported(f"pads {list(pads)}: swauto pads both sides of an axis alike")
+    return strides[0], pads[0], pads[1]
+
+
+def _conv_layer(node: Node, graph: Graph) -> Layer:
+    batch, channels, rows, columns = _input(graph, node, 0)
+    weight = _weight(graph, node, 1, "weight")
+    outputs, per_group, kr, kc = weight.shape
+    stride, pad_r, pad_c = _conv_window(node, graph, (kr, kc))
+    group = node.attribute("group", 1)
+    _, _, out_rows, out_columns = graph.shapes[node.outputs[0]]
+    numpy = "bias" if _bias(graph, node, 2) is not None else ""
+    shape = (f"{channels}->{outputs}, {rows}x{columns}, {kr}x{kc}" + (f"/{stride}" if stride > 1 else "")
+             + (f", pad {pad_r}x{pad_c}" if pad_r or pad_c else ""))
+    window = {"Ri": rows, "Ci": columns, "Kr": kr, "Kc": kc, "stride": stride, "pad_r": pad_r, "pad_c": pad_c}
+    if group == 1:
+        flops = 2 * batch * outputs * out_rows * out_columns * channels * kr * kc
+        return Layer(node, "conv2d.sw", {"B": batch, "Ni": channels, "No": outputs, **window}, flops, shape, numpy)
+    if group == channels == outputs and per_group == 1:
+        flops = 2 * batch * channels * out_rows * out_columns * kr * kc
+        return Layer(node, "conv2d_depthwise.sw", {"B": batch, "C": channels, **window}, flops,
+                     "depthwise " + shape, numpy)
+    raise Unsupported(f"group = {group} with {channels} -> {outputs} channels: swauto compiles dense (group 1) "
+                      "and depthwise (group = channels, one output per channel) convolutions")
+
+
+def _conv_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray]) -> Arrays:
+    node = layer.node
+    weight = graph.constants[node.inputs[1]]
+    if layer.operator == "conv2d_depthwise.sw":
+        declared = np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0))  # [Kr, Kc, C]
+    else:
+        declared = np.ascontiguousarray(weight.transpose(2, 3, 0, 1))  # [Kr, Kc, No, Ni]
+    _, channels, rows, columns = graph.shapes[node.outputs[0]]
+    return {"input": _nchw_to_declared(values[node.inputs[0]]), "weight": declared,
+            "output": np.zeros((rows, columns, channels, graph.shapes[node.outputs[0]][0]), np.float32)}
+
+
+def _conv_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str, np.ndarray]) -> np.ndarray:
+    result = _declared_to_nchw(arrays["output"])
+    bias = _bias(graph, layer.node, 2)
+    return result if bias is None else result + bias.reshape(1, -1, 1, 1)
+
+
+# --- Gemm and MatMul ------------------------------------------------------------------------------------
+
+
+def _gemm_layer(node: Node, graph: Graph) -> Layer:
+    a, b = _input(graph, node, 0), _input(graph, node, 1)
+    if len(a) != 2 or len(b) != 2:
+        raise Unsupported(f"its operands are {len(a)}-D and {len(b)}-D; swauto compiles 2-D products")
+    if node.op == "Gemm" and node.attribute("transA", 0):
+        raise Unsupported("transA = 1: swauto's GEMM reads A as stored, M x K")
+    m, k = a
+    n = b[0] if node.attribute("transB", 0) else b[1]
+    numpy = []
+    if node.op == "Gemm":
+        if node.attribute("alpha", 1.0) != 1.0:
+            numpy.append("alpha")
+        if len(node.inputs) > 2 and node.inputs[2]:
+            numpy.append("bias")
+    return Layer(node, "gemm.sw", {"M": m, "N": n, "K": k}, 2 * m * n * k, f"{m}x{n}x{k}", " and ".join(numpy))
+
+
+def _gemm_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray]) -> Arrays:
+    node = layer.node
+    b = values[node.inputs[1]]
+    if node.attribute("transB", 0):
+        b = b.T
+    return {"A": np.ascontiguousarray(values[node.inputs[0]]), "B": np.ascontiguousarray(b),
+            "C": np.zeros((layer.params["M"], layer.params["N"]), np.float32)}
+
+
+def _gemm_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str, np.ndarray]) -> np.ndarray:
+    node, result = layer.node, arrays["C"]
+    if node.op != "Gemm":
+        return result
+    result = result * np.float32(node.attribute("alpha", 1.0)) if node.attribute("alpha", 1.0) != 1.0 else result
+    if len(node.inputs) > 2 and node.inputs[2]:
+        result = result + np.float32(node.attribute("beta", 1.0)) * values[node.inputs[2]]
+    return result
+
+
+# --- pooling ---------------------------------------------------------------------------------------------
+
+
+def _pool_layer(node: Node, graph: Graph) -> Layer:
+    batch, channels, rows, columns = _input(graph, node, 0)
+    if node.op == "GlobalAveragePool":
+        if rows != columns:
+            raise Unsupported(f"a {rows}x{columns} image: swauto's pooling windows are square")
+        kernel, stride = rows, 1
+    else:
+        kernel_shape = tuple(node.attribute("kernel_shape"))
+        if kernel_shape[0] != kernel_shape[1]:
+            raise Unsupported(f"kernel_shape {list(kernel_shape)}: swauto's pooling windows are square")
+        kernel = kernel_shape[0]
+        stride, pad_r, pad_c = _conv_window(node, graph, kernel_shape)
+        if pad_r or pad_c:
+            raise Unsupported(f"pads {pad_r}x{pad_c}: swauto's pooling operators read no padding")
+        if node.attribute("ceil_mode", 0):
+            raise Unsupported("ceil_mode = 1: swauto's pooling windows end inside the image")
+    _, _, out_rows, out_columns = graph.shapes[node.outputs[0]]
+    operator = "maxpool.sw" if node.op == "MaxPool" else "avgpool.sw"
+    flops = batch * channels * out_rows * out_columns * kernel * kernel
+    return Layer(node, operator, {"B": batch, "C": channels, "Ri": rows, "Ci": columns, "K": kernel,
+                                  "stride": stride}, flops, f"{channels}, {rows}x{columns}, {kernel}x{kernel}/{stride}")
+
+
+def _window_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray]) -> Arrays:
+    node = layer.node
+    batch, channels, rows, columns = graph.shapes[node.outputs[0]]
+    return {"input": _nchw_to_declared(values[node.inputs[0]]),
+            "output": np.zeros((rows, columns, channels, batch), np.float32)}
+
+
+def _window_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str, np.ndarray]) -> np.ndarray:
+    return _declared_to_nchw(arrays["output"])
+
+
+# --- element-wise ----------------------------------------------------------------------------------------
+
+
+def _batchnorm_layer(node: Node, graph: Graph) -> Layer:
+    shape = _input(graph, node, 0)
+    if len(shape) != 4:
+        raise Unsupported(f"its input is {len(shape)}-D; swauto's batchnorm.sw takes NCHW")
+    for index, what in ((1, "scale"), (2, "bias"), (3, "mean"), (4, "variance")):
+        _weight(graph, node, index, what)
+    batch, channels, rows, columns = shape
+    return Layer(node, "batchnorm.sw", {"B": batch, "Ch": channels, "R": rows, "C": columns},
+                 2 * math.prod(shape), f"{channels}, {rows}x{columns}")
+
+
+def _batchnorm_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray]) -> Arrays:
+    node = layer.node
+    gamma, beta, mean, variance = (graph.constants[name] for name in node.inputs[1:5])
+    scale = (gamma / np.sqrt(variance + np.float32(node.attribute("epsilon", 1e-5)))).astype(np.float32)
+    return {"x": _nchw_to_declared(values[node.inputs[0]]), "scale": scale,
+            "shift": (beta - mean * scale).astype(np.float32),
+            "y": np.zeros(_nchw_to_declared(values[node.inputs[0]]).shape, np.float32)}
+
+
+def _batchnorm_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str, np.ndarray]) -> np.ndarray:
+    return _declared_to_nchw(arrays["y"])
+
+
+def _flat_layer(node: Node, graph: Graph) -> Layer:
+    shape = _input(graph, node, 0)
+    if node.op == "Add":
+        if any(name in graph.constants for name in node.inputs) or _input(graph, node, 1) != shape:
+            raise Unsupported("it broadcasts or adds a weight; swauto's add.sw adds two activations of one shape")
+        return Layer(node, "add.sw", {"N": math.prod(shape)}, math.prod(shape), "x".join(map(str, shape)))
+    return Layer(node, "relu.sw", {"N": math.prod(shape)}, math.prod(shape), "x".join(map(str, shape)))
+
+
+def _flat_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray]) -> Arrays:
+    inputs = [np.ascontiguousarray(values[name]).reshape(-1) for name in layer.node.inputs]
+    names = ("x", "y") if layer.operator == "add.sw" else ("x",)
+    out = "z" if layer.operator == "add.sw" else "y"
+    return {**dict(zip(names, inputs, strict=True)), out: np.zeros(layer.params["N"], np.float32)}
+
+
+def _flat_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str, np.ndarray]) -> np.ndarray:
+    out = "z" if layer.operator == "add.sw" else "y"
+    return arrays[out].reshape(graph.shapes[layer.node.outputs[0]])
+
+
+def _softmax_layer(node: Node, graph: Graph) -> Layer:
+    shape = _input(graph, node, 0)
+    if len(shape) != 2 or node.attribute("axis", -1) not in (-1, 1):
+        raise Unsupported(f"a softmax over axis {node.attribute('axis', -1)} of a {len(shape)}-D tensor: "
+                          "swauto's softmax.sw normalizes the rows of a matrix")
+    return Layer(node, "softmax.sw", {"B": shape[0], "N": shape[1]}, 5 * math.prod(shape), f"{shape[0]}x{shape[1]}")
+
+
+def _softmax_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray]) -> Arrays:
+    x = np.ascontiguousarray(values[layer.node.inputs[0]])
+    return {"x": x, "y": np.zeros_like(x)}
+
+
+def _softmax_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str, np.ndarray]) -> np.ndarray:
+    return arrays["y"]
+
+
+# --- reshapes -----------------------------------------------------------------------------------------------
+
+
+def _view_layer(node: Node, graph: Graph) -> Layer:
+    return Layer(node, None, {}, 0, "x".join(map(str, graph.shapes[node.outputs[0]])))
+
+
+def _view_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray]) -> Arrays:
+    return {}
+
+
+def _view_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str, np.ndarray]) -> np.ndarray:
+    return values[layer.node.inputs[0]].reshape(graph.shapes[layer.node.outputs[0]])
+
+
+CONV = OnnxMapping(_conv_layer, _conv_arrays, _conv_output)
+GEMM = OnnxMapping(_gemm_layer, _gemm_arrays, _gemm_output)
+POOL = OnnxMapping(_pool_layer, _window_arrays, _window_output)
+FLAT = OnnxMapping(_flat_layer, _flat_arrays, _flat_output)
+VIEW = OnnxMapping(_view_layer, _view_arrays, _view_output)
+MAPPINGS: dict[str, OnnxMapping] = {
+    "Conv": CONV, "Gemm": GEMM, "MatMul": GEMM,
+    "MaxPool": POOL, "AveragePool": POOL, "GlobalAveragePool": POOL,
+    "BatchNormalization": OnnxMapping(_batchnorm_layer, _batchnorm_arrays, _batchnorm_output),
+    "Relu": FLAT, "Add": FLAT,
+    "Softmax": OnnxMapping(_softmax_layer, _softmax_arrays, _softmax_output),
+    "Flatten": VIEW, "Reshape": VIEW, "Identity": VIEW, "Dropout": VIEW,
+}
+
+
+def layer_of(node: Node, graph: Graph) -> Layer:
+    """The swauto operator of `node`; `Unsupported` (a sentence) when there is none."""
+    mapping = MAPPINGS.get(node.op)
+    if mapping is None:
+        raise Unsupported(f"swauto has no operator for ONNX {node.op} (it maps {', '.join(sorted(MAPPINGS))})")
+    if node.op == "Flatten" and node.attribute("axis", 1) != 1:
+        raise Unsupported(f"Flatten at axis {node.attribute('axis')}: swauto keeps the batch as the first axis")
+    return mapping.layer(node, graph)

@@ -1,0 +1,256 @@
+"""Tune a whole ONNX model layer by layer: each distinct layer shape is compiled once (a model's repeated
+blocks share their kernel), timed, and, on the host, checked and timed against the same node run alone
+by onnxruntime (where installed).
+
+Per layer: the swauto operator and its sizes, the chosen candidate, the tuning time, the kernel's time
+(on the host the median of `repeat` calls on arrays already in its layouts, as a framework hands them
+over; on the SW26010 the timed simulator's), its GFLOPS and percent of the target's peak, onnxruntime's
+median time for the node alone and the ratio, and the largest error of the node's output (NumPy's part
+included) against onnxruntime's, relative to its largest value. A node swauto cannot compile is listed
+with the reason, never dropped.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from swauto import targets
+from swauto.errors import ArgumentError, SwautoError
+from swauto.models.graph import Graph, Node, load_onnx
+from swauto.models.layers import MAPPINGS, Layer, Unsupported, layer_of, library
+
+
+@dataclass
+class LayerTuning:
+    """One distinct layer of a model (see the module docstring); `nodes` are every node of its shape."""
+
+    nodes: tuple[str, ...]
+    op: str
+    shape: str
+    operator: str = "-"
+    params: Mapping[str, int] = field(default_factory=dict)
+    status: str = "ok"  # "ok", "no kernel" (a reshape), or why it did not compile
+    candidate: str = ""  # the chosen candidate, described
+    candidate_id: str = ""
+    numpy: str = ""
+    flops: int = 0
+    tuning_s: float | None = None
+    seconds: float | None = None
+    peak_fraction: float | None = None
+    onnxruntime_s: float | None = None
+    error: float | None = None
+
+    @property
+    def gflops(self) -> float | None:
+        return self.flops / self.seconds / 1e9 if self.seconds and self.flops else None
+
+    @property
+    def speedup(self) -> float | None:
+        """onnxruntime's time over swauto's: above 1, swauto is faster."""
+        return self.onnxruntime_s / self.seconds if self.onnxruntime_s and self.seconds else None
+
+
+@dataclass
+class ModelTuning:
+    """What `tune_model` measured: one `LayerTuning` per distinct layer, in the model's order."""
+
+    model: str
+    target: str
+    batch: int
+    threads: int
+    layers: list[LayerTuning]
+
+    def total_seconds(self, which: str = "seconds") -> float:
+        """The model's time as the sum over its nodes (each distinct layer times its nodes) of the
+        compiled layers' `which` ("seconds" or "onnxruntime_s")."""
+        return sum(len(layer.nodes) * (getattr(layer, which) or 0.0) for layer in self.layers)
+
+    def table(self) -> str:
+        """The per-layer table, as Markdown."""
+        head = ("| nodes | op | shape | swauto operator | candidate | tuning s | swauto ms | GFLOPS | % of peak | "
+                "onnxruntime ms | onnxruntime / swauto | error |")
+        rows = [head, "|" + "---|" * (head.count("|") - 1)]
+        for layer in self.layers:
+            names = layer.nodes[0] + (f" (+{len(layer.nodes) - 1})" if len(layer.nodes) > 1 else "")
+            operator = layer.operator + (f" + {layer.numpy} in NumPy" if layer.numpy else "")
+            params = " ".join(f"{k}={v}" for k, v in layer.params.items())
+            if layer.status != "ok":
+                rows.append(f"| {names} | {layer.op} | {layer.shape} | {operator} {params} | {layer.status} |"
+                            + " |" * 7)
+                continue
+            rows.append(" ".join([
+                f"| {names} | {layer.op} | {layer.shape} | {operator} {params} | {layer.candidate_id} |",
+                _cell(layer.tuning_s, "{:.2f}"), _cell(layer.seconds and 1e3 * layer.seconds, "{:.3f}"),
+                _cell(layer.gflops, "{:.1f}"), _cell(layer.peak_fraction and 100 * layer.peak_fraction, "{:.1f}"),
+                _cell(layer.onnxruntime_s and 1e3 * layer.onnxruntime_s, "{:.3f}"), _cell(layer.speedup, "{:.2f}x"),
+                _cell(layer.error, "{:.1e}")]))
+        return "\n".join(rows)
+
+    def summary(self) -> str:
+        """One sentence: layers compiled, the model's time by its layers, against onnxruntime's."""
+        compiled = [layer for layer in self.layers if layer.status == "ok"]
+        refused = [layer for layer in self.layers if layer.status not in ("ok", "no kernel")]
+        text = (f"{self.model}: {len(self.layers)} distinct layers ({sum(len(x.nodes) for x in self.layers)} nodes), "
+                f"{len(compiled)} compiled for {self.target} at batch {self.batch} on {self.threads} thread(s)")
+        if refused:
+            text += f", {len(refused)} not compiled ({', '.join(layer.nodes[0] for layer in refused)})"
+        ours, theirs = self.total_seconds(), self.total_seconds("onnxruntime_s")
+        text += f"; the compiled layers take {1e3 * ours:.3f} ms"
+        if theirs:
+            text += f" (onnxruntime, node by node: {1e3 * theirs:.3f} ms, {theirs / ours:.2f}x)"
+        return text
+
+    def plot(self, path: str | Path) -> Path:
+        """A bar chart of each compiled layer's GFLOPS, swauto beside onnxruntime, written to `path`."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        shown = [layer for layer in self.layers if layer.gflops]
+        figure, axis = plt.subplots(figsize=(max(6.0, 0.45 * len(shown) + 2), 4.5))
+        x = np.arange(len(shown))
+        axis.bar(x - 0.2, [layer.gflops for layer in shown], 0.4, label=f"swauto ({self.target})")
+        if any(layer.onnxruntime_s for layer in shown):
+            theirs = [layer.flops / layer.onnxruntime_s / 1e9 if layer.onnxruntime_s else 0 for layer in shown]
+            axis.bar(x + 0.2, theirs, 0.4, label="onnxruntime (node alone)")
+        axis.set_xticks(x, [f"{layer.op}\n{layer.shape}" for layer in shown], rotation=90, fontsize=7)
+        axis.set_ylabel("GFLOPS")
+        axis.set_title(f"{self.model}, batch {self.batch}, {self.threads} thread(s)")
+        axis.legend()
+        figure.tight_layout()
+        path = Path(path)
+        figure.savefig(path, dpi=120)
+        plt.close(figure)
+        return path
+
+
+def _cell(value: float | None, form: str) -> str:
+    return (form.format(value) if value is not None else "-") + " |"
+
+
+def tune_model(model: str | Path | Any, target: str = "host", batch: int | None = None, threads: int | None = None,
+               tuner: str = "model", repeat: int = 5, compare: bool = True) -> ModelTuning:
+    """Tune every distinct layer of the ONNX `model` (a path or an `onnx.ModelProto`) for `target` at
+    `batch` (see the module docstring), with a progress bar on a terminal. `compare`: check and time
+    each layer against onnxruntime on the host, where it is installed."""
+    from tqdm import tqdm
+
+    from swauto.api import available_threads
+    from swauto.frontend.integers import check_integer
+
+    check_integer(repeat, "repeat", 1)
+    if batch is not None:
+        check_integer(batch, "batch", 1)
+    plugin = targets.get(target)
+    if tuner not in plugin.tuners:
+        raise ArgumentError(f"the {target} target tunes with {' or '.join(plugin.tuners)}, not {tuner!r}")
+    cores = available_threads()
+    if threads is not None:
+        check_integer(threads, "threads", 1, cores, why=f"the cores this process may run on: {cores}")
+    threads = (threads or cores) if plugin.threaded else 1
+    graph = load_onnx(model, batch)
+    runtime = _onnxruntime() if compare and target == "host" else None
+    groups: dict[Any, list[tuple[Node, Layer | None, str]]] = {}
+    for node in graph.nodes:
+        try:
+            layer = layer_of(node, graph)
+            key: Any = layer.key if layer.operator else ("view", node.name)
+            groups.setdefault(key, []).append((node, layer, "ok" if layer.operator else "no kernel"))
+        except Unsupported as reason:
+            groups.setdefault(("unsupported", node.name), []).append((node, None, f"not compiled: {reason}"))
+    rng = np.random.default_rng(0)
+    results = []
+    for members in tqdm(list(groups.values()), desc="tuning layers", unit=" layers", disable=None, leave=False):
+        node, layer, status = members[0]
+        row = LayerTuning(tuple(n.name for n, _, _ in members), node.op, layer.shape if layer else "",
+                          status=status)
+        results.append(row)
+        if layer is None or layer.operator is None:
+            continue
+        row.operator, row.params, row.numpy, row.flops = layer.operator, dict(layer.params), layer.numpy, layer.flops
+        values = {name: graph.constants[name] if name in graph.constants else
+                  rng.standard_normal(graph.shapes[name], dtype=np.float32) for name in node.inputs if name}
+        try:
+            _tune_layer(row, layer, graph, values, target, threads, tuner, repeat, runtime)
+        except SwautoError as error:
+            row.status = f"not compiled: {error}"
+    name = graph.name if not isinstance(model, str | Path) else Path(model).name
+    return ModelTuning(name, target, graph.batch, threads, results)
+
+
+def _tune_layer(row: LayerTuning, layer: Layer, graph: Graph, values: dict[str, np.ndarray], target: str,
+                threads: int, tuner: str, repeat: int, runtime: Any) -> None:
+    import swauto
+
+    mapping = MAPPINGS[layer.node.op]
+    started = time.perf_counter()
+    kernel = swauto.compile(library(layer.operator), dict(layer.params), target=target, tuner=tuner,
+                            threads=threads if targets.get(target).threaded else None)
+    row.tuning_s = time.perf_counter() - started
+    row.candidate, row.candidate_id = kernel.schedule.describe(), kernel.schedule.id
+    peak = targets.get(target).peak_flops(kernel.threads)
+    if target != "host":
+        row.seconds = kernel.report.get("simulated_s")
+        row.peak_fraction = row.flops / row.seconds / peak if row.seconds else None
+        return
+    declared = mapping.arrays(layer, graph, values)
+    arranged = {name: np.ascontiguousarray(a.transpose(kernel.layouts[name])) if name in kernel.layouts else a
+                for name, a in declared.items()}
+    row.seconds = _median_seconds(lambda: kernel.run_arranged(**arranged), repeat)
+    row.peak_fraction = row.flops / row.seconds / peak
+    if runtime is None:
+        return
+    declared = mapping.arrays(layer, graph, values)  # afresh: the timed calls accumulated into the output
+    kernel(**declared)  # in the declared layouts, converted by the kernel: what a caller gets
+    ours = mapping.output(layer, graph, declared, values)
+    session, feeds = _node_session(runtime, layer.node, graph, values, threads)
+    output_name = session.get_outputs()[0].name
+    theirs = session.run([output_name], feeds)[0]
+    row.onnxruntime_s = _median_seconds(lambda: session.run([output_name], feeds), repeat)
+    row.error = float(np.max(np.abs(ours - theirs)) / max(float(np.max(np.abs(theirs))), 1e-30))
+
+
+def _median_seconds(call: Callable[[], object], repeat: int) -> float:
+    call()
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def _onnxruntime() -> Any:
+    try:
+        import onnxruntime
+    except ImportError:
+        return None
+    return onnxruntime
+
+
+def _node_session(runtime: Any, node: Node, graph: Graph, values: Mapping[str, np.ndarray], threads: int):
+    """An onnxruntime session of `node` alone (its weights as initializers), and its feeds."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    fed = [name for name in node.inputs if name and name not in graph.constants]
+    weights = [numpy_helper.from_array(graph.constants[name], name) for name in node.inputs
+               if name in graph.constants]
+    output = node.outputs[0]
+    one = helper.make_graph(
+        [helper.make_node(node.op, list(node.inputs), [output], **dict(node.attributes))], node.name,
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, graph.shapes[name]) for name in fed],
+        [helper.make_tensor_value_info(output, TensorProto.FLOAT, graph.shapes[output])], weights)
+    proto = helper.make_model(one, opset_imports=[helper.make_opsetid("", graph.opset)])
+    options = runtime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = runtime.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return session, {name: values[name] for name in fed}

@@ -1,0 +1,138 @@
+"""Whole ONNX models in (`swauto.models`, `swauto tune-model`): small models built with onnx.helper,
+every compiled layer checked against onnxruntime running the same node."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402 - after the skip
+
+import swauto  # noqa: E402
+from swauto.cli import main  # noqa: E402
+from swauto.models import load_onnx, tune_model  # noqa: E402
+
+TOLERANCE = 1e-4
+
+
+class _Builder:
+    """Nodes and random weights of a small model."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list = []
+        self.weights: list = []
+
+    def weight(self, name: str, shape: tuple[int, ...], low: float | None = None) -> str:
+        values = (self.rng.uniform(low, 1.5, shape) if low is not None else 0.2 * self.rng.standard_normal(shape))
+        self.weights.append(numpy_helper.from_array(values.astype(np.float32), name))
+        return name
+
+    def node(self, op: str, inputs: list[str], output: str, name: str, **attributes) -> str:
+        self.nodes.append(helper.make_node(op, inputs, [output], name=name, **attributes))
+        return output
+
+    def conv(self, x: str, ci: int, co: int, k: int, name: str, stride: int = 1, pad: int = 1, group: int = 1,
+             bias: bool = True, **attributes) -> str:
+        inputs = [x, self.weight(name + ".w", (co, ci // group, k, k))] + ([self.weight(name + ".b", (co,))]
+                                                                          if bias else [])
+        return self.node("Conv", inputs, name, name, kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4,
+                         group=group, **attributes)
+
+    def model(self, name: str, shape: list, output: str, output_shape: list) -> onnx.ModelProto:
+        graph = helper.make_graph(self.nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                                  [helper.make_tensor_value_info(output, TensorProto.FLOAT, output_shape)],
+                                  self.weights)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def tiny_network(channels: int = 8, hw: int = 12, classes: int = 10) -> onnx.ModelProto:
+    """A small residual network with a depthwise layer, in NCHW with a symbolic batch: conv + bias, ReLU,
+    max pooling, a residual block (conv, batch norm, Add, ReLU) twice with the same shapes, a depthwise
+    conv, a stride-2 conv, global average pooling, Flatten, a fully connected layer (Gemm, transB) and
+    softmax."""
+    b = _Builder()
+    x = b.node("Relu", [b.conv("x", 3, channels, 3, "conv1")], "relu1", "relu1")
+    x = b.node("MaxPool", [x], "pool1", "pool1", kernel_shape=[2, 2], strides=[2, 2])
+    for block in ("a", "b"):
+        y = b.conv(x, channels, channels, 3, f"conv_{block}", bias=False)
+        statistics = [b.weight(f"bn_{block}.{s}", (channels,)) for s in ("scale", "bias", "mean")]
+        y = b.node("BatchNormalization", [y, *statistics, b.weight(f"bn_{block}.var", (channels,), low=0.5)],
+                   f"bn_{block}", f"bn_{block}")
+        x = b.node("Relu", [b.node("Add", [y, x], f"add_{block}", f"add_{block}")], f"relu_{block}", f"relu_{block}")
+    x = b.conv(x, channels, channels, 3, "depthwise", group=channels)
+    x = b.conv(x, channels, 2 * channels, 3, "down", stride=2)
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x], "gap", "gap")], "flat", "flat", axis=1)
+    x = b.node("Gemm", [x, b.weight("fc.w", (classes, 2 * channels)), b.weight("fc.b", (classes,))], "fc", "fc",
+               transB=1)
+    x = b.node("Softmax", [x], "y", "softmax", axis=1)
+    return b.model("tiny_network", ["N", 3, hw, hw], "y", ["N", classes])
+
+
+def test_every_layer_of_a_small_network_compiles_and_matches_onnxruntime():
+    tuning = tune_model(tiny_network(), batch=2, repeat=1)
+    by_node = {node: layer for layer in tuning.layers for node in layer.nodes}
+    # The two residual blocks have one shape: one kernel each for their conv, batch norm, Add and ReLU.
+    assert by_node["conv_a"] is by_node["conv_b"] and by_node["bn_a"].nodes == ("bn_a", "bn_b")
+    assert by_node["flat"].status == "no kernel"
+    compiled = [layer for layer in tuning.layers if layer.status == "ok"]
+    assert len(compiled) == len(tuning.layers) - 1
+    for layer in compiled:
+        assert layer.error is not None and layer.error <= TOLERANCE, (layer.nodes, layer.error)
+        assert layer.seconds > 0 and layer.onnxruntime_s > 0 and layer.candidate_id
+    assert by_node["depthwise"].operator == "conv2d_depthwise.sw" and by_node["conv1"].numpy == "bias"
+    assert by_node["down"].params["stride"] == 2 and by_node["gap"].params["K"] == 3
+    table = tuning.table()
+    assert table.count("\n") == len(tuning.layers) + 1 and "conv_a (+1)" in table
+    assert "12 compiled for host at batch 2" in tuning.summary()
+
+
+def test_the_sw26010_tunes_every_layer_on_its_timed_simulator():
+    tuning = tune_model(tiny_network(hw=8), target="sw26010", batch=1)
+    compiled = [layer for layer in tuning.layers if layer.status == "ok"]
+    assert len(compiled) == len(tuning.layers) - 1
+    assert all(0 < layer.peak_fraction < 1 and layer.onnxruntime_s is None for layer in compiled)
+
+
+def test_nodes_swauto_cannot_compile_are_listed_with_the_reason():
+    b = _Builder()
+    x = b.conv("x", 4, 4, 3, "dilated", dilations=[2, 2], pad=2)
+    x = b.node("MaxPool", [x], "padded_pool", "padded_pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4)
+    x = b.node("Sigmoid", [x], "sigmoid", "sigmoid")
+    x = b.conv(x, 4, 4, 1, "grouped", pad=0, group=2)
+    x = b.node("Relu", [x], "y", "relu")
+    tuning = tune_model(b.model("refused", [1, 4, 8, 8], "y", [1, 4, 4, 4]), repeat=1)
+    status = {layer.nodes[0]: layer.status for layer in tuning.layers}
+    assert "dilations [2, 2]" in status["dilated"] and "pads 1x1" in status["padded_pool"]
+    assert "no operator for ONNX Sigmoid" in status["sigmoid"] and "group = 2" in status["grouped"]
+    assert status["relu"] == "ok" and "4 not compiled" in tuning.summary()
+
+
+def test_a_model_that_cannot_be_read_is_one_clear_error(tmp_path):
+    with pytest.raises(swauto.ModelError, match="no such ONNX file"):
+        load_onnx(tmp_path / "missing.onnx")
+    (tmp_path / "bad.onnx").write_bytes(b"\x00 not a protobuf \xff" * 10)
+    with pytest.raises(swauto.ModelError, match="is not an ONNX model"):
+        load_onnx(tmp_path / "bad.onnx")
+    with pytest.raises(swauto.ModelError, match="symbolic batch dimension 'N'"):
+        load_onnx(tiny_network())
+    with pytest.raises(swauto.ArgumentError, match="batch must be a positive integer"):
+        tune_model(tiny_network(), batch=0)
+    with pytest.raises(swauto.ArgumentError, match="not 'simulate'"):
+        tune_model(tiny_network(), batch=1, tuner="simulate")
+
+
+def test_the_command_line_prints_the_table_and_draws_the_plot(tmp_path, capsys):
+    path = tmp_path / "tiny.onnx"
+    onnx.save(tiny_network(hw=8), str(path))
+    assert main(["tune-model", str(path), "-D", "batch=1", "--repeat", "1", "--plot", str(tmp_path / "t.png")]) == 0
+    out = capsys.readouterr().out
+    assert "| conv1 | Conv |" in out and "12 compiled for host at batch 1" in out
+    assert (tmp_path / "t.png").stat().st_size > 0
+    assert main(["tune-model", str(path), "-D", "B=1"]) == 2
+    assert "takes one parameter, -D batch=N" in capsys.readouterr().err
+    assert main(["tune-model", str(path)]) == 2
+    assert "give the batch" in capsys.readouterr().err
