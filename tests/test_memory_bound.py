@@ -152,6 +152,20 @@ def test_fused_batchnorm_moves_each_element_once():
         assert kernel.report["dma_bytes"] == expected, candidate.describe()
 
 
+@pytest.mark.parametrize("target", ["sw26010", "host"])
+def test_batchnorm_fuses_on_a_one_pixel_image(target):
+    """R = C = 1 (a small network's last stage): a loop that runs once indexes each axis of size 1, and
+    the statements still write the whole output once per element, so the shift may be fused (the
+    check once refused the operator at these sizes)."""
+    params = {"B": 2, "Ch": 8, "R": 1, "C": 1}
+    kernel = swauto.compile(EXAMPLES / "batchnorm.sw", params=params, target=target)
+    assert any(point.fused for point in candidates(kernel.operator))
+    arrays = _inputs(kernel.operator)
+    output, expected = _expected("batchnorm", params, arrays)
+    kernel(**arrays)
+    assert relative_error(arrays[output], expected) < 1e-6
+
+
 def _first_legal(name: str, fused: tuple[str, ...]):
     return next(c for c in _points(name) if c.fused == fused and _legal(name, "sw26010", c))
 

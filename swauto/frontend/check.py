@@ -826,7 +826,7 @@ def _covers(access: Access, loops: list[For], shape: tuple[int, ...]) -> bool:
     bounds = {loop.var: (loop.start, loop.stop) for loop in loops}
     used = []
     for start, extent, dim, size in zip(access.starts, access.extents, access.dims, shape, strict=True):
-        if dim is not None or size == 1:
+        if dim is not None or size == 1 and start == ex.Const(0):
             if start != ex.Const(0) or extent != size:
                 return False
         elif not (isinstance(start, ex.Var) and start.name in bounds
