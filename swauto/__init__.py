@@ -29,6 +29,7 @@ __all__ = [
     "CheckError",
     "CodegenError",
     "Kernel",
+    "Model",
     "ModelError",
     "ParameterError",
     "ParseError",
@@ -57,8 +58,8 @@ def __getattr__(name: str) -> Any:
         from swauto import api
 
         return getattr(api, name)
-    if name == "tune_model":
-        from swauto.models import tune_model
+    if name in ("Model", "tune_model"):
+        from swauto import models
 
-        return tune_model
+        return getattr(models, name)
     raise AttributeError(f"module 'swauto' has no attribute {name!r}")

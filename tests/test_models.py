@@ -136,3 +136,36 @@ def test_the_command_line_prints_the_table_and_draws_the_plot(tmp_path, capsys):
     assert "takes one parameter, -D batch=N" in capsys.readouterr().err
     assert main(["tune-model", str(path)]) == 2
     assert "give the batch" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("network", ["resnet18", "mobilenet_v2"])
+def test_a_whole_network_runs_on_swauto_kernels_as_onnxruntime_runs_it(network):
+    """torchvision's ResNet-18 and MobileNetV2 shapes (random weights, 32 x 32 images, 10 classes):
+    every node on a swauto kernel (MaxPool after a ReLU zero-padded, ReLU6 as clamp), the outputs within
+    1e-4 of onnxruntime's, relative to their largest."""
+    import onnxruntime
+
+    from swauto.models import zoo
+
+    proto = getattr(zoo, network)(image=32, classes=10)
+    model = swauto.Model(proto, batch=2)
+    assert all(layer.operator is not None or layer.node.op == "Flatten" for layer in model.layers)
+    x = np.random.default_rng(1).standard_normal((2, 3, 32, 32), dtype=np.float32)
+    ours = model(input=x)["fc"]
+    session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    theirs = session.run(None, {"input": x})[0]
+    assert np.abs(ours - theirs).max() <= TOLERANCE * np.abs(theirs).max()
+
+
+def test_a_model_refuses_what_it_cannot_run_in_one_sentence():
+    b = _Builder()
+    b.node("Sigmoid", ["x"], "y", "sigmoid")
+    with pytest.raises(swauto.ModelError, match="node sigmoid \\(Sigmoid\\) cannot run on swauto"):
+        swauto.Model(b.model("sigmoid", [1, 4], "y", [1, 4]))
+    model = swauto.Model(tiny_network(hw=8), batch=1)
+    with pytest.raises(swauto.ArgumentError, match="missing input x"):
+        model()
+    with pytest.raises(swauto.ArgumentError, match="has shape \\(2, 3, 8, 8\\); expected \\(1, 3, 8, 8\\)"):
+        model(x=np.zeros((2, 3, 8, 8), np.float32))
+    with pytest.raises(swauto.ArgumentError, match="is float64; the model takes float32"):
+        model(x=np.zeros((1, 3, 8, 8)))

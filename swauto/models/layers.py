@@ -2,9 +2,10 @@
 `swauto.examples`) computes a node, with which sizes, and how its tensors go between ONNX's layouts
 (NCHW activations, [No, Ni, Kr, Kc] weights) and the operator's declared ones.
 
-Each ONNX operator is one `Mapping` registered in `MAPPINGS`: `layer` reads a node into a `Layer`
-(or says why the node is not supported), `arrays` arranges the node's inputs for the kernel, `output`
-gives the node's output back in ONNX's layout. Nodes that only reshape (Flatten, Reshape, Identity,
+Each ONNX operator is one `OnnxMapping` registered in `MAPPINGS`: `layer` reads a node into a `Layer`
+(or says why the node is not supported), `weights` arranges the kernel's tensors that come from the
+model's weights (once per model), `arrays` the others (the node's activations, zeroed outputs: each
+call), and `output` gives the node's output back in ONNX's layout. Nodes that only reshape (Flatten, Reshape, Identity,
 Dropout at inference) have no kernel. What a kernel does not compute, a mapping says in
 `Layer.numpy` (a Conv's or Gemm's bias is added by NumPy after the kernel).
 """
@@ -53,6 +54,7 @@ class OnnxMapping:
     layer: Callable[[Node, Graph], Layer]
     arrays: Callable[[Layer, Graph, Mapping[str, np.ndarray]], Arrays]
     output: Callable[[Layer, Graph, Arrays, Mapping[str, np.ndarray]], np.ndarray]
+    weights: Callable[[Layer, Graph], Arrays] = lambda layer, graph: {}
 
 
 def library(operator: str) -> Path:
@@ -136,16 +138,18 @@ def _conv_layer(node: Node, graph: Graph) -> Layer:
                       "and depthwise (group = channels, one output per channel) convolutions")
 
 
+def _conv_weights(layer: Layer, graph: Graph) -> Arrays:
+    weight = graph.constants[layer.node.inputs[1]]
+    if layer.operator == "conv2d_depthwise.sw":
+        return {"weight": np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0))}  # [Kr, Kc, C]
+    return {"weight": np.ascontiguousarray(weight.transpose(2, 3, 0, 1))}  # [Kr, Kc, No, Ni]
+
+
 def _conv_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray]) -> Arrays:
     node = layer.node
-    weight = graph.constants[node.inputs[1]]
-    if layer.operator == "conv2d_depthwise.sw":
-        declared = np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0))  # [Kr, Kc, C]
-    else:
-        declared = np.ascontiguousarray(weight.transpose(2, 3, 0, 1))  # [Kr, Kc, No, Ni]
-    _, channels, rows, columns = graph.shapes[node.outputs[0]]
-    return {"input": _nchw_to_declared(values[node.inputs[0]]), "weight": declared,
-            "output": np.zeros((rows, columns, channels, graph.shapes[node.outputs[0]][0]), np.float32)}
+    batch, channels, rows, columns = graph.shapes[node.outputs[0]]
+    return {"input": _nchw_to_declared(values[node.inputs[0]]),
+            "output": np.zeros((rows, columns, channels, batch), np.float32)}
 
 
 def _conv_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -174,13 +178,20 @@ def _gemm_layer(node: Node, graph: Graph) -> Layer:
     return Layer(node, "gemm.sw", {"M": m, "N": n, "K": k}, 2 * m * n * k, f"{m}x{n}x{k}", " and ".join(numpy))
 
 
+def _gemm_b(layer: Layer, b: np.ndarray) -> Arrays:
+    return {"B": np.ascontiguousarray(b.T if layer.node.attribute("transB", 0) else b)}
+
+
+def _gemm_weights(layer: Layer, graph: Graph) -> Arrays:
+    name = layer.node.inputs[1]
+    return _gemm_b(layer, graph.constants[name]) if name in graph.constants else {}
+
+
 def _gemm_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray]) -> Arrays:
     node = layer.node
-    b = values[node.inputs[1]]
-    if node.attribute("transB", 0):
-        b = b.T
-    return {"A": np.ascontiguousarray(values[node.inputs[0]]), "B": np.ascontiguousarray(b),
-            "C": np.zeros((layer.params["M"], layer.params["N"]), np.float32)}
+    arrays = {"A": np.ascontiguousarray(values[node.inputs[0]]),
+              "C": np.zeros((layer.params["M"], layer.params["N"]), np.float32)}
+    return arrays if node.inputs[1] in graph.constants else {**arrays, **_gemm_b(layer, values[node.inputs[1]])}
 
 
 def _gemm_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -198,6 +209,7 @@ def _gemm_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str
 
 def _pool_layer(node: Node, graph: Graph) -> Layer:
     batch, channels, rows, columns = _input(graph, node, 0)
+    pad_r = 0
     if node.op == "GlobalAveragePool":
         if rows != columns:
             raise Unsupported(f"a {rows}x{columns} image: swauto's pooling windows are square")
@@ -208,15 +220,32 @@ def _pool_layer(node: Node, graph: Graph) -> Layer:
             raise Unsupported(f"kernel_shape {list(kernel_shape)}: swauto's pooling windows are square")
         kernel = kernel_shape[0]
         stride, pad_r, pad_c = _conv_window(node, graph, kernel_shape)
-        if pad_r or pad_c:
-            raise Unsupported(f"pads {pad_r}x{pad_c}: swauto's pooling operators read no padding")
+        if pad_r != pad_c:
+            raise Unsupported(f"pads {pad_r}x{pad_c}: swauto's pooling windows pad rows and columns alike")
+        if pad_r and (node.op != "MaxPool" or not non_negative(graph, node.inputs[0])):
+            raise Unsupported(f"pads {pad_r}x{pad_c}: maxpool.sw pads with zeros, the largest value only of an "
+                              "input that is never negative (a ReLU's output); avgpool.sw reads no padding")
         if node.attribute("ceil_mode", 0):
             raise Unsupported("ceil_mode = 1: swauto's pooling windows end inside the image")
     _, _, out_rows, out_columns = graph.shapes[node.outputs[0]]
-    operator = "maxpool.sw" if node.op == "MaxPool" else "avgpool.sw"
+    params = {"B": batch, "C": channels, "Ri": rows, "Ci": columns, "K": kernel, "stride": stride}
+    if node.op == "MaxPool" and pad_r:
+        params["pad"] = pad_r
     flops = batch * channels * out_rows * out_columns * kernel * kernel
-    return Layer(node, operator, {"B": batch, "C": channels, "Ri": rows, "Ci": columns, "K": kernel,
-                                  "stride": stride}, flops, f"{channels}, {rows}x{columns}, {kernel}x{kernel}/{stride}")
+    return Layer(node, "maxpool.sw" if node.op == "MaxPool" else "avgpool.sw", params, flops,
+                 f"{channels}, {rows}x{columns}, {kernel}x{kernel}/{stride}" + (f", pad {pad_r}" if pad_r else ""))
+
+
+def non_negative(graph: Graph, name: str) -> bool:
+    """Whether tensor `name` is the output of a ReLU or of a Clip from 0 (ReLU6): never negative."""
+    producer = next((node for node in graph.nodes if name in node.outputs), None)
+    if producer is None:
+        return False
+    if producer.op == "Relu":
+        return True
+    low = producer.inputs[1] if producer.op == "Clip" and len(producer.inputs) > 1 else ""
+    return producer.op == "Clip" and (float(graph.constants[low]) >= 0 if low in graph.constants
+                                      else producer.attribute("min", -1.0) >= 0)
 
 
 def _window_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray]) -> Arrays:
@@ -244,13 +273,16 @@ def _batchnorm_layer(node: Node, graph: Graph) -> Layer:
                  2 * math.prod(shape), f"{channels}, {rows}x{columns}")
 
 
-def _batchnorm_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray]) -> Arrays:
+def _batchnorm_weights(layer: Layer, graph: Graph) -> Arrays:
     node = layer.node
     gamma, beta, mean, variance = (graph.constants[name] for name in node.inputs[1:5])
     scale = (gamma / np.sqrt(variance + np.float32(node.attribute("epsilon", 1e-5)))).astype(np.float32)
-    return {"x": _nchw_to_declared(values[node.inputs[0]]), "scale": scale,
-            "shift": (beta - mean * scale).astype(np.float32),
-            "y": np.zeros(_nchw_to_declared(values[node.inputs[0]]).shape, np.float32)}
+    return {"scale": scale, "shift": (beta - mean * scale).astype(np.float32)}
+
+
+def _batchnorm_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray]) -> Arrays:
+    x = _nchw_to_declared(values[layer.node.inputs[0]])
+    return {"x": x, "y": np.zeros(x.shape, np.float32)}
 
 
 def _batchnorm_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -259,6 +291,11 @@ def _batchnorm_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mappin
 
 def _flat_layer(node: Node, graph: Graph) -> Layer:
     shape = _input(graph, node, 0)
+    if node.op == "Clip":
+        bounds = [float(graph.constants[name]) if name in graph.constants else None for name in node.inputs[1:3]]
+        if bounds != [0.0, 6.0] and (node.attribute("min"), node.attribute("max")) != (0.0, 6.0):
+            raise Unsupported(f"Clip to {bounds}: swauto clips between 0 and 6 (ReLU6) only")
+        return Layer(node, "relu6.sw", {"N": math.prod(shape)}, 2 * math.prod(shape), "x".join(map(str, shape)))
     if node.op == "Add":
         if any(name in graph.constants for name in node.inputs) or _input(graph, node, 1) != shape:
             raise Unsupported("it broadcasts or adds a weight; swauto's add.sw adds two activations of one shape")
@@ -267,7 +304,8 @@ def _flat_layer(node: Node, graph: Graph) -> Layer:
 
 
 def _flat_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray]) -> Arrays:
-    inputs = [np.ascontiguousarray(values[name]).reshape(-1) for name in layer.node.inputs]
+    fed = layer.node.inputs[:2] if layer.operator == "add.sw" else layer.node.inputs[:1]  # not Clip's bounds
+    inputs = [np.ascontiguousarray(values[name]).reshape(-1) for name in fed]
     names = ("x", "y") if layer.operator == "add.sw" else ("x",)
     out = "z" if layer.operator == "add.sw" else "y"
     return {**dict(zip(names, inputs, strict=True)), out: np.zeros(layer.params["N"], np.float32)}
@@ -310,16 +348,16 @@ def _view_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str
     return values[layer.node.inputs[0]].reshape(graph.shapes[layer.node.outputs[0]])
 
 
-CONV = OnnxMapping(_conv_layer, _conv_arrays, _conv_output)
-GEMM = OnnxMapping(_gemm_layer, _gemm_arrays, _gemm_output)
+CONV = OnnxMapping(_conv_layer, _conv_arrays, _conv_output, _conv_weights)
+GEMM = OnnxMapping(_gemm_layer, _gemm_arrays, _gemm_output, _gemm_weights)
 POOL = OnnxMapping(_pool_layer, _window_arrays, _window_output)
 FLAT = OnnxMapping(_flat_layer, _flat_arrays, _flat_output)
 VIEW = OnnxMapping(_view_layer, _view_arrays, _view_output)
 MAPPINGS: dict[str, OnnxMapping] = {
     "Conv": CONV, "Gemm": GEMM, "MatMul": GEMM,
     "MaxPool": POOL, "AveragePool": POOL, "GlobalAveragePool": POOL,
-    "BatchNormalization": OnnxMapping(_batchnorm_layer, _batchnorm_arrays, _batchnorm_output),
-    "Relu": FLAT, "Add": FLAT,
+    "BatchNormalization": OnnxMapping(_batchnorm_layer, _batchnorm_arrays, _batchnorm_output, _batchnorm_weights),
+    "Relu": FLAT, "Clip": FLAT, "Add": FLAT,
     "Softmax": OnnxMapping(_softmax_layer, _softmax_arrays, _softmax_output),
     "Flatten": VIEW, "Reshape": VIEW, "Identity": VIEW, "Dropout": VIEW,
 }

@@ -24,7 +24,7 @@ import numpy as np
 from swauto import targets
 from swauto.errors import ArgumentError, SwautoError
 from swauto.models.graph import Graph, Node, load_onnx
-from swauto.models.layers import MAPPINGS, Layer, Unsupported, layer_of, library
+from swauto.models.layers import MAPPINGS, Layer, Unsupported, layer_of, library, non_negative
 
 
 @dataclass
@@ -176,8 +176,7 @@ def tune_model(model: str | Path | Any, target: str = "host", batch: int | None 
         if layer is None or layer.operator is None:
             continue
         row.operator, row.params, row.numpy, row.flops = layer.operator, dict(layer.params), layer.numpy, layer.flops
-        values = {name: graph.constants[name] if name in graph.constants else
-                  rng.standard_normal(graph.shapes[name], dtype=np.float32) for name in node.inputs if name}
+        values = {name: _random_input(graph, name, rng) for name in node.inputs if name}
         try:
             _tune_layer(row, layer, graph, values, target, threads, tuner, repeat, runtime)
         except SwautoError as error:
@@ -201,14 +200,15 @@ def _tune_layer(row: LayerTuning, layer: Layer, graph: Graph, values: dict[str, 
         row.seconds = kernel.report.get("simulated_s")
         row.peak_fraction = row.flops / row.seconds / peak if row.seconds else None
         return
-    declared = mapping.arrays(layer, graph, values)
+    weights = mapping.weights(layer, graph)
+    declared = {**weights, **mapping.arrays(layer, graph, values)}
     arranged = {name: np.ascontiguousarray(a.transpose(kernel.layouts[name])) if name in kernel.layouts else a
                 for name, a in declared.items()}
     row.seconds = _median_seconds(lambda: kernel.run_arranged(**arranged), repeat)
     row.peak_fraction = row.flops / row.seconds / peak
     if runtime is None:
         return
-    declared = mapping.arrays(layer, graph, values)  # afresh: the timed calls accumulated into the output
+    declared = {**weights, **mapping.arrays(layer, graph, values)}  # afresh: the timed calls accumulated into C
     kernel(**declared)  # in the declared layouts, converted by the kernel: what a caller gets
     ours = mapping.output(layer, graph, declared, values)
     session, feeds = _node_session(runtime, layer.node, graph, values, threads)
@@ -216,6 +216,15 @@ def _tune_layer(row: LayerTuning, layer: Layer, graph: Graph, values: dict[str, 
     theirs = session.run([output_name], feeds)[0]
     row.onnxruntime_s = _median_seconds(lambda: session.run([output_name], feeds), repeat)
     row.error = float(np.max(np.abs(ours - theirs)) / max(float(np.max(np.abs(theirs))), 1e-30))
+
+
+def _random_input(graph: Graph, name: str, rng: np.random.Generator) -> np.ndarray:
+    """A weight's value, or random values for an activation (never negative where the graph makes it so:
+    a layer may rely on that, as a zero-padded max pooling after a ReLU does)."""
+    if name in graph.constants:
+        return graph.constants[name]
+    values = rng.standard_normal(graph.shapes[name], dtype=np.float32)
+    return np.abs(values) if non_negative(graph, name) else values
 
 
 def _median_seconds(call: Callable[[], object], repeat: int) -> float:

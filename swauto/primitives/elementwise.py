@@ -91,6 +91,7 @@ COPY = _map("copy", "x", ("X",), description="Z = X")
 FILL = _map("fill", "c", (), "value", "Z = value")
 SCALE = _map("scale", ("mul", "x", "c"), ("X",), "by", "Z = X * by")
 RELU = _map("relu", ("max", "x", 0.0), ("X",), description="Z = max(X, 0)")
+CLAMP = _map("clamp", ("min", ("max", "x", 0.0), "c"), ("X",), "upper", "Z = min(max(X, 0), upper)")  # ReLU6
 SIGMOID = _map("sigmoid", ("div", 1.0, ("add", 1.0, ("exp", ("neg", "x")))), ("X",),
                description="Z = 1 / (1 + exp(-X))")
 TANH = _map("tanh", ("tanh", "x"), ("X",), description="Z = tanh(X)")
