@@ -1,0 +1,93 @@
+"""Whole ONNX networks (issue 13): ResNet-18 and MobileNetV2 (`swauto.models.zoo`, torchvision's shapes,
+random weights, 224 x 224) run end to end by `swauto.Model` on the host, against onnxruntime running
+the same model, side by side in one run.
+
+    python benchmarks/onnx_networks.py [--batches 1 8] [--threads 1 2] [--repeat 5]
+
+Per network, batch and thread count: the compile time (model tuning and code generation of each distinct
+layer, a fresh cache folder but for the host's calibration), the median of `--repeat` end-to-end calls
+of each, the ratio, and the largest error of the output against onnxruntime's relative to its largest
+value; and, from `swauto.tune_model`, the sum over the nodes of the layers' own kernel times (arrays
+already in their layouts) against onnxruntime's nodes run alone, which tells the kernels apart from what
+`Model` adds between them (layout conversions, NumPy's bias). PyTorch is not run: the networks exist
+here as ONNX graphs only.
+Prints the machine and the date; writes benchmarks/results/onnx_networks.{csv,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+from common import header, write_tables
+
+FIELDS = ["network", "batch", "threads", "compile_s", "swauto_ms", "onnxruntime_ms", "onnxruntime_vs_swauto",
+          "error", "kernels_ms", "onnxruntime_nodes_ms", "layers", "nodes"]
+
+
+def median_ms(call, repeat: int) -> float:
+    call()
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    return 1e3 * statistics.median(times)
+
+
+def measure(network: str, batch: int, threads: int, repeat: int) -> dict[str, object]:
+    import onnxruntime
+
+    import swauto
+    from swauto.models import zoo
+
+    proto = getattr(zoo, network)()
+    started = time.perf_counter()
+    model = swauto.Model(proto, batch=batch, threads=threads)
+    compile_s = time.perf_counter() - started
+    x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224), dtype=np.float32)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    session = onnxruntime.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    ours, theirs = model(input=x)["fc"], session.run(None, {"input": x})[0]
+    swauto_ms = median_ms(lambda: model(input=x), repeat)
+    onnxruntime_ms = median_ms(lambda: session.run(None, {"input": x}), repeat)
+    tuning = swauto.tune_model(proto, batch=batch, threads=threads, repeat=repeat)
+    return {"network": network, "batch": batch, "threads": threads, "compile_s": round(compile_s, 2),
+            "swauto_ms": round(swauto_ms, 2), "onnxruntime_ms": round(onnxruntime_ms, 2),
+            "onnxruntime_vs_swauto": round(onnxruntime_ms / swauto_ms, 3),
+            "error": float(np.abs(ours - theirs).max() / np.abs(theirs).max()),
+            "kernels_ms": round(1e3 * tuning.total_seconds(), 2),
+            "onnxruntime_nodes_ms": round(1e3 * tuning.total_seconds("onnxruntime_s"), 2),
+            "layers": len(tuning.layers), "nodes": len(model.layers)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--networks", nargs="+", default=["resnet18", "mobilenet_v2"])
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 8])
+    parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    from tqdm import tqdm
+
+    os.environ["SWAUTO_CACHE_DIR"] = tempfile.mkdtemp(prefix="swauto-onnx-")  # compile times from scratch
+    from swauto.tuner import host_model
+
+    host_model.machine()  # the calibration (a few seconds) is not part of a compile time
+    runs = [(n, b, t) for n in args.networks for b in args.batches for t in args.threads]
+    rows = []
+    for network, batch, threads in tqdm(runs, desc="networks", unit=" runs"):
+        rows.append(measure(network, batch, threads, args.repeat))
+        tqdm.write(f"{network:13} B={batch} T={threads}: swauto {rows[-1]['swauto_ms']} ms, onnxruntime "
+                   f"{rows[-1]['onnxruntime_ms']} ms, error {rows[-1]['error']:.1e}")
+    print(header())
+    write_tables("onnx_networks", FIELDS, rows, "Whole ONNX networks on the host: swauto.Model against onnxruntime")
+
+
+if __name__ == "__main__":
+    main()
