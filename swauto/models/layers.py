@@ -2,6 +2,11 @@
 `swauto.examples`) computes a node, with which sizes, and how its tensors go between ONNX's layouts
 (NCHW activations, [No, Ni, Kr, Kc] weights) and the operator's declared ones.
 
+A 4-D activation is held in one of two forms: ONNX's NCHW, or the library's [rows, columns, channels,
+batch] ('hwcn', what every window operator declares). Each mapping computes in one `form` (or in its
+inputs' own, for element-wise maps), so a chain of convolutions, batch norms, ReLUs and poolings keeps
+the 'hwcn' form and converts only where a node wants NCHW (Flatten) or at the model's edges.
+
 Each ONNX operator is one `OnnxMapping` registered in `MAPPINGS`: `layer` reads a node into a `Layer`
 (or says why the node is not supported), `weights` arranges the kernel's tensors that come from the
 model's weights (once per model), `arrays` the others (the node's activations, zeroed outputs: each
@@ -55,6 +60,7 @@ class OnnxMapping:
     arrays: Callable[[Layer, Graph, Mapping[str, np.ndarray]], Arrays]
     output: Callable[[Layer, Graph, Arrays, Mapping[str, np.ndarray]], np.ndarray]
     weights: Callable[[Layer, Graph], Arrays] = lambda layer, graph: {}
+    form: str = "nchw"  # of its 4-D activations: 'nchw', 'hwcn', or 'any' (its inputs' form)
 
 
 def library(operator: str) -> Path:
@@ -62,13 +68,23 @@ def library(operator: str) -> Path:
     return Path(str(resources.files("swauto.examples") / operator))
 
 
-def _nchw_to_declared(x: np.ndarray) -> np.ndarray:
-    """An NCHW activation as the library's [R, C, channels, B]."""
-    return np.ascontiguousarray(x.transpose(2, 3, 1, 0))
+_TO = {("nchw", "hwcn"): (2, 3, 1, 0), ("hwcn", "nchw"): (3, 2, 0, 1)}
 
 
-def _declared_to_nchw(y: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(y.transpose(3, 2, 0, 1))
+def to_form(array: np.ndarray, source: str, target: str) -> np.ndarray:
+    """A 4-D activation held in form `source` as form `target` (a view); other arrays as they are."""
+    return array.transpose(_TO[source, target]) if array.ndim == 4 and source != target else array
+
+
+def in_form(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray],
+            forms: Mapping[str, str]) -> tuple[dict[str, np.ndarray], str]:
+    """`values` with the node's activations (named in `forms`, each held in that form) in the form its
+    mapping computes in, and that form."""
+    form = MAPPINGS[layer.node.op].form
+    if form == "any":
+        form = next((forms[name] for name in layer.node.inputs if name in forms), "nchw")
+    return {**values, **{name: to_form(values[name], forms[name], form) for name in layer.node.inputs
+                         if name in forms}}, form
 
 
 def _input(graph: Graph, node: Node, index: int) -> tuple[int, ...]:
@@ -148,14 +164,13 @@ def _conv_weights(layer: Layer, graph: Graph) -> Arrays:
 def _conv_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray]) -> Arrays:
     node = layer.node
     batch, channels, rows, columns = graph.shapes[node.outputs[0]]
-    return {"input": _nchw_to_declared(values[node.inputs[0]]),
+    return {"input": np.ascontiguousarray(values[node.inputs[0]]),
             "output": np.zeros((rows, columns, channels, batch), np.float32)}
 
 
 def _conv_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str, np.ndarray]) -> np.ndarray:
-    result = _declared_to_nchw(arrays["output"])
     bias = _bias(graph, layer.node, 2)
-    return result if bias is None else result + bias.reshape(1, -1, 1, 1)
+    return arrays["output"] if bias is None else arrays["output"] + bias.reshape(1, 1, -1, 1)
 
 
 # --- Gemm and MatMul ------------------------------------------------------------------------------------
@@ -251,12 +266,12 @@ def non_negative(graph: Graph, name: str) -> bool:
 def _window_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray]) -> Arrays:
     node = layer.node
     batch, channels, rows, columns = graph.shapes[node.outputs[0]]
-    return {"input": _nchw_to_declared(values[node.inputs[0]]),
+    return {"input": np.ascontiguousarray(values[node.inputs[0]]),
             "output": np.zeros((rows, columns, channels, batch), np.float32)}
 
 
 def _window_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str, np.ndarray]) -> np.ndarray:
-    return _declared_to_nchw(arrays["output"])
+    return arrays["output"]
 
 
 # --- element-wise ----------------------------------------------------------------------------------------
@@ -281,12 +296,12 @@ def _batchnorm_weights(layer: Layer, graph: Graph) -> Arrays:
 
 
 def _batchnorm_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray]) -> Arrays:
-    x = _nchw_to_declared(values[layer.node.inputs[0]])
+    x = np.ascontiguousarray(values[layer.node.inputs[0]])
     return {"x": x, "y": np.zeros(x.shape, np.float32)}
 
 
 def _batchnorm_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str, np.ndarray]) -> np.ndarray:
-    return _declared_to_nchw(arrays["y"])
+    return arrays["y"]
 
 
 def _flat_layer(node: Node, graph: Graph) -> Layer:
@@ -313,7 +328,7 @@ def _flat_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray]) -
 
 def _flat_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str, np.ndarray]) -> np.ndarray:
     out = "z" if layer.operator == "add.sw" else "y"
-    return arrays[out].reshape(graph.shapes[layer.node.outputs[0]])
+    return arrays[out].reshape(values[layer.node.inputs[0]].shape)  # the input's form
 
 
 def _softmax_layer(node: Node, graph: Graph) -> Layer:
@@ -348,15 +363,16 @@ def _view_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str
     return values[layer.node.inputs[0]].reshape(graph.shapes[layer.node.outputs[0]])
 
 
-CONV = OnnxMapping(_conv_layer, _conv_arrays, _conv_output, _conv_weights)
+CONV = OnnxMapping(_conv_layer, _conv_arrays, _conv_output, _conv_weights, form="hwcn")
 GEMM = OnnxMapping(_gemm_layer, _gemm_arrays, _gemm_output, _gemm_weights)
-POOL = OnnxMapping(_pool_layer, _window_arrays, _window_output)
-FLAT = OnnxMapping(_flat_layer, _flat_arrays, _flat_output)
+POOL = OnnxMapping(_pool_layer, _window_arrays, _window_output, form="hwcn")
+FLAT = OnnxMapping(_flat_layer, _flat_arrays, _flat_output, form="any")
 VIEW = OnnxMapping(_view_layer, _view_arrays, _view_output)
 MAPPINGS: dict[str, OnnxMapping] = {
     "Conv": CONV, "Gemm": GEMM, "MatMul": GEMM,
     "MaxPool": POOL, "AveragePool": POOL, "GlobalAveragePool": POOL,
-    "BatchNormalization": OnnxMapping(_batchnorm_layer, _batchnorm_arrays, _batchnorm_output, _batchnorm_weights),
+    "BatchNormalization": OnnxMapping(_batchnorm_layer, _batchnorm_arrays, _batchnorm_output, _batchnorm_weights,
+                                      form="hwcn"),
     "Relu": FLAT, "Clip": FLAT, "Add": FLAT,
     "Softmax": OnnxMapping(_softmax_layer, _softmax_arrays, _softmax_output),
     "Flatten": VIEW, "Reshape": VIEW, "Identity": VIEW, "Dropout": VIEW,

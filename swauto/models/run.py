@@ -1,11 +1,12 @@
 """Run a whole ONNX model with swauto kernels: `Model` compiles each distinct layer once and runs the
 nodes in order, each through its kernel.
 
-The weights are arranged once, in the layouts the kernels keep them in. This first version converts
-the activations at every layer: each node's inputs go from ONNX's layouts (NCHW) to its kernel's and
-its output back, and what a kernel does not compute (a bias) is NumPy's. Keeping
-activations in the kernels' layouts between layers, converting only at the model's edges, and fusing
-neighbours (conv + bias + ReLU) are the next steps.
+The weights are arranged once, in the layouts the kernels keep them in. Activations stay in the
+library's [rows, columns, channels, batch] form from one window operator (convolution, batch norm,
+pooling) to the next, element-wise maps working in their inputs' form; they are converted where a
+node wants ONNX's NCHW (Flatten) and at the model's edges, and a kernel that keeps a tensor in
+another layout still converts it at its call. What a kernel does not compute (a bias) is NumPy's.
+Fusing neighbours (conv + bias + ReLU) and choosing layouts across layers are next.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 
 from swauto.errors import ArgumentError, ModelError
 from swauto.models.graph import Graph, load_onnx
-from swauto.models.layers import MAPPINGS, Layer, Unsupported, layer_of, library
+from swauto.models.layers import MAPPINGS, Layer, Unsupported, in_form, layer_of, library, to_form
 
 
 class Model:
@@ -61,19 +62,24 @@ class Model:
     def __call__(self, **inputs: np.ndarray) -> dict[str, np.ndarray]:
         values: dict[str, np.ndarray] = dict(self.graph.constants)
         values.update(self._validate(inputs))
+        forms = dict.fromkeys(self.graph.inputs, "nchw")  # each activation's form (layers.to_form)
         started = time.perf_counter()
         for layer, weights in zip(self.layers, self._weights, strict=True):
             mapping = MAPPINGS[layer.node.op]
-            arrays = mapping.arrays(layer, self.graph, values)
+            local, form = in_form(layer, self.graph, values, forms)
+            arrays = mapping.arrays(layer, self.graph, local)
             if layer.operator is not None:
                 kernel = self.kernels[layer.key]
                 arranged = _arranged(kernel, arrays)
                 kernel.run_arranged(**arranged, **weights)
                 arrays = {name: arranged[name].transpose(np.argsort(kernel.layouts[name])) if name in kernel.layouts
                           else arranged[name] for name in arrays}  # the declared layouts, as views
-            values[layer.node.outputs[0]] = mapping.output(layer, self.graph, arrays, values)
+            values[layer.node.outputs[0]] = mapping.output(layer, self.graph, arrays, local)
+            forms[layer.node.outputs[0]] = form
+        outputs = {name: np.ascontiguousarray(to_form(values[name], forms.get(name, "nchw"), "nchw"))
+                   for name in self.graph.outputs}
         self.last_call_s = time.perf_counter() - started
-        return {name: values[name] for name in self.graph.outputs}
+        return outputs
 
     def _validate(self, inputs: Mapping[str, object]) -> dict[str, np.ndarray]:
         expected = self.inputs

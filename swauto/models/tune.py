@@ -24,7 +24,7 @@ import numpy as np
 from swauto import targets
 from swauto.errors import ArgumentError, SwautoError
 from swauto.models.graph import Graph, Node, load_onnx
-from swauto.models.layers import MAPPINGS, Layer, Unsupported, layer_of, library, non_negative
+from swauto.models.layers import MAPPINGS, Layer, Unsupported, in_form, layer_of, library, non_negative, to_form
 
 
 @dataclass
@@ -200,17 +200,19 @@ def _tune_layer(row: LayerTuning, layer: Layer, graph: Graph, values: dict[str, 
         row.seconds = kernel.report.get("simulated_s")
         row.peak_fraction = row.flops / row.seconds / peak if row.seconds else None
         return
+    local, form = in_form(layer, graph, values, {name: "nchw" for name in layer.node.inputs if name in values
+                                                 and name not in graph.constants})
     weights = mapping.weights(layer, graph)
-    declared = {**weights, **mapping.arrays(layer, graph, values)}
+    declared = {**weights, **mapping.arrays(layer, graph, local)}
     arranged = {name: np.ascontiguousarray(a.transpose(kernel.layouts[name])) if name in kernel.layouts else a
                 for name, a in declared.items()}
     row.seconds = _median_seconds(lambda: kernel.run_arranged(**arranged), repeat)
     row.peak_fraction = row.flops / row.seconds / peak
     if runtime is None:
         return
-    declared = {**weights, **mapping.arrays(layer, graph, values)}  # afresh: the timed calls accumulated into C
+    declared = {**weights, **mapping.arrays(layer, graph, local)}  # afresh: the timed calls accumulated into C
     kernel(**declared)  # in the declared layouts, converted by the kernel: what a caller gets
-    ours = mapping.output(layer, graph, declared, values)
+    ours = to_form(mapping.output(layer, graph, declared, local), form, "nchw")
     session, feeds = _node_session(runtime, layer.node, graph, values, threads)
     output_name = session.get_outputs()[0].name
     theirs = session.run([output_name], feeds)[0]
