@@ -274,11 +274,25 @@ def available_threads() -> int:
     return available_threads()
 
 
+def as_array(value: object, what: str) -> np.ndarray:
+    """`value` as a NumPy array: itself, or, for any array that speaks DLPack (a PyTorch tensor, a
+    JAX or CuPy array on the CPU), a NumPy view of its memory (no copy: outputs are written into it)."""
+    if isinstance(value, np.ndarray):
+        return value
+    if not hasattr(value, "__dlpack__"):
+        raise ArgumentError(f"{what} must be a NumPy array or an array that speaks DLPack, got {type(value).__name__}")
+    try:
+        return np.from_dlpack(value)
+    except (BufferError, RuntimeError, TypeError, ValueError) as error:  # another device, an unknown dtype
+        raise ArgumentError(f"{what} ({type(value).__name__}) cannot be seen from the CPU as a NumPy array: "
+                            f"{error}") from None
+
+
 @dataclass
 class Kernel:
-    """A compiled operator: call it with NumPy arrays named after its tensors (outputs are updated in
-    place); `.schedule`, `.ir`, `.code` and `.report` tell what was built. `compile` makes it; it only
-    holds the result and runs the target's program."""
+    """A compiled operator: call it with arrays named after its tensors (NumPy's, or any that speaks
+    DLPack: outputs are updated in place); `.schedule`, `.ir`, `.code` and `.report` tell what was
+    built. `compile` makes it; it only holds the result and runs the target's program."""
 
     operator: BoundOperator
     schedule: Candidate
@@ -328,9 +342,7 @@ class Kernel:
                 continue
             if tensor.name not in arrays:
                 raise ArgumentError(f"missing array for tensor {tensor.name} (the kernel takes {', '.join(names)})")
-            array = arrays[tensor.name]
-            if not isinstance(array, np.ndarray):
-                raise ArgumentError(f"tensor {tensor.name} must be a NumPy array, got {type(array).__name__}")
+            array = as_array(arrays[tensor.name], f"tensor {tensor.name}")
             if array.dtype != np.dtype(tensor.dtype):
                 raise ArgumentError(
                     f"tensor {tensor.name} is {array.dtype}; this kernel takes {tensor.dtype} "

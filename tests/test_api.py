@@ -55,7 +55,7 @@ def _bad_calls():
     yield {**good, "A": good["A"].astype(np.float64)}, "tensor A is float64; this kernel takes float32"
     yield {**good, "A": good["A"][:128]}, r"tensor A has shape \(128, 64\); expected \(256, 64\)"
     yield {**good, "A": np.asfortranarray(good["A"])}, "tensor A is not C-contiguous"
-    yield {**good, "B": good["B"].tolist()}, "tensor B must be a NumPy array, got list"
+    yield {**good, "B": good["B"].tolist()}, "tensor B must be a NumPy array or an array that speaks DLPack, got list"
     read_only = good["C"].copy()
     read_only.flags.writeable = False
     yield {**good, "C": read_only}, "output tensor C is read-only"
@@ -65,6 +65,34 @@ def _bad_calls():
 def test_wrong_arrays_raise_argument_error(kernel, arrays, message):
     with pytest.raises(ArgumentError, match=message):
         kernel(**arrays)
+
+
+class _Foreign:
+    """An array of another library, seen only through the DLPack protocol (it lends its memory)."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self._array = array
+
+    def __dlpack__(self, **kwargs):
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+def test_arrays_that_speak_dlpack_are_used_in_place(kernel):
+    arrays = gemm_inputs(256, 128, 64)
+    expected = gemm_reference(arrays)
+    kernel(**{name: _Foreign(array) for name, array in arrays.items()})
+    assert relative_error(arrays["C"], expected) <= 1e-5  # the output was written into the lender's memory
+
+
+def test_pytorch_tensors_are_used_in_place(kernel):
+    torch = pytest.importorskip("torch")
+    arrays = {name: torch.from_numpy(array) for name, array in gemm_inputs(256, 128, 64).items()}
+    expected = gemm_reference({name: tensor.numpy() for name, tensor in arrays.items()})
+    kernel(**arrays)
+    assert relative_error(arrays["C"].numpy(), expected) <= 1e-5
 
 
 def test_output_aliasing_an_input_is_refused(gemm_source):

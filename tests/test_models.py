@@ -169,3 +169,19 @@ def test_a_model_refuses_what_it_cannot_run_in_one_sentence():
         model(x=np.zeros((2, 3, 8, 8), np.float32))
     with pytest.raises(swauto.ArgumentError, match="is float64; the model takes float32"):
         model(x=np.zeros((1, 3, 8, 8)))
+
+
+def test_a_model_takes_any_array_that_speaks_dlpack():
+    class Foreign:  # another library's array, seen through DLPack only
+        def __init__(self, array):
+            self.array = array
+
+        def __dlpack__(self, **kwargs):
+            return self.array.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return self.array.__dlpack_device__()
+
+    model = swauto.Model(tiny_network(hw=8), batch=1)
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8), dtype=np.float32)
+    assert np.array_equal(model(x=Foreign(x))["y"], model(x=x)["y"])

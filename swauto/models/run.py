@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from swauto.api import as_array
 from swauto.errors import ArgumentError, ModelError
 from swauto.models.graph import Graph, load_onnx
 from swauto.models.layers import MAPPINGS, Layer, Unsupported, in_form, layer_of, library, to_form
@@ -25,7 +26,8 @@ from swauto.models.layers import MAPPINGS, Layer, Unsupported, in_form, layer_of
 
 class Model:
     """An ONNX model compiled for `target` (a path or an `onnx.ModelProto`; `batch` binds its inputs'
-    first dimension). Call it with float32 arrays named after the model's inputs, in ONNX's layouts;
+    first dimension). Call it with float32 arrays named after the model's inputs, in ONNX's layouts
+    (NumPy's, or any that speaks DLPack: a PyTorch tensor is read in place);
     it returns the model's outputs by name. `Model.layers` lists each node's operator and candidate."""
 
     def __init__(self, model: str | Path | Any, target: str = "host", batch: int | None = None,
@@ -90,9 +92,7 @@ class Model:
         for name, shape in expected.items():
             if name not in inputs:
                 raise ArgumentError(f"missing input {name} (the model takes {', '.join(expected)})")
-            array = inputs[name]
-            if not isinstance(array, np.ndarray):
-                raise ArgumentError(f"input {name} must be a NumPy array, got {type(array).__name__}")
+            array = as_array(inputs[name], f"input {name}")
             if array.dtype != np.float32:
                 raise ArgumentError(f"input {name} is {array.dtype}; the model takes float32 "
                                     "(convert with .astype(numpy.float32))")
