@@ -185,3 +185,42 @@ def test_a_model_takes_any_array_that_speaks_dlpack():
     model = swauto.Model(tiny_network(hw=8), batch=1)
     x = np.random.default_rng(0).standard_normal((1, 3, 8, 8), dtype=np.float32)
     assert np.array_equal(model(x=Foreign(x))["y"], model(x=x)["y"])
+
+
+def _tune_or_die(path: str, params: dict, target: str, threads: int, tuner: str) -> float:
+    """A pool worker that dies (as a killed process does) on the ReLU layers and tunes the others."""
+    import os
+    import time
+
+    from swauto.models.tune import _tune_one
+
+    if path.endswith("relu.sw"):
+        from swauto.cache import cache_dir
+
+        log = cache_dir() / "tuning.jsonl"
+        deadline = time.monotonic() + 60
+        while not (log.exists() and log.stat().st_size) and time.monotonic() < deadline:
+            time.sleep(0.05)  # until another worker has finished a layer
+        os._exit(1)
+    return _tune_one(path, params, target, threads, tuner)
+
+
+@pytest.mark.parametrize("dies", [False, True])
+def test_layers_are_tuned_in_a_process_pool_and_a_dead_worker_loses_no_finished_layer(dies, tmp_path, monkeypatch):
+    from swauto.models.layers import layer_of, library
+    from swauto.models.tune import tune_layers
+
+    monkeypatch.setenv("SWAUTO_CACHE_DIR", str(tmp_path))  # a tuning log of this test's own
+    graph = load_onnx(tiny_network(hw=8), batch=1)
+    layers = [layer for layer in (layer_of(node, graph) for node in graph.nodes) if layer.operator]
+    distinct = {layer.key: layer for layer in layers}
+    tuned = tune_layers(layers, "host", 1, "model", jobs=2, worker=_tune_or_die if dies else None)
+    relu = {key for key, layer in distinct.items() if layer.operator == "relu.sw"}
+    assert set(tuned) <= set(distinct) - relu if dies else set(tuned) == set(distinct)
+    remembered = set()
+    for key, layer in distinct.items():  # what a worker finished is in the log; the rest is tuned here
+        kernel = swauto.compile(library(layer.operator), dict(layer.params), threads=1)
+        if kernel.report["from_tuning_log"]:
+            remembered.add(key)
+    # Every layer a worker finished is kept, also one whose result the broken pool did not deliver.
+    assert set(tuned) <= remembered and remembered and not relu & remembered if dies else remembered == set(distinct)

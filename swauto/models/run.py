@@ -31,12 +31,19 @@ class Model:
     it returns the model's outputs by name. `Model.layers` lists each node's operator and candidate."""
 
     def __init__(self, model: str | Path | Any, target: str = "host", batch: int | None = None,
-                 threads: int | None = None, tuner: str = "model") -> None:
+                 threads: int | None = None, tuner: str = "model", jobs: int | None = None) -> None:
         import swauto
+        from swauto import targets
+        from swauto.api import available_threads
         from swauto.frontend.integers import check_integer
+        from swauto.models.tune import tune_layers
 
         if batch is not None:
             check_integer(batch, "batch", 1)
+        cores = available_threads()
+        if threads is not None:
+            check_integer(threads, "threads", 1, cores, why=f"the cores this process may run on: {cores}")
+        jobs = cores if jobs is None else check_integer(jobs, "jobs", 1)
         self.graph: Graph = load_onnx(model, batch)
         self.target = target
         self.layers: list[Layer] = []
@@ -44,13 +51,17 @@ class Model:
         self._weights: list[dict[str, np.ndarray]] = []  # per layer, in its kernel's layouts
         for node in self.graph.nodes:
             try:
-                layer = layer_of(node, self.graph)
+                self.layers.append(layer_of(node, self.graph))
             except Unsupported as reason:
                 raise ModelError(f"node {node.name} ({node.op}) cannot run on swauto: {reason}") from None
-            self.layers.append(layer)
+        plugin = targets.get(target)
+        tune_layers([layer for layer in self.layers if layer.operator], target,
+                    (threads or cores) if plugin.threaded else 1, tuner, jobs)
+        for node, layer in zip(self.graph.nodes, self.layers, strict=True):
             if layer.operator is not None and layer.key not in self.kernels:
                 self.kernels[layer.key] = swauto.compile(library(layer.operator), dict(layer.params), target=target,
-                                                         threads=threads, tuner=tuner)
+                                                         threads=(threads or cores) if plugin.threaded else None,
+                                                         tuner=tuner)
             kernel = self.kernels.get(layer.key)
             weights = MAPPINGS[node.op].weights(layer, self.graph)
             self._weights.append({} if kernel is None else _arranged(kernel, weights))

@@ -137,10 +137,11 @@ def _cell(value: float | None, form: str) -> str:
 
 
 def tune_model(model: str | Path | Any, target: str = "host", batch: int | None = None, threads: int | None = None,
-               tuner: str = "model", repeat: int = 5, compare: bool = True) -> ModelTuning:
+               tuner: str = "model", repeat: int = 5, compare: bool = True, jobs: int | None = None) -> ModelTuning:
     """Tune every distinct layer of the ONNX `model` (a path or an `onnx.ModelProto`) for `target` at
     `batch` (see the module docstring), with a progress bar on a terminal. `compare`: check and time
-    each layer against onnxruntime on the host, where it is installed."""
+    each layer against onnxruntime on the host, where it is installed. `jobs`: processes that tune
+    layers at once (`tune_layers`; default: the cores this process may use)."""
     from tqdm import tqdm
 
     from swauto.api import available_threads
@@ -156,6 +157,7 @@ def tune_model(model: str | Path | Any, target: str = "host", batch: int | None 
     if threads is not None:
         check_integer(threads, "threads", 1, cores, why=f"the cores this process may run on: {cores}")
     threads = (threads or cores) if plugin.threaded else 1
+    jobs = cores if jobs is None else check_integer(jobs, "jobs", 1)
     graph = load_onnx(model, batch)
     runtime = _onnxruntime() if compare and target == "host" else None
     groups: dict[Any, list[tuple[Node, Layer | None, str]]] = {}
@@ -166,9 +168,11 @@ def tune_model(model: str | Path | Any, target: str = "host", batch: int | None 
             groups.setdefault(key, []).append((node, layer, "ok" if layer.operator else "no kernel"))
         except Unsupported as reason:
             groups.setdefault(("unsupported", node.name), []).append((node, None, f"not compiled: {reason}"))
+    tuned = tune_layers([m[0][1] for m in groups.values() if m[0][1] and m[0][1].operator], target, threads,
+                        tuner, jobs)
     rng = np.random.default_rng(0)
     results = []
-    for members in tqdm(list(groups.values()), desc="tuning layers", unit=" layers", disable=None, leave=False):
+    for members in tqdm(list(groups.values()), desc="measuring layers", unit=" layers", disable=None, leave=False):
         node, layer, status = members[0]
         row = LayerTuning(tuple(n.name for n, _, _ in members), node.op, layer.shape if layer else "",
                           status=status)
@@ -181,8 +185,50 @@ def tune_model(model: str | Path | Any, target: str = "host", batch: int | None 
             _tune_layer(row, layer, graph, values, target, threads, tuner, repeat, runtime)
         except SwautoError as error:
             row.status = f"not compiled: {error}"
+        row.tuning_s = tuned.get(layer.key, row.tuning_s)
     name = graph.name if not isinstance(model, str | Path) else Path(model).name
     return ModelTuning(name, target, graph.batch, threads, results)
+
+
+def tune_layers(layers: list[Layer], target: str, threads: int, tuner: str, jobs: int,
+                worker: Callable[[str, dict[str, int], str, int, str], float] | None = None) -> dict[Any, float]:
+    """Tune `layers` (each distinct key once) in `jobs` processes at once (a local pool; `jobs` = 1: none),
+    so that the tuning log holds each one's choice when this process compiles it: per key, the seconds
+    its tuning took. The log takes many writers, each record appended whole, so a worker that dies loses
+    no layer another has finished; what a worker did not tune (it died, or its layer failed), this
+    process tunes when it compiles it, and says why it fails then."""
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+    from multiprocessing import get_context
+
+    distinct = list({layer.key: layer for layer in layers}.values())
+    if jobs <= 1 or len(distinct) <= 1:
+        return {}
+    if target == "host":
+        from swauto.tuner import host_model
+
+        host_model.machine()  # calibrated here once, not in every worker
+    seconds: dict[Any, float] = {}
+    # 'spawn': a forked child of a process that ran kernels on the native thread pool cannot use it.
+    with ProcessPoolExecutor(min(jobs, len(distinct)), mp_context=get_context("spawn")) as pool:
+        futures = {pool.submit(worker or _tune_one, str(library(layer.operator)), dict(layer.params), target,
+                               threads, tuner): layer.key for layer in distinct}
+        for future, key in futures.items():
+            try:
+                seconds[key] = future.result()
+            except (BrokenProcessPool, SwautoError):
+                pass
+    return seconds
+
+
+def _tune_one(path: str, params: dict[str, int], target: str, threads: int, tuner: str) -> float:
+    """In a worker: tune one layer (its choice goes to the tuning log); the seconds it took."""
+    import swauto
+
+    started = time.perf_counter()
+    swauto.compile(Path(path), params, target=target, tuner=tuner,
+                   threads=threads if targets.get(target).threaded else None)
+    return time.perf_counter() - started
 
 
 def _tune_layer(row: LayerTuning, layer: Layer, graph: Graph, values: dict[str, np.ndarray], target: str,
