@@ -1,6 +1,6 @@
 """Whole ONNX networks (issue 13): ResNet-18 and MobileNetV2 (`swauto.models.zoo`, torchvision's shapes,
 random weights, 224 x 224) run end to end by `swauto.Model` on the host, against onnxruntime running
-the same model, side by side in one run.
+the same model and PyTorch (where installed) running its nodes in eager mode, side by side in one run.
 
     python benchmarks/onnx_networks.py [--batches 1 8] [--threads 1 2] [--repeat 5]
 
@@ -9,8 +9,8 @@ layer, a fresh cache folder but for the host's calibration), the median of `--re
 of each, the ratio, and the largest error of the output against onnxruntime's relative to its largest
 value; and, from `swauto.tune_model`, the sum over the nodes of the layers' own kernel times (arrays
 already in their layouts) against onnxruntime's nodes run alone, which tells the kernels apart from what
-`Model` adds between them (layout conversions, NumPy's bias). PyTorch is not run: the networks exist
-here as ONNX graphs only.
+`Model` adds between them (layout conversions, NumPy's bias). PyTorch runs the graph node by node with
+`torch.nn.functional` on the ONNX graph's weights (`torch_runner`), as a hand-written eager model would.
 Prints the machine and the date; writes benchmarks/results/onnx_networks.{csv,md}.
 """
 
@@ -26,7 +26,48 @@ import numpy as np
 from common import header, write_tables
 
 FIELDS = ["network", "batch", "threads", "compile_s", "swauto_ms", "onnxruntime_ms", "onnxruntime_vs_swauto",
-          "error", "kernels_ms", "onnxruntime_nodes_ms", "layers", "nodes"]
+          "torch_ms", "torch_vs_swauto", "error", "kernels_ms", "onnxruntime_nodes_ms", "layers", "nodes"]
+
+
+def torch_runner(graph):
+    """A function running `graph` (a `swauto.models.Graph`) node by node with torch.nn.functional, or None
+    without PyTorch."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None
+    weights = {name: torch.from_numpy(np.array(value)) for name, value in graph.constants.items()}
+
+    def conv(node, v):
+        pads, strides = node.attribute("pads", [0] * 4), node.attribute("strides", [1, 1])
+        bias = v[node.inputs[2]] if len(node.inputs) > 2 else None
+        return F.conv2d(v[node.inputs[0]], v[node.inputs[1]], bias, strides, pads[:2], 1, node.attribute("group", 1))
+
+    def batchnorm(node, v):
+        x, scale, bias, mean, var = (v[name] for name in node.inputs)
+        return F.batch_norm(x, mean, var, scale, bias, False, 0.0, node.attribute("epsilon", 1e-5))
+
+    ops = {
+        "Conv": conv, "BatchNormalization": batchnorm,
+        "Relu": lambda n, v: F.relu(v[n.inputs[0]]),
+        "Clip": lambda n, v: torch.clamp(v[n.inputs[0]], float(v[n.inputs[1]]), float(v[n.inputs[2]])),
+        "Add": lambda n, v: v[n.inputs[0]] + v[n.inputs[1]],
+        "MaxPool": lambda n, v: F.max_pool2d(v[n.inputs[0]], n.attribute("kernel_shape"), n.attribute("strides"),
+                                             n.attribute("pads", [0] * 4)[:2]),
+        "GlobalAveragePool": lambda n, v: F.adaptive_avg_pool2d(v[n.inputs[0]], 1),
+        "Flatten": lambda n, v: torch.flatten(v[n.inputs[0]], 1),
+        "Gemm": lambda n, v: F.linear(v[n.inputs[0]], v[n.inputs[1]], v[n.inputs[2]]),
+    }
+
+    def run(x: np.ndarray) -> np.ndarray:
+        values = {**weights, graph.inputs[0]: torch.from_numpy(x)}
+        with torch.no_grad():
+            for node in graph.nodes:
+                values[node.outputs[0]] = ops[node.op](node, values)
+        return values[graph.outputs[0]].numpy()
+
+    return run
 
 
 def median_ms(call, repeat: int) -> float:
@@ -57,9 +98,18 @@ def measure(network: str, batch: int, threads: int, repeat: int) -> dict[str, ob
     swauto_ms = median_ms(lambda: model(input=x), repeat)
     onnxruntime_ms = median_ms(lambda: session.run(None, {"input": x}), repeat)
     tuning = swauto.tune_model(proto, batch=batch, threads=threads, repeat=repeat)
+    torch_run = torch_runner(model.graph)
+    torch_ms = None
+    if torch_run is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+        assert np.abs(torch_run(x) - theirs).max() <= 1e-4 * np.abs(theirs).max()  # the same network
+        torch_ms = median_ms(lambda: torch_run(x), repeat)
     return {"network": network, "batch": batch, "threads": threads, "compile_s": round(compile_s, 2),
             "swauto_ms": round(swauto_ms, 2), "onnxruntime_ms": round(onnxruntime_ms, 2),
             "onnxruntime_vs_swauto": round(onnxruntime_ms / swauto_ms, 3),
+            "torch_ms": torch_ms and round(torch_ms, 2), "torch_vs_swauto": torch_ms and round(torch_ms / swauto_ms, 3),
             "error": float(np.abs(ours - theirs).max() / np.abs(theirs).max()),
             "kernels_ms": round(1e3 * tuning.total_seconds(), 2),
             "onnxruntime_nodes_ms": round(1e3 * tuning.total_seconds("onnxruntime_s"), 2),
@@ -84,7 +134,7 @@ def main() -> None:
     for network, batch, threads in tqdm(runs, desc="networks", unit=" runs"):
         rows.append(measure(network, batch, threads, args.repeat))
         tqdm.write(f"{network:13} B={batch} T={threads}: swauto {rows[-1]['swauto_ms']} ms, onnxruntime "
-                   f"{rows[-1]['onnxruntime_ms']} ms, error {rows[-1]['error']:.1e}")
+                   f"{rows[-1]['onnxruntime_ms']} ms, PyTorch {rows[-1]['torch_ms']} ms, error {rows[-1]['error']:.1e}")
     print(header())
     write_tables("onnx_networks", FIELDS, rows, "Whole ONNX networks on the host: swauto.Model against onnxruntime")
 
