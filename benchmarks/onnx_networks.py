@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
 import time
 
 import numpy as np
 from common import header, write_tables
+from host_gemm import median_seconds  # benchmarks/ is on the path when run as a script
 
 FIELDS = ["network", "batch", "threads", "compile_s", "swauto_ms", "onnxruntime_ms", "onnxruntime_vs_swauto",
           "torch_ms", "torch_vs_swauto", "error", "kernels_ms", "onnxruntime_nodes_ms", "layers", "nodes"]
@@ -70,16 +70,6 @@ def torch_runner(graph):
     return run
 
 
-def median_ms(call, repeat: int) -> float:
-    call()
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - started)
-    return 1e3 * statistics.median(times)
-
-
 def measure(network: str, batch: int, threads: int, repeat: int) -> dict[str, object]:
     import onnxruntime
 
@@ -95,8 +85,8 @@ def measure(network: str, batch: int, threads: int, repeat: int) -> dict[str, ob
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     session = onnxruntime.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
     ours, theirs = model(input=x)["fc"], session.run(None, {"input": x})[0]
-    swauto_ms = median_ms(lambda: model(input=x), repeat)
-    onnxruntime_ms = median_ms(lambda: session.run(None, {"input": x}), repeat)
+    swauto_ms = 1e3 * median_seconds(lambda: model(input=x), repeat)
+    onnxruntime_ms = 1e3 * median_seconds(lambda: session.run(None, {"input": x}), repeat)
     tuning = swauto.tune_model(proto, batch=batch, threads=threads, repeat=repeat)
     torch_run = torch_runner(model.graph)
     torch_ms = None
@@ -105,7 +95,7 @@ def measure(network: str, batch: int, threads: int, repeat: int) -> dict[str, ob
 
         torch.set_num_threads(threads)
         assert np.abs(torch_run(x) - theirs).max() <= 1e-4 * np.abs(theirs).max()  # the same network
-        torch_ms = median_ms(lambda: torch_run(x), repeat)
+        torch_ms = 1e3 * median_seconds(lambda: torch_run(x), repeat)
     return {"network": network, "batch": batch, "threads": threads, "compile_s": round(compile_s, 2),
             "swauto_ms": round(swauto_ms, 2), "onnxruntime_ms": round(onnxruntime_ms, 2),
             "onnxruntime_vs_swauto": round(onnxruntime_ms / swauto_ms, 3),

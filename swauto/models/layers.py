@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -74,6 +75,12 @@ _TO = {("nchw", "hwcn"): (2, 3, 1, 0), ("hwcn", "nchw"): (3, 2, 0, 1)}
 def to_form(array: np.ndarray, source: str, target: str) -> np.ndarray:
     """A 4-D activation held in form `source` as form `target` (a view); other arrays as they are."""
     return array.transpose(_TO[source, target]) if array.ndim == 4 and source != target else array
+
+
+def arranged(kernel: Any, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`arrays` (declared layouts) in the layouts `kernel` (a `swauto.Kernel`) keeps them in."""
+    return {name: np.ascontiguousarray(array.transpose(kernel.layouts[name])) if name in kernel.layouts else array
+            for name, array in arrays.items()}
 
 
 def in_form(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray],
@@ -159,13 +166,6 @@ def _conv_weights(layer: Layer, graph: Graph) -> Arrays:
     if layer.operator == "conv2d_depthwise.sw":
         return {"weight": np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0))}  # [Kr, Kc, C]
     return {"weight": np.ascontiguousarray(weight.transpose(2, 3, 0, 1))}  # [Kr, Kc, No, Ni]
-
-
-def _conv_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray]) -> Arrays:
-    node = layer.node
-    batch, channels, rows, columns = graph.shapes[node.outputs[0]]
-    return {"input": np.ascontiguousarray(values[node.inputs[0]]),
-            "output": np.zeros((rows, columns, channels, batch), np.float32)}
 
 
 def _conv_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -264,6 +264,7 @@ def non_negative(graph: Graph, name: str) -> bool:
 
 
 def _window_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray]) -> Arrays:
+    """A convolution's or pooling's input (in the 'hwcn' form) and its zeroed output."""
     node = layer.node
     batch, channels, rows, columns = graph.shapes[node.outputs[0]]
     return {"input": np.ascontiguousarray(values[node.inputs[0]]),
@@ -363,7 +364,7 @@ def _view_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str
     return values[layer.node.inputs[0]].reshape(graph.shapes[layer.node.outputs[0]])
 
 
-CONV = OnnxMapping(_conv_layer, _conv_arrays, _conv_output, _conv_weights, form="hwcn")
+CONV = OnnxMapping(_conv_layer, _window_arrays, _conv_output, _conv_weights, form="hwcn")
 GEMM = OnnxMapping(_gemm_layer, _gemm_arrays, _gemm_output, _gemm_weights)
 POOL = OnnxMapping(_pool_layer, _window_arrays, _window_output, form="hwcn")
 FLAT = OnnxMapping(_flat_layer, _flat_arrays, _flat_output, form="any")

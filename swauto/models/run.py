@@ -21,7 +21,7 @@ import numpy as np
 from swauto.api import as_array
 from swauto.errors import ArgumentError, ModelError
 from swauto.models.graph import Graph, load_onnx
-from swauto.models.layers import MAPPINGS, Layer, Unsupported, in_form, layer_of, library, to_form
+from swauto.models.layers import MAPPINGS, Layer, Unsupported, arranged, in_form, layer_of, library, to_form
 
 
 class Model:
@@ -64,7 +64,7 @@ class Model:
                                                          tuner=tuner)
             kernel = self.kernels.get(layer.key)
             weights = MAPPINGS[node.op].weights(layer, self.graph)
-            self._weights.append({} if kernel is None else _arranged(kernel, weights))
+            self._weights.append({} if kernel is None else arranged(kernel, weights))
         self.last_call_s: float | None = None
 
     @property
@@ -83,10 +83,10 @@ class Model:
             arrays = mapping.arrays(layer, self.graph, local)
             if layer.operator is not None:
                 kernel = self.kernels[layer.key]
-                arranged = _arranged(kernel, arrays)
-                kernel.run_arranged(**arranged, **weights)
-                arrays = {name: arranged[name].transpose(np.argsort(kernel.layouts[name])) if name in kernel.layouts
-                          else arranged[name] for name in arrays}  # the declared layouts, as views
+                ready = arranged(kernel, arrays)
+                kernel.run_arranged(**ready, **weights)
+                arrays = {name: ready[name].transpose(np.argsort(kernel.layouts[name])) if name in kernel.layouts
+                          else ready[name] for name in arrays}  # the declared layouts, as views
             values[layer.node.outputs[0]] = mapping.output(layer, self.graph, arrays, local)
             forms[layer.node.outputs[0]] = form
         outputs = {name: np.ascontiguousarray(to_form(values[name], forms.get(name, "nchw"), "nchw"))
@@ -115,9 +115,3 @@ class Model:
     def __repr__(self) -> str:
         return (f"<swauto.Model {self.graph.name} batch {self.graph.batch} on {self.target}: {len(self.layers)} "
                 f"nodes, {len(self.kernels)} kernels>")
-
-
-def _arranged(kernel: Any, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """`arrays` (declared layouts) in the layouts `kernel` keeps them in (`Kernel.layouts`)."""
-    return {name: np.ascontiguousarray(array.transpose(kernel.layouts[name])) if name in kernel.layouts else array
-            for name, array in arrays.items()}

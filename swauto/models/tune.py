@@ -24,7 +24,17 @@ import numpy as np
 from swauto import targets
 from swauto.errors import ArgumentError, SwautoError
 from swauto.models.graph import Graph, Node, load_onnx
-from swauto.models.layers import MAPPINGS, Layer, Unsupported, in_form, layer_of, library, non_negative, to_form
+from swauto.models.layers import (
+    MAPPINGS,
+    Layer,
+    Unsupported,
+    arranged,
+    in_form,
+    layer_of,
+    library,
+    non_negative,
+    to_form,
+)
 
 
 @dataclass
@@ -250,9 +260,8 @@ def _tune_layer(row: LayerTuning, layer: Layer, graph: Graph, values: dict[str, 
                                                  and name not in graph.constants})
     weights = mapping.weights(layer, graph)
     declared = {**weights, **mapping.arrays(layer, graph, local)}
-    arranged = {name: np.ascontiguousarray(a.transpose(kernel.layouts[name])) if name in kernel.layouts else a
-                for name, a in declared.items()}
-    row.seconds = _median_seconds(lambda: kernel.run_arranged(**arranged), repeat)
+    ready = arranged(kernel, declared)
+    row.seconds = _median_seconds(lambda: kernel.run_arranged(**ready), repeat)
     row.peak_fraction = row.flops / row.seconds / peak
     if runtime is None:
         return
