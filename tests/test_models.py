@@ -51,12 +51,15 @@ class _Builder:
 
 def tiny_network(channels: int = 8, hw: int = 12, classes: int = 10) -> onnx.ModelProto:
     """A small residual network with a depthwise layer, in NCHW with a symbolic batch: conv + bias, ReLU,
-    max pooling, a residual block (conv, batch norm, Add, ReLU) twice with the same shapes, a depthwise
-    conv, a stride-2 conv, global average pooling, Flatten, a fully connected layer (Gemm, transB) and
-    softmax."""
+    max pooling, a batch norm of the pooling (not foldable), a residual block (conv, batch norm: folded
+    into the conv, Add, ReLU) twice with the same shapes, a depthwise conv, a stride-2 conv, global
+    average pooling, Flatten, a fully connected layer (Gemm, transB) and softmax."""
     b = _Builder()
     x = b.node("Relu", [b.conv("x", 3, channels, 3, "conv1")], "relu1", "relu1")
     x = b.node("MaxPool", [x], "pool1", "pool1", kernel_shape=[2, 2], strides=[2, 2])
+    statistics = [b.weight(f"bn_pool.{s}", (channels,)) for s in ("scale", "bias", "mean")]
+    x = b.node("BatchNormalization", [x, *statistics, b.weight("bn_pool.var", (channels,), low=0.5)], "bn_pool",
+               "bn_pool")
     for block in ("a", "b"):
         y = b.conv(x, channels, channels, 3, f"conv_{block}", bias=False)
         statistics = [b.weight(f"bn_{block}.{s}", (channels,)) for s in ("scale", "bias", "mean")]
@@ -75,19 +78,21 @@ def tiny_network(channels: int = 8, hw: int = 12, classes: int = 10) -> onnx.Mod
 def test_every_layer_of_a_small_network_compiles_and_matches_onnxruntime():
     tuning = tune_model(tiny_network(), batch=2, repeat=1)
     by_node = {node: layer for layer in tuning.layers for node in layer.nodes}
-    # The two residual blocks have one shape: one kernel each for their conv, batch norm, Add and ReLU.
-    assert by_node["conv_a"] is by_node["conv_b"] and by_node["bn_a"].nodes == ("bn_a", "bn_b")
+    # The two residual blocks have one shape: one kernel each for their conv, Add and ReLU; their batch
+    # norms are folded into the convs, the one after the pooling is a kernel of its own.
+    assert by_node["conv_a"] is by_node["conv_b"] and by_node["add_a"].nodes == ("add_a", "add_b")
+    assert "bn_a" not in by_node and by_node["bn_pool"].operator == "batchnorm.sw"
     assert by_node["flat"].status == "no kernel"
     compiled = [layer for layer in tuning.layers if layer.status == "ok"]
     assert len(compiled) == len(tuning.layers) - 1
     for layer in compiled:
         assert layer.error is not None and layer.error <= TOLERANCE, (layer.nodes, layer.error)
         assert layer.seconds > 0 and layer.onnxruntime_s > 0 and layer.candidate_id
-    assert by_node["depthwise"].operator == "conv2d_depthwise.sw" and by_node["conv1"].numpy == "bias"
+    assert by_node["depthwise"].operator == "conv2d_depthwise.sw" and by_node["fc"].numpy == "bias"
     assert by_node["down"].params["stride"] == 2 and by_node["gap"].params["K"] == 3
     table = tuning.table()
     assert table.count("\n") == len(tuning.layers) + 1 and "conv_a (+1)" in table
-    assert "12 compiled for host at batch 2" in tuning.summary()
+    assert "12 compiled for host at batch 2" in tuning.summary()  # 13 distinct layers, Flatten has no kernel
 
 
 def test_the_sw26010_tunes_every_layer_on_its_timed_simulator():
@@ -224,3 +229,19 @@ def test_layers_are_tuned_in_a_process_pool_and_a_dead_worker_loses_no_finished_
             remembered.add(key)
     # Every layer a worker finished is kept, also one whose result the broken pool did not deliver.
     assert set(tuned) <= remembered and remembered and not relu & remembered if dies else remembered == set(distinct)
+
+
+def test_a_batch_norm_is_folded_only_into_a_convolution_nothing_else_reads():
+    from swauto.models.rewrite import fold_batch_norms
+
+    b = _Builder()
+    conv = b.conv("x", 4, 4, 3, "conv")
+    statistics = [b.weight(f"bn.{s}", (4,)) for s in ("scale", "bias", "mean")] + [b.weight("bn.var", (4,), low=0.5)]
+    normed = b.node("BatchNormalization", [conv, *statistics], "bn", "bn")
+    b.node("Add", [normed, b.node("Relu", [conv], "relu", "relu")], "y", "add")  # the conv is read twice
+    graph = load_onnx(b.model("shared", [1, 4, 6, 6], "y", [1, 4, 6, 6]))
+    assert fold_batch_norms(graph) == graph
+    single = load_onnx(tiny_network(hw=8), batch=1)
+    folded = fold_batch_norms(single)
+    assert [n.op for n in folded.nodes].count("BatchNormalization") == 1  # bn_pool follows a MaxPool
+    assert {n.name for n in folded.nodes} == {n.name for n in single.nodes} - {"bn_a", "bn_b"}

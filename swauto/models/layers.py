@@ -12,7 +12,8 @@ Each ONNX operator is one `OnnxMapping` registered in `MAPPINGS`: `layer` reads 
 model's weights (once per model), `arrays` the others (the node's activations, zeroed outputs: each
 call), and `output` gives the node's output back in ONNX's layout. Nodes that only reshape (Flatten, Reshape, Identity,
 Dropout at inference) have no kernel. What a kernel does not compute, a mapping says in
-`Layer.numpy` (a Conv's or Gemm's bias is added by NumPy after the kernel).
+`Layer.numpy` (a Gemm's bias and alpha are NumPy's; a Conv's bias is where its output starts, as the
+convolutions add into their output).
 """
 
 from __future__ import annotations
@@ -146,17 +147,16 @@ def _conv_layer(node: Node, graph: Graph) -> Layer:
     stride, pad_r, pad_c = _conv_window(node, graph, (kr, kc))
     group = node.attribute("group", 1)
     _, _, out_rows, out_columns = graph.shapes[node.outputs[0]]
-    numpy = "bias" if _bias(graph, node, 2) is not None else ""
     shape = (f"{channels}->{outputs}, {rows}x{columns}, {kr}x{kc}" + (f"/{stride}" if stride > 1 else "")
              + (f", pad {pad_r}x{pad_c}" if pad_r or pad_c else ""))
     window = {"Ri": rows, "Ci": columns, "Kr": kr, "Kc": kc, "stride": stride, "pad_r": pad_r, "pad_c": pad_c}
     if group == 1:
         flops = 2 * batch * outputs * out_rows * out_columns * channels * kr * kc
-        return Layer(node, "conv2d.sw", {"B": batch, "Ni": channels, "No": outputs, **window}, flops, shape, numpy)
+        return Layer(node, "conv2d.sw", {"B": batch, "Ni": channels, "No": outputs, **window}, flops, shape)
     if group == channels == outputs and per_group == 1:
         flops = 2 * batch * channels * out_rows * out_columns * kr * kc
         return Layer(node, "conv2d_depthwise.sw", {"B": batch, "C": channels, **window}, flops,
-                     "depthwise " + shape, numpy)
+                     "depthwise " + shape)
     raise Unsupported(f"group = {group} with {channels} -> {outputs} channels: swauto compiles dense (group 1) "
                       "and depthwise (group = channels, one output per channel) convolutions")
 
@@ -168,9 +168,13 @@ def _conv_weights(layer: Layer, graph: Graph) -> Arrays:
     return {"weight": np.ascontiguousarray(weight.transpose(2, 3, 0, 1))}  # [Kr, Kc, No, Ni]
 
 
-def _conv_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str, np.ndarray]) -> np.ndarray:
+def _conv_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray]) -> Arrays:
+    """The window's arrays, the output starting from the bias (the kernel adds the convolution to it)."""
+    arrays = _window_arrays(layer, graph, values)
     bias = _bias(graph, layer.node, 2)
-    return arrays["output"] if bias is None else arrays["output"] + bias.reshape(1, 1, -1, 1)
+    if bias is not None:
+        arrays["output"][...] = bias.reshape(1, 1, -1, 1)
+    return arrays
 
 
 # --- Gemm and MatMul ------------------------------------------------------------------------------------
@@ -364,7 +368,7 @@ def _view_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str
     return values[layer.node.inputs[0]].reshape(graph.shapes[layer.node.outputs[0]])
 
 
-CONV = OnnxMapping(_conv_layer, _window_arrays, _conv_output, _conv_weights, form="hwcn")
+CONV = OnnxMapping(_conv_layer, _conv_arrays, _window_output, _conv_weights, form="hwcn")
 GEMM = OnnxMapping(_gemm_layer, _gemm_arrays, _gemm_output, _gemm_weights)
 POOL = OnnxMapping(_pool_layer, _window_arrays, _window_output, form="hwcn")
 FLAT = OnnxMapping(_flat_layer, _flat_arrays, _flat_output, form="any")

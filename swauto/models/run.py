@@ -5,8 +5,9 @@ The weights are arranged once, in the layouts the kernels keep them in. Activati
 library's [rows, columns, channels, batch] form from one window operator (convolution, batch norm,
 pooling) to the next, element-wise maps working in their inputs' form; they are converted where a
 node wants ONNX's NCHW (Flatten) and at the model's edges, and a kernel that keeps a tensor in
-another layout still converts it at its call. What a kernel does not compute (a bias) is NumPy's.
-Fusing neighbours (conv + bias + ReLU) and choosing layouts across layers are next.
+another layout still converts it at its call. Batch norms after convolutions are folded into them
+(`rewrite.fold_batch_norms`), and a convolution's output starts from its bias. Fusing a ReLU into the
+convolution before it and choosing layouts across layers are next.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from swauto.api import as_array
 from swauto.errors import ArgumentError, ModelError
 from swauto.models.graph import Graph, load_onnx
 from swauto.models.layers import MAPPINGS, Layer, Unsupported, arranged, in_form, layer_of, library, to_form
+from swauto.models.rewrite import fold_batch_norms
 
 
 class Model:
@@ -44,7 +46,7 @@ class Model:
         if threads is not None:
             check_integer(threads, "threads", 1, cores, why=f"the cores this process may run on: {cores}")
         jobs = cores if jobs is None else check_integer(jobs, "jobs", 1)
-        self.graph: Graph = load_onnx(model, batch)
+        self.graph: Graph = fold_batch_norms(load_onnx(model, batch))
         self.target = target
         self.layers: list[Layer] = []
         self.kernels: dict[Any, swauto.Kernel] = {}

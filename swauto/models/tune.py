@@ -1,6 +1,6 @@
-"""Tune a whole ONNX model layer by layer: each distinct layer shape is compiled once (a model's repeated
-blocks share their kernel), timed, and, on the host, checked and timed against the same node run alone
-by onnxruntime (where installed).
+"""Tune a whole ONNX model layer by layer, as `Model` runs it (batch norms folded into convolutions):
+each distinct layer shape is compiled once (a model's repeated blocks share their kernel), timed,
+and, on the host, checked and timed against the same node run alone by onnxruntime (where installed).
 
 Per layer: the swauto operator and its sizes, the chosen candidate, the tuning time, the kernel's time
 (on the host the median of `repeat` calls on arrays already in its layouts, as a framework hands them
@@ -35,6 +35,7 @@ from swauto.models.layers import (
     non_negative,
     to_form,
 )
+from swauto.models.rewrite import fold_batch_norms
 
 
 @dataclass
@@ -168,7 +169,7 @@ def tune_model(model: str | Path | Any, target: str = "host", batch: int | None 
         check_integer(threads, "threads", 1, cores, why=f"the cores this process may run on: {cores}")
     threads = (threads or cores) if plugin.threaded else 1
     jobs = cores if jobs is None else check_integer(jobs, "jobs", 1)
-    graph = load_onnx(model, batch)
+    graph = fold_batch_norms(load_onnx(model, batch))
     runtime = _onnxruntime() if compare and target == "host" else None
     groups: dict[Any, list[tuple[Node, Layer | None, str]]] = {}
     for node in graph.nodes:
