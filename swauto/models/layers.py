@@ -51,7 +51,8 @@ class Layer:
 
 
 class Unsupported(Exception):
-    """Internal: why a node cannot be compiled (a sentence); `layer_of` turns it into a `ModelError`."""
+    """Internal: why a node cannot be compiled (a sentence): `Model` raises it as a `ModelError`,
+    `tune_model` lists it."""
 
 
 @dataclass(frozen=True)
