@@ -130,6 +130,8 @@ def _parser() -> argparse.ArgumentParser:
     model_cmd.add_argument("--repeat", type=_integer(1), default=5, help="timed calls per layer (the median is shown)")
     model_cmd.add_argument("--jobs", type=_integer(1), default=None,
                            help="processes that tune layers at once (default: the cores this process may use)")
+    model_cmd.add_argument("--cluster", metavar="ADDRESS",
+                           help="tune the layers on the workers of this Dask cluster (tcp://host:port)")
     model_cmd.add_argument("--no-compare", dest="compare", action="store_false",
                            help="do not run onnxruntime beside each layer")
     model_cmd.add_argument("--plot", type=Path, metavar="FILE.png", help="draw each layer's GFLOPS")
@@ -359,7 +361,8 @@ def _tune_model(args: argparse.Namespace) -> int:
     if args.plot is not None:
         _check_plot_path(args.plot)
     tuning = tune_model(args.model, target=args.target, batch=params.get("batch"), threads=args.threads,
-                        tuner=args.tuner, repeat=args.repeat, compare=args.compare, jobs=args.jobs)
+                        tuner=args.tuner, repeat=args.repeat, compare=args.compare, jobs=args.jobs,
+                        cluster=args.cluster)
     print(tuning.table())
     print(tuning.summary())
     if args.plot is not None:

@@ -192,14 +192,14 @@ def test_a_model_takes_any_array_that_speaks_dlpack():
     assert np.array_equal(model(x=Foreign(x))["y"], model(x=x)["y"])
 
 
-def _tune_or_die(path: str, params: dict, target: str, threads: int, tuner: str) -> float:
+def _tune_or_die(source: str, params: dict, target: str, threads: int, tuner: str) -> tuple[str, float]:
     """A pool worker that dies (as a killed process does) on the ReLU layers and tunes the others."""
     import os
     import time
 
     from swauto.models.tune import _tune_one
 
-    if path.endswith("relu.sw"):
+    if "operator relu(" in source:
         from swauto.cache import cache_dir
 
         log = cache_dir() / "tuning.jsonl"
@@ -207,7 +207,7 @@ def _tune_or_die(path: str, params: dict, target: str, threads: int, tuner: str)
         while not (log.exists() and log.stat().st_size) and time.monotonic() < deadline:
             time.sleep(0.05)  # until another worker has finished a layer
         os._exit(1)
-    return _tune_one(path, params, target, threads, tuner)
+    return _tune_one(source, params, target, threads, tuner)
 
 
 @pytest.mark.parametrize("dies", [False, True])
@@ -245,3 +245,25 @@ def test_a_batch_norm_is_folded_only_into_a_convolution_nothing_else_reads():
     folded = fold_batch_norms(single)
     assert [n.op for n in folded.nodes].count("BatchNormalization") == 1  # bn_pool follows a MaxPool
     assert {n.name for n in folded.nodes} == {n.name for n in single.nodes} - {"bn_a", "bn_b"}
+
+
+def test_layers_are_tuned_on_a_dask_cluster_and_recorded_here(tmp_path, monkeypatch):
+    """A local Dask cluster of two worker processes (a cluster at another address works alike): the
+    workers return their choices and this process records them in its own tuning log."""
+    distributed = pytest.importorskip("distributed")
+    from swauto.models import tune
+    from swauto.models.layers import layer_of, library
+    from swauto.models.tune import tune_layers
+
+    monkeypatch.setenv("SWAUTO_CACHE_DIR", str(tmp_path))
+    graph = load_onnx(tiny_network(hw=8), batch=1)
+    layers = [layer for layer in (layer_of(node, graph) for node in graph.nodes) if layer.operator]
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        tuned = tune_layers(layers, "sw26010", 1, "model", jobs=1, cluster=cluster.scheduler_address)
+    assert set(tuned) == {layer.key for layer in layers}
+    for layer in layers:
+        kernel = swauto.compile(library(layer.operator), dict(layer.params), target="sw26010")
+        assert kernel.report["from_tuning_log"]
+    monkeypatch.setattr(tune, "CONNECT_SECONDS", 1)
+    with pytest.raises(swauto.ModelError, match="cannot reach the Dask cluster"):
+        tune_layers(layers, "sw26010", 1, "model", jobs=1, cluster="tcp://127.0.0.1:9")

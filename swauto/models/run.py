@@ -30,10 +30,13 @@ class Model:
     """An ONNX model compiled for `target` (a path or an `onnx.ModelProto`; `batch` binds its inputs'
     first dimension). Call it with float32 arrays named after the model's inputs, in ONNX's layouts
     (NumPy's, or any that speaks DLPack: a PyTorch tensor is read in place);
-    it returns the model's outputs by name. `Model.layers` lists each node's operator and candidate."""
+    it returns the model's outputs by name. `Model.layers` lists each node's operator and candidate.
+    Its distinct layers are tuned first on `jobs` local processes, or on the Dask `cluster` at that
+    address (`swauto.models.tune.tune_layers`)."""
 
     def __init__(self, model: str | Path | Any, target: str = "host", batch: int | None = None,
-                 threads: int | None = None, tuner: str = "model", jobs: int | None = None) -> None:
+                 threads: int | None = None, tuner: str = "model", jobs: int | None = None,
+                 cluster: str | None = None) -> None:
         import swauto
         from swauto import targets
         from swauto.api import available_threads
@@ -58,7 +61,7 @@ class Model:
                 raise ModelError(f"node {node.name} ({node.op}) cannot run on swauto: {reason}") from None
         plugin = targets.get(target)
         tune_layers([layer for layer in self.layers if layer.operator], target,
-                    (threads or cores) if plugin.threaded else 1, tuner, jobs)
+                    (threads or cores) if plugin.threaded else 1, tuner, jobs, cluster)
         for node, layer in zip(self.graph.nodes, self.layers, strict=True):
             if layer.operator is not None and layer.key not in self.kernels:
                 self.kernels[layer.key] = swauto.compile(library(layer.operator), dict(layer.params), target=target,

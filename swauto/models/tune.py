@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from swauto import targets
-from swauto.errors import ArgumentError, SwautoError
+from swauto.errors import ArgumentError, ModelError, SwautoError
 from swauto.models.graph import Graph, Node, load_onnx
 from swauto.models.layers import (
     MAPPINGS,
@@ -148,11 +148,13 @@ def _cell(value: float | None, form: str) -> str:
 
 
 def tune_model(model: str | Path | Any, target: str = "host", batch: int | None = None, threads: int | None = None,
-               tuner: str = "model", repeat: int = 5, compare: bool = True, jobs: int | None = None) -> ModelTuning:
+               tuner: str = "model", repeat: int = 5, compare: bool = True, jobs: int | None = None,
+               cluster: str | None = None) -> ModelTuning:
     """Tune every distinct layer of the ONNX `model` (a path or an `onnx.ModelProto`) for `target` at
     `batch` (see the module docstring), with a progress bar on a terminal. `compare`: check and time
     each layer against onnxruntime on the host, where it is installed. `jobs`: processes that tune
-    layers at once (`tune_layers`; default: the cores this process may use)."""
+    layers at once (`tune_layers`; default: the cores this process may use); `cluster`: the address of
+    a Dask cluster to tune them on instead."""
     from tqdm import tqdm
 
     from swauto.api import available_threads
@@ -180,7 +182,7 @@ def tune_model(model: str | Path | Any, target: str = "host", batch: int | None 
         except Unsupported as reason:
             groups.setdefault(("unsupported", node.name), []).append((node, None, f"not compiled: {reason}"))
     tuned = tune_layers([m[0][1] for m in groups.values() if m[0][1] and m[0][1].operator], target, threads,
-                        tuner, jobs)
+                        tuner, jobs, cluster)
     rng = np.random.default_rng(0)
     results = []
     for members in tqdm(list(groups.values()), desc="measuring layers", unit=" layers", disable=None, leave=False):
@@ -201,45 +203,94 @@ def tune_model(model: str | Path | Any, target: str = "host", batch: int | None 
     return ModelTuning(name, target, graph.batch, threads, results)
 
 
-def tune_layers(layers: list[Layer], target: str, threads: int, tuner: str, jobs: int,
-                worker: Callable[[str, dict[str, int], str, int, str], float] | None = None) -> dict[Any, float]:
-    """Tune `layers` (each distinct key once) in `jobs` processes at once (a local pool; `jobs` = 1: none),
-    so that the tuning log holds each one's choice when this process compiles it: per key, the seconds
-    its tuning took. The log takes many writers, each record appended whole, so a worker that dies loses
-    no layer another has finished; what a worker did not tune (it died, or its layer failed), this
-    process tunes when it compiles it, and says why it fails then."""
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
-    from multiprocessing import get_context
+def tune_layers(layers: list[Layer], target: str, threads: int, tuner: str, jobs: int, cluster: str | None = None,
+                worker: Callable[[str, dict[str, int], str, int, str], tuple[str, float]] | None = None
+                ) -> dict[Any, float]:
+    """Tune `layers` (each distinct key once) in other processes, so that this process's tuning log holds
+    each one's choice when it compiles it: per key, the seconds its tuning took. They run on `jobs`
+    processes of a local pool (`jobs` = 1: none), or, given a Dask `cluster` address, on its workers
+    (where swauto is installed). Each worker returns its choice and this process records it, so the
+    workers need not share a file system, and a worker that dies loses no layer another has finished;
+    what no worker tuned (it died, or its layer failed), this process tunes when it compiles it, and
+    says why it fails then."""
+    from swauto.api import load
+    from swauto.schedule.candidate import Candidate
+    from swauto.tuner import database
 
     distinct = list({layer.key: layer for layer in layers}.values())
-    if jobs <= 1 or len(distinct) <= 1:
+    if cluster is None and (jobs <= 1 or len(distinct) <= 1) or not distinct:
         return {}
     if target == "host":
         from swauto.tuner import host_model
 
-        host_model.machine()  # calibrated here once, not in every worker
+        host_model.machine()  # calibrated here once, not in every local worker
+    tasks = [(library(layer.operator).read_text(), dict(layer.params), target, threads, tuner) for layer in distinct]
+    results = (_on_cluster if cluster is not None else _on_pool)(worker or _tune_one, tasks, cluster or jobs)
     seconds: dict[Any, float] = {}
-    # 'spawn': a forked child of a process that ran kernels on the native thread pool cannot use it.
-    with ProcessPoolExecutor(min(jobs, len(distinct)), mp_context=get_context("spawn")) as pool:
-        futures = {pool.submit(worker or _tune_one, str(library(layer.operator)), dict(layer.params), target,
-                               threads, tuner): layer.key for layer in distinct}
-        for future, key in futures.items():
-            try:
-                seconds[key] = future.result()
-            except (BrokenProcessPool, SwautoError):
-                pass
+    for layer, task, result in zip(distinct, tasks, results, strict=True):
+        if result is None:
+            continue
+        choice, seconds[layer.key] = result
+        op = load(task[0], task[1])
+        key = database.request_key(op.source.text, op.params, target, tuner, threads)
+        if database.lookup(key) is None:  # a local worker recorded it already
+            database.record(key, Candidate.from_json(choice), {"operator": op.name, "params": op.params,
+                                                               "target": target, "tuner": tuner,
+                                                               "tuning_s": seconds[layer.key]})
     return seconds
 
 
-def _tune_one(path: str, params: dict[str, int], target: str, threads: int, tuner: str) -> float:
-    """In a worker: tune one layer (its choice goes to the tuning log); the seconds it took."""
+def _on_pool(worker: Callable[..., tuple[str, float]], tasks: list[tuple], jobs: int) -> list[tuple[str, float] | None]:
+    """Each task's result on a local pool of spawned processes (None: it failed, or its worker died)."""
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+    from multiprocessing import get_context
+
+    results: list[tuple[str, float] | None] = []
+    # 'spawn': a forked child of a process that ran kernels on the native thread pool cannot use it.
+    with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=get_context("spawn")) as pool:
+        for future in [pool.submit(worker, *task) for task in tasks]:
+            try:
+                results.append(future.result())
+            except (BrokenProcessPool, SwautoError):
+                results.append(None)
+    return results
+
+
+CONNECT_SECONDS = 20  # how long to try to reach a Dask cluster
+
+
+def _on_cluster(worker: Callable[..., tuple[str, float]], tasks: list[tuple],
+                address: str) -> list[tuple[str, float] | None]:
+    """Each task's result on the workers of the Dask cluster at `address` (None: it failed; Dask runs a
+    task again elsewhere when its worker dies, a few times)."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise ModelError("tuning on a cluster needs Dask's distributed package: pip install 'swauto[cluster]'") \
+            from None
+    try:
+        client = Client(address, timeout=CONNECT_SECONDS)
+    except OSError as error:
+        raise ModelError(f"cannot reach the Dask cluster at {address}: {error}") from None
+    results: list[tuple[str, float] | None] = []
+    with client:
+        for future in [client.submit(worker, *task, pure=False) for task in tasks]:
+            try:
+                results.append(future.result())
+            except Exception:  # noqa: BLE001 - a worker's error or death: this process tunes the layer itself
+                results.append(None)
+    return results
+
+
+def _tune_one(source: str, params: dict[str, int], target: str, threads: int, tuner: str) -> tuple[str, float]:
+    """In a worker: tune one layer; its choice (a candidate's JSON form) and the seconds it took."""
     import swauto
 
     started = time.perf_counter()
-    swauto.compile(Path(path), params, target=target, tuner=tuner,
-                   threads=threads if targets.get(target).threaded else None)
-    return time.perf_counter() - started
+    kernel = swauto.compile(source, params, target=target, tuner=tuner,
+                            threads=threads if targets.get(target).threaded else None)
+    return kernel.schedule.to_json(), time.perf_counter() - started
 
 
 def _tune_layer(row: LayerTuning, layer: Layer, graph: Graph, values: dict[str, np.ndarray], target: str,
