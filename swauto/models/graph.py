@@ -1,6 +1,6 @@
 """ONNX models in: a model's nodes in run order, every tensor's shape with the batch bound, and its weights.
 
-Read with the `onnx` package (an optional dependency: `pip install 'swauto[onnx]'`). The batch is the
+Read with the `onnx` package (an optional dependency: swauto's `onnx` extra). The batch is the
 first dimension of every graph input: a model exported with a symbolic batch (`N`, `batch_size`) needs
 one (`batch=`), and one given replaces a fixed batch too; ONNX's shape inference then gives every other
 tensor its shape. Every failure is a `ModelError` saying which file, node or tensor, and why.
@@ -52,7 +52,8 @@ def _onnx():
     try:
         import onnx
     except ImportError:
-        raise ModelError("reading ONNX models needs the onnx package: pip install 'swauto[onnx]'") from None
+        raise ModelError("reading ONNX models needs the onnx package: pip install onnx (or swauto's 'onnx' "
+                         "extra: pip install '.[onnx]' in its folder)") from None
     return onnx
 
 

@@ -267,8 +267,8 @@ def _on_cluster(worker: Callable[..., tuple[str, float]], tasks: list[tuple],
     try:
         from distributed import Client
     except ImportError:
-        raise ModelError("tuning on a cluster needs Dask's distributed package: pip install 'swauto[cluster]'") \
-            from None
+        raise ModelError("tuning on a cluster needs Dask's distributed package: pip install distributed (or "
+                         "swauto's 'cluster' extra)") from None
     try:
         client = Client(address, timeout=CONNECT_SECONDS)
     except OSError as error:
