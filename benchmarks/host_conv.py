@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 from common import RESULTS, header, write_tables  # benchmarks/ is on the path when run as a script
-from host_gemm import median_seconds  # benchmarks/ is on the path when run as a script
 
 import swauto
+from swauto.tuner.measure import median_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"

@@ -20,7 +20,6 @@ import datetime
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -36,17 +35,6 @@ FIELDS = ["shape", "threads", "candidate", "swauto_gflops", "numpy_gflops", "tor
 def parse_shape(text: str) -> tuple[int, int, int]:
     parts = [int(p) for p in text.lower().split("x")]
     return (parts[0],) * 3 if len(parts) == 1 else tuple(parts)  # type: ignore[return-value]
-
-
-def median_seconds(function, repeat: int) -> float:
-    """Median wall time of `repeat` calls after one warm-up call."""
-    function()
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 def gemm_source(m: int, n: int, k: int) -> str:
@@ -69,6 +57,7 @@ def run_one(shape: tuple[int, int, int], threads: int, repeat: int, tuner: str) 
     import numpy as np
 
     import swauto
+    from swauto.tuner.measure import median_seconds
 
     m, n, k = shape
     started = time.perf_counter()

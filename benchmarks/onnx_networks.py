@@ -23,7 +23,8 @@ import time
 
 import numpy as np
 from common import header, write_tables
-from host_gemm import median_seconds  # benchmarks/ is on the path when run as a script
+
+from swauto.tuner.measure import median_seconds
 
 FIELDS = ["network", "batch", "threads", "compile_s", "swauto_ms", "onnxruntime_ms", "onnxruntime_vs_swauto",
           "torch_ms", "torch_vs_swauto", "error", "kernels_ms", "onnxruntime_nodes_ms", "layers", "nodes"]

@@ -22,9 +22,9 @@ import math
 
 import numpy as np
 from common import ROOT, header, write_tables
-from host_gemm import median_seconds
 
 import swauto
+from swauto.tuner.measure import median_seconds
 
 NETWORKS = ROOT / "benchmarks" / "workloads" / "networks.csv"
 FIELDS = ["model", "layer", "ci", "co", "in_hw", "kr", "kc", "sw_columns", "sw_rows", "sw_peak_pct", "sw_candidate",

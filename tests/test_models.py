@@ -114,6 +114,11 @@ def test_nodes_swauto_cannot_compile_are_listed_with_the_reason():
     assert "dilations [2, 2]" in status["dilated"] and "pads 1x1" in status["padded_pool"]
     assert "no operator for ONNX Sigmoid" in status["sigmoid"] and "group = 2" in status["grouped"]
     assert status["relu"] == "ok" and "4 not compiled" in tuning.summary()
+    # A 1-D convolution (a 3-D input) is refused the same way, not a crash.
+    b = _Builder()
+    b.node("Conv", ["x", b.weight("w", (4, 4, 3))], "y", "conv1d", kernel_shape=[3], pads=[1, 1])
+    tuning = tune_model(b.model("conv1d", [1, 4, 8], "y", [1, 4, 8]), repeat=1)
+    assert "its input is 3-D" in tuning.layers[0].status
 
 
 def test_a_model_that_cannot_be_read_is_one_clear_error(tmp_path):

@@ -86,7 +86,7 @@ def load_onnx(model: str | Path | Any, batch: int | None = None) -> Graph:
             value = next((a for a in node.attribute if a.name == "value"), None)
             if value is None:
                 raise ModelError(f"{where}: Constant node {node.name or node.output[0]} has no tensor value")
-            constants[node.output[0]] = onnx.numpy_helper.to_array(value.t)
+            constants[node.output[0]] = _float32(onnx.numpy_helper.to_array(value.t), node.output[0], where)
     shapes: dict[str, tuple[int, ...]] = {name: array.shape for name, array in constants.items()}
     for info in [*graph.input, *graph.value_info, *graph.output]:
         dims = info.type.tensor_type.shape.dim

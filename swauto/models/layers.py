@@ -85,19 +85,28 @@ def arranged(kernel: Any, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndar
             for name, array in arrays.items()}
 
 
-def in_form(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray],
+def in_form(layer: Layer, graph: Graph, activations: Mapping[str, np.ndarray],
             forms: Mapping[str, str]) -> tuple[dict[str, np.ndarray], str]:
-    """`values` with the node's activations (named in `forms`, each held in that form) in the form its
-    mapping computes in, and that form."""
+    """The node's inputs, weights as they are and `activations` (each held in its form in `forms`, NCHW
+    where it has none) in the form the node's mapping computes in; and that form."""
+    inputs = [name for name in layer.node.inputs if name and name not in graph.constants]
     form = MAPPINGS[layer.node.op].form
     if form == "any":
-        form = next((forms[name] for name in layer.node.inputs if name in forms), "nchw")
-    return {**values, **{name: to_form(values[name], forms[name], form) for name in layer.node.inputs
-                         if name in forms}}, form
+        form = forms.get(inputs[0], "nchw") if inputs else "nchw"
+    return {**{name: graph.constants[name] for name in layer.node.inputs if name in graph.constants},
+            **{name: to_form(activations[name], forms.get(name, "nchw"), form) for name in inputs}}, form
 
 
 def _input(graph: Graph, node: Node, index: int) -> tuple[int, ...]:
     return graph.shapes[node.inputs[index]]
+
+
+def _image(graph: Graph, node: Node) -> tuple[int, int, int, int]:
+    """(batch, channels, rows, columns) of the node's NCHW input, or Unsupported."""
+    shape = _input(graph, node, 0)
+    if len(shape) != 4:
+        raise Unsupported(f"its input is {len(shape)}-D; swauto compiles images (NCHW, 4-D) here")
+    return shape  # type: ignore[return-value]
 
 
 def _weight(graph: Graph, node: Node, index: int, what: str) -> np.ndarray:
@@ -116,8 +125,6 @@ def _bias(graph: Graph, node: Node, index: int) -> np.ndarray | None:
 
 def _conv_window(node: Node, graph: Graph, kernel: tuple[int, int]) -> tuple[int, int, int]:
     """(stride, rows padded, columns padded) of a 2-D Conv or pooling node, or Unsupported."""
-    if len(_input(graph, node, 0)) != 4:
-        raise Unsupported(f"its input is {len(_input(graph, node, 0))}-D; swauto compiles 2-D windows (NCHW)")
     strides = tuple(node.attribute("strides", (1, 1)))
     dilations = tuple(node.attribute("dilations", (1, 1)))
     if any(d != 1 for d in dilations):
@@ -142,7 +149,7 @@ def _conv_window(node: Node, graph: Graph, kernel: tuple[int, int]) -> tuple[int
 
 
 def _conv_layer(node: Node, graph: Graph) -> Layer:
-    batch, channels, rows, columns = _input(graph, node, 0)
+    batch, channels, rows, columns = _image(graph, node)
     weight = _weight(graph, node, 1, "weight")
     outputs, per_group, kr, kc = weight.shape
     stride, pad_r, pad_c = _conv_window(node, graph, (kr, kc))
@@ -228,7 +235,7 @@ def _gemm_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str
 
 
 def _pool_layer(node: Node, graph: Graph) -> Layer:
-    batch, channels, rows, columns = _input(graph, node, 0)
+    batch, channels, rows, columns = _image(graph, node)
     pad_r = 0
     if node.op == "GlobalAveragePool":
         if rows != columns:
@@ -276,22 +283,15 @@ def _window_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray])
             "output": np.zeros((rows, columns, channels, batch), np.float32)}
 
 
-def _window_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str, np.ndarray]) -> np.ndarray:
-    return arrays["output"]
-
-
 # --- element-wise ----------------------------------------------------------------------------------------
 
 
 def _batchnorm_layer(node: Node, graph: Graph) -> Layer:
-    shape = _input(graph, node, 0)
-    if len(shape) != 4:
-        raise Unsupported(f"its input is {len(shape)}-D; swauto's batchnorm.sw takes NCHW")
+    batch, channels, rows, columns = _image(graph, node)
     for index, what in ((1, "scale"), (2, "bias"), (3, "mean"), (4, "variance")):
         _weight(graph, node, index, what)
-    batch, channels, rows, columns = shape
     return Layer(node, "batchnorm.sw", {"B": batch, "Ch": channels, "R": rows, "C": columns},
-                 2 * math.prod(shape), f"{channels}, {rows}x{columns}")
+                 2 * batch * channels * rows * columns, f"{channels}, {rows}x{columns}")
 
 
 def _batchnorm_weights(layer: Layer, graph: Graph) -> Arrays:
@@ -301,13 +301,15 @@ def _batchnorm_weights(layer: Layer, graph: Graph) -> Arrays:
     return {"scale": scale, "shift": (beta - mean * scale).astype(np.float32)}
 
 
-def _batchnorm_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray]) -> Arrays:
+def _x_to_y(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray]) -> Arrays:
+    """An operator of one input x and one output y of its shape (batch norm, softmax)."""
     x = np.ascontiguousarray(values[layer.node.inputs[0]])
     return {"x": x, "y": np.zeros(x.shape, np.float32)}
 
 
-def _batchnorm_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str, np.ndarray]) -> np.ndarray:
-    return arrays["y"]
+def _returns(tensor: str) -> Callable[[Layer, Graph, Arrays, Mapping[str, np.ndarray]], np.ndarray]:
+    """The `output` of a mapping whose node's output is the kernel's tensor `tensor`, as it is."""
+    return lambda layer, graph, arrays, values: arrays[tensor]
 
 
 def _flat_layer(node: Node, graph: Graph) -> Layer:
@@ -324,17 +326,20 @@ def _flat_layer(node: Node, graph: Graph) -> Layer:
     return Layer(node, "relu.sw", {"N": math.prod(shape)}, math.prod(shape), "x".join(map(str, shape)))
 
 
+# The flat operators' input tensors (the node's first inputs: not Clip's bounds) and output tensor.
+_FLAT_TENSORS = {"add.sw": (("x", "y"), "z"), "relu.sw": (("x",), "y"), "relu6.sw": (("x",), "y")}
+
+
 def _flat_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray]) -> Arrays:
-    fed = layer.node.inputs[:2] if layer.operator == "add.sw" else layer.node.inputs[:1]  # not Clip's bounds
-    inputs = [np.ascontiguousarray(values[name]).reshape(-1) for name in fed]
-    names = ("x", "y") if layer.operator == "add.sw" else ("x",)
-    out = "z" if layer.operator == "add.sw" else "y"
-    return {**dict(zip(names, inputs, strict=True)), out: np.zeros(layer.params["N"], np.float32)}
+    inputs, output = _FLAT_TENSORS[layer.operator]  # type: ignore[index]
+    return {**{tensor: np.ascontiguousarray(values[name]).reshape(-1)
+               for tensor, name in zip(inputs, layer.node.inputs, strict=False)},
+            output: np.zeros(layer.params["N"], np.float32)}
 
 
 def _flat_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str, np.ndarray]) -> np.ndarray:
-    out = "z" if layer.operator == "add.sw" else "y"
-    return arrays[out].reshape(values[layer.node.inputs[0]].shape)  # the input's form
+    output = _FLAT_TENSORS[layer.operator][1]  # type: ignore[index]
+    return arrays[output].reshape(values[layer.node.inputs[0]].shape)  # the input's form
 
 
 def _softmax_layer(node: Node, graph: Graph) -> Layer:
@@ -343,15 +348,6 @@ def _softmax_layer(node: Node, graph: Graph) -> Layer:
         raise Unsupported(f"a softmax over axis {node.attribute('axis', -1)} of a {len(shape)}-D tensor: "
                           "swauto's softmax.sw normalizes the rows of a matrix")
     return Layer(node, "softmax.sw", {"B": shape[0], "N": shape[1]}, 5 * math.prod(shape), f"{shape[0]}x{shape[1]}")
-
-
-def _softmax_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray]) -> Arrays:
-    x = np.ascontiguousarray(values[layer.node.inputs[0]])
-    return {"x": x, "y": np.zeros_like(x)}
-
-
-def _softmax_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str, np.ndarray]) -> np.ndarray:
-    return arrays["y"]
 
 
 # --- reshapes -----------------------------------------------------------------------------------------------
@@ -369,18 +365,17 @@ def _view_output(layer: Layer, graph: Graph, arrays: Arrays, values: Mapping[str
     return values[layer.node.inputs[0]].reshape(graph.shapes[layer.node.outputs[0]])
 
 
-CONV = OnnxMapping(_conv_layer, _conv_arrays, _window_output, _conv_weights, form="hwcn")
+CONV = OnnxMapping(_conv_layer, _conv_arrays, _returns("output"), _conv_weights, form="hwcn")
 GEMM = OnnxMapping(_gemm_layer, _gemm_arrays, _gemm_output, _gemm_weights)
-POOL = OnnxMapping(_pool_layer, _window_arrays, _window_output, form="hwcn")
+POOL = OnnxMapping(_pool_layer, _window_arrays, _returns("output"), form="hwcn")
 FLAT = OnnxMapping(_flat_layer, _flat_arrays, _flat_output, form="any")
 VIEW = OnnxMapping(_view_layer, _view_arrays, _view_output)
 MAPPINGS: dict[str, OnnxMapping] = {
     "Conv": CONV, "Gemm": GEMM, "MatMul": GEMM,
     "MaxPool": POOL, "AveragePool": POOL, "GlobalAveragePool": POOL,
-    "BatchNormalization": OnnxMapping(_batchnorm_layer, _batchnorm_arrays, _batchnorm_output, _batchnorm_weights,
-                                      form="hwcn"),
+    "BatchNormalization": OnnxMapping(_batchnorm_layer, _x_to_y, _returns("y"), _batchnorm_weights, form="hwcn"),
     "Relu": FLAT, "Clip": FLAT, "Add": FLAT,
-    "Softmax": OnnxMapping(_softmax_layer, _softmax_arrays, _softmax_output),
+    "Softmax": OnnxMapping(_softmax_layer, _x_to_y, _returns("y")),
     "Flatten": VIEW, "Reshape": VIEW, "Identity": VIEW, "Dropout": VIEW,
 }
 

@@ -38,17 +38,9 @@ class Model:
                  threads: int | None = None, tuner: str = "model", jobs: int | None = None,
                  cluster: str | None = None) -> None:
         import swauto
-        from swauto import targets
-        from swauto.api import available_threads
-        from swauto.frontend.integers import check_integer
-        from swauto.models.tune import tune_layers
+        from swauto.models.tune import settings, tune_layers
 
-        if batch is not None:
-            check_integer(batch, "batch", 1)
-        cores = available_threads()
-        if threads is not None:
-            check_integer(threads, "threads", 1, cores, why=f"the cores this process may run on: {cores}")
-        jobs = cores if jobs is None else check_integer(jobs, "jobs", 1)
+        threads, jobs = settings(target, tuner, batch, threads, jobs)
         self.graph: Graph = fold_batch_norms(load_onnx(model, batch))
         self.target = target
         self.layers: list[Layer] = []
@@ -59,14 +51,11 @@ class Model:
                 self.layers.append(layer_of(node, self.graph))
             except Unsupported as reason:
                 raise ModelError(f"node {node.name} ({node.op}) cannot run on swauto: {reason}") from None
-        plugin = targets.get(target)
-        tune_layers([layer for layer in self.layers if layer.operator], target,
-                    (threads or cores) if plugin.threaded else 1, tuner, jobs, cluster)
+        tune_layers([layer for layer in self.layers if layer.operator], target, threads, tuner, jobs, cluster)
         for node, layer in zip(self.graph.nodes, self.layers, strict=True):
             if layer.operator is not None and layer.key not in self.kernels:
                 self.kernels[layer.key] = swauto.compile(library(layer.operator), dict(layer.params), target=target,
-                                                         threads=(threads or cores) if plugin.threaded else None,
-                                                         tuner=tuner)
+                                                         threads=threads, tuner=tuner)
             kernel = self.kernels.get(layer.key)
             weights = MAPPINGS[node.op].weights(layer, self.graph)
             self._weights.append({} if kernel is None else arranged(kernel, weights))
@@ -78,9 +67,8 @@ class Model:
         return {name: self.graph.shapes[name] for name in self.graph.inputs}
 
     def __call__(self, **inputs: np.ndarray) -> dict[str, np.ndarray]:
-        values: dict[str, np.ndarray] = dict(self.graph.constants)
-        values.update(self._validate(inputs))
-        forms = dict.fromkeys(self.graph.inputs, "nchw")  # each activation's form (layers.to_form)
+        values = self._validate(inputs)  # the activations, each in its form (layers.to_form):
+        forms: dict[str, str] = {}  # NCHW where not said
         started = time.perf_counter()
         for layer, weights in zip(self.layers, self._weights, strict=True):
             mapping = MAPPINGS[layer.node.op]

@@ -12,7 +12,6 @@ with the reason, never dropped.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from swauto.models.layers import (
     to_form,
 )
 from swauto.models.rewrite import fold_batch_norms
+from swauto.tuner.measure import median_seconds
 
 
 @dataclass
@@ -157,20 +157,10 @@ def tune_model(model: str | Path | Any, target: str = "host", batch: int | None 
     a Dask cluster to tune them on instead."""
     from tqdm import tqdm
 
-    from swauto.api import available_threads
     from swauto.frontend.integers import check_integer
 
     check_integer(repeat, "repeat", 1)
-    if batch is not None:
-        check_integer(batch, "batch", 1)
-    plugin = targets.get(target)
-    if tuner not in plugin.tuners:
-        raise ArgumentError(f"the {target} target tunes with {' or '.join(plugin.tuners)}, not {tuner!r}")
-    cores = available_threads()
-    if threads is not None:
-        check_integer(threads, "threads", 1, cores, why=f"the cores this process may run on: {cores}")
-    threads = (threads or cores) if plugin.threaded else 1
-    jobs = cores if jobs is None else check_integer(jobs, "jobs", 1)
+    threads, jobs = settings(target, tuner, batch, threads, jobs)
     graph = fold_batch_norms(load_onnx(model, batch))
     runtime = _onnxruntime() if compare and target == "host" else None
     groups: dict[Any, list[tuple[Node, Layer | None, str]]] = {}
@@ -193,7 +183,7 @@ def tune_model(model: str | Path | Any, target: str = "host", batch: int | None 
         if layer is None or layer.operator is None:
             continue
         row.operator, row.params, row.numpy, row.flops = layer.operator, dict(layer.params), layer.numpy, layer.flops
-        values = {name: _random_input(graph, name, rng) for name in node.inputs if name}
+        values = {name: _random_input(graph, name, rng) for name in node.inputs if name and name not in graph.constants}
         try:
             _tune_layer(row, layer, graph, values, target, threads, tuner, repeat, runtime)
         except SwautoError as error:
@@ -201,6 +191,25 @@ def tune_model(model: str | Path | Any, target: str = "host", batch: int | None 
         row.tuning_s = tuned.get(layer.key, row.tuning_s)
     name = graph.name if not isinstance(model, str | Path) else Path(model).name
     return ModelTuning(name, target, graph.batch, threads, results)
+
+
+def settings(target: str, tuner: str, batch: int | None, threads: int | None,
+             jobs: int | None) -> tuple[int, int]:
+    """`tune_model`'s and `Model`'s arguments checked (an `ArgumentError` or `ParameterError` sentence),
+    and the threads each kernel runs on (all the cores this process may use by default; 1 on a target
+    that is not threaded) and the processes that tune layers (the cores by default)."""
+    from swauto.api import available_threads
+    from swauto.frontend.integers import check_integer
+
+    if batch is not None:
+        check_integer(batch, "batch", 1)
+    plugin = targets.get(target)
+    if tuner not in plugin.tuners:
+        raise ArgumentError(f"the {target} target tunes with {' or '.join(plugin.tuners)}, not {tuner!r}")
+    cores = available_threads()
+    if threads is not None:
+        check_integer(threads, "threads", 1, cores, why=f"the cores this process may run on: {cores}")
+    return (threads or cores) if plugin.threaded else 1, cores if jobs is None else check_integer(jobs, "jobs", 1)
 
 
 def tune_layers(layers: list[Layer], target: str, threads: int, tuner: str, jobs: int, cluster: str | None = None,
@@ -218,7 +227,7 @@ def tune_layers(layers: list[Layer], target: str, threads: int, tuner: str, jobs
     from swauto.tuner import database
 
     distinct = list({layer.key: layer for layer in layers}.values())
-    if cluster is None and (jobs <= 1 or len(distinct) <= 1) or not distinct:
+    if not distinct or cluster is None and (jobs <= 1 or len(distinct) == 1):
         return {}
     if target == "host":
         from swauto.tuner import host_model
@@ -288,8 +297,7 @@ def _tune_one(source: str, params: dict[str, int], target: str, threads: int, tu
     import swauto
 
     started = time.perf_counter()
-    kernel = swauto.compile(source, params, target=target, tuner=tuner,
-                            threads=threads if targets.get(target).threaded else None)
+    kernel = swauto.compile(source, params, target=target, tuner=tuner, threads=threads)
     return kernel.schedule.to_json(), time.perf_counter() - started
 
 
@@ -299,8 +307,7 @@ def _tune_layer(row: LayerTuning, layer: Layer, graph: Graph, values: dict[str, 
 
     mapping = MAPPINGS[layer.node.op]
     started = time.perf_counter()
-    kernel = swauto.compile(library(layer.operator), dict(layer.params), target=target, tuner=tuner,
-                            threads=threads if targets.get(target).threaded else None)
+    kernel = swauto.compile(library(layer.operator), dict(layer.params), target=target, tuner=tuner, threads=threads)
     row.tuning_s = time.perf_counter() - started
     row.candidate, row.candidate_id = kernel.schedule.describe(), kernel.schedule.id
     peak = targets.get(target).peak_flops(kernel.threads)
@@ -308,12 +315,11 @@ def _tune_layer(row: LayerTuning, layer: Layer, graph: Graph, values: dict[str, 
         row.seconds = kernel.report.get("simulated_s")
         row.peak_fraction = row.flops / row.seconds / peak if row.seconds else None
         return
-    local, form = in_form(layer, graph, values, {name: "nchw" for name in layer.node.inputs if name in values
-                                                 and name not in graph.constants})
+    local, form = in_form(layer, graph, values, {})
     weights = mapping.weights(layer, graph)
     declared = {**weights, **mapping.arrays(layer, graph, local)}
     ready = arranged(kernel, declared)
-    row.seconds = _median_seconds(lambda: kernel.run_arranged(**ready), repeat)
+    row.seconds = median_seconds(lambda: kernel.run_arranged(**ready), repeat)
     row.peak_fraction = row.flops / row.seconds / peak
     if runtime is None:
         return
@@ -323,27 +329,15 @@ def _tune_layer(row: LayerTuning, layer: Layer, graph: Graph, values: dict[str, 
     session, feeds = _node_session(runtime, layer.node, graph, values, threads)
     output_name = session.get_outputs()[0].name
     theirs = session.run([output_name], feeds)[0]
-    row.onnxruntime_s = _median_seconds(lambda: session.run([output_name], feeds), repeat)
+    row.onnxruntime_s = median_seconds(lambda: session.run([output_name], feeds), repeat)
     row.error = float(np.max(np.abs(ours - theirs)) / max(float(np.max(np.abs(theirs))), 1e-30))
 
 
 def _random_input(graph: Graph, name: str, rng: np.random.Generator) -> np.ndarray:
-    """A weight's value, or random values for an activation (never negative where the graph makes it so:
-    a layer may rely on that, as a zero-padded max pooling after a ReLU does)."""
-    if name in graph.constants:
-        return graph.constants[name]
+    """Random values for an activation, never negative where the graph makes it so (a layer may rely on
+    that, as a zero-padded max pooling after a ReLU does)."""
     values = rng.standard_normal(graph.shapes[name], dtype=np.float32)
     return np.abs(values) if non_negative(graph, name) else values
-
-
-def _median_seconds(call: Callable[[], object], repeat: int) -> float:
-    call()
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 def _onnxruntime() -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,6 +49,17 @@ def tune(space: Space, threads: int, machine: Machine, top: int | None = None, r
     return sorted(measured, key=lambda r: r.seconds)
 
 
+def median_seconds(call: Callable[[], object], runs: int) -> float:
+    """The median wall time of `runs` calls of `call`, after one call that warms caches up."""
+    call()
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
 def time_module(module: Module, threads: int, runs: int = 3, micro_kernel: tuple[int, int] | None = None) -> float:
     """Median seconds of `runs` calls of `module`'s host kernel with `micro_kernel` (None: the
     default) on random inputs (after a warm-up)."""
@@ -56,10 +68,4 @@ def time_module(module: Module, threads: int, runs: int = 3, micro_kernel: tuple
     program = compile_module(module, knobs=knobs_of(micro_kernel))
     rng = np.random.default_rng(0)
     arrays = {t.name: rng.standard_normal(t.shape, dtype=np.float32) for t in module.tensors}
-    program.run(arrays, threads=threads)
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        program.run(arrays, threads=threads)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+    return median_seconds(lambda: program.run(arrays, threads=threads), runs)
