@@ -13,7 +13,7 @@ import numpy as np
 
 from swauto import targets
 from swauto.errors import ArgumentError, Rejected, ScheduleError, SwautoError, UnsupportedSizes
-from swauto.frontend.check import BoundOperator, check
+from swauto.frontend.check import BoundOperator, Layouts, check
 from swauto.frontend.integers import check_integer
 from swauto.frontend.parser import parse
 from swauto.frontend.source import Source
@@ -33,21 +33,27 @@ DEFAULT_SCHEDULES_TARGET = "sw26010"  # whose rules `schedules` applies unless t
 TUNERS = ("model", "measure", "simulate", "hybrid")  # each target offers some (`Target.tuners`)
 
 
-def load(source: str | Path, params: Mapping[str, object] | None = None) -> BoundOperator:
-    """Parse and check a `.sw` file (path or text) with its size parameters bound."""
+def load(source: str | Path, params: Mapping[str, object] | None = None, layouts: Layouts | None = None
+         ) -> BoundOperator:
+    """Parse and check a `.sw` file (path or text) with its size parameters bound, and the tensors of
+    `layouts` pinned to one memory layout each (`swauto.frontend.check.pin_layouts`)."""
     if not isinstance(source, str | os.PathLike):
         raise ArgumentError(f"source must be a path or the text of a .sw file, got {type(source).__name__}")
+    if layouts is not None and not isinstance(layouts, Mapping):
+        raise ArgumentError(f"layouts maps tensor names to their axes in memory order, got {type(layouts).__name__}")
     src = Source.load(Path(source) if isinstance(source, os.PathLike) else source)
-    return check(parse(src), src, {} if params is None else params)
+    return check(parse(src), src, {} if params is None else params, layouts)
 
 
 def schedules(source: str | Path, params: Mapping[str, object] | None = None,
-              target: str = DEFAULT_SCHEDULES_TARGET, max_candidates: int = MAX_CANDIDATES) -> list[Candidate]:
+              target: str = DEFAULT_SCHEDULES_TARGET, max_candidates: int = MAX_CANDIDATES,
+              layouts: Layouts | None = None) -> list[Candidate]:
     """Every legal candidate schedule of the operator at these sizes for `target`, in the space's stable
     order (the same space on both targets; what is legal differs: the host has no primitive constraints
-    and sizes its buffers for its caches). A space of more than `max_candidates` is refused."""
+    and sizes its buffers for its caches). A space of more than `max_candidates` is refused. `layouts`
+    pins tensors' memory layouts as `compile`'s does."""
     plugin = targets.get(target)
-    return explore(load(source, params), plugin.machine(), max_candidates=max_candidates).candidates
+    return explore(load(source, params, layouts), plugin.machine(), max_candidates=max_candidates).candidates
 
 
 def _resolve(op: BoundOperator, schedule: Candidate | str | Mapping[str, Any], machine: LocalMemoryMachine,
@@ -100,6 +106,7 @@ def compile(  # noqa: A001 - the public name users expect
     tuner: str = "model",
     threads: int | None = None,
     max_candidates: int = MAX_CANDIDATES,
+    layouts: Layouts | None = None,
 ) -> Kernel:
     """Compile the operator in `source` (a path or `.sw` text) for `target`.
 
@@ -108,6 +115,9 @@ def compile(  # noqa: A001 - the public name users expect
     all available); the `measure` tuner times every candidate there and `hybrid` the model's best few.
     On sw26010 the `simulate` tuner times every candidate on the timed simulator and `hybrid` the
     model's best few. A schedule space of more than `max_candidates` candidates is refused before it is built.
+    `layouts` keeps tensors in given memory layouts (`{"output": ["Ro", "Co", "B", "No"]}`: the declared
+    axes in memory order, by name or index; one of those the schedule allows), as a caller whose arrays
+    are already arranged that way wants (`Kernel.run_arranged` then converts nothing).
     """
     plugin = targets.get(target)
     _check_choice(tuner, TUNERS, "tuner")
@@ -116,7 +126,7 @@ def compile(  # noqa: A001 - the public name users expect
         cores = available_threads()
         threads = check_integer(threads, "threads", 1, cores, why=f"the cores this process may run on: {cores}")
     started = time.perf_counter()
-    op = load(source, params)
+    op = load(source, params, layouts)
     if tuner not in plugin.tuners:
         raise ArgumentError(_tuner_refusal(tuner, plugin))
     host_threads = threads or available_threads()
@@ -126,7 +136,8 @@ def compile(  # noqa: A001 - the public name users expect
         remembered = False
     else:
         # The tuning log answers a request tuned before (same source, sizes, target, tuner, threads).
-        key = database.request_key(op.source.text, op.params, target, tuner, host_threads if plugin.threaded else 1)
+        key = database.request_key(op.source.text, op.params, target, tuner, host_threads if plugin.threaded else 1,
+                                   op.space.layouts)
         candidate, stages = _remembered(op, database.lookup(key), machine)
         remembered = candidate is not None
         if not remembered:

@@ -140,6 +140,12 @@ def test_missing_file_is_a_swauto_error(tmp_path):
         ({"threads": 9999}, ArgumentError, "threads must be at most .* \\(the cores this process may run on"),
         ({"max_candidates": 0}, ArgumentError, "max_candidates must be a positive integer, got 0"),
         ({"max_candidates": "5"}, ArgumentError, "max_candidates must be an integer"),
+        ({"layouts": [["M", "K"]]}, ArgumentError, "layouts maps tensor names to their axes in memory order"),
+        ({"layouts": {"D": ["M", "N"]}}, ArgumentError, "gemm has no tensor D to lay out; its tensors are A, B, C"),
+        ({"layouts": {"A": ["K", "M"]}}, ArgumentError, "A cannot be laid out as \\['K', 'M'\\]: gemm's schedule keeps "
+                                                        "it as \\[M, K\\]"),
+        ({"layouts": {"A": 5}}, ArgumentError, "A cannot be laid out as 5"),
+        ({"layouts": {"A": [True, False]}}, ArgumentError, "A cannot be laid out as \\[True, False\\]"),
     ],
 )
 def test_wrong_python_types_raise_a_swauto_error(gemm_source, kwargs, error, message):
@@ -201,3 +207,30 @@ def test_choose_refuses_sources_of_different_operators(gemm_source):
     with pytest.raises(ArgumentError, match=r"gemm takes A\[128, 64\], B\[64, 128\], D\[128, 128\] where gemm takes "
                                             r"A\[128, 64\], B\[64, 128\], C\[128, 128\]"):
         swauto.choose([gemm_source, renamed], {"M": 128, "N": 128, "K": 64}, target="sw26010")
+
+
+def test_pinned_layouts_narrow_the_space_and_are_kept(empty_cache_dir):
+    """`layouts` pins tensors to one of the layouts their schedule allows, by axis name or index: the
+    kernel keeps them so, computes the same, and is tuned (and remembered) apart from the unpinned one."""
+    from conftest import EXAMPLES
+    from swauto.reference import reference
+
+    source, params = EXAMPLES / "conv2d.sw", {"B": 3, "Ni": 5, "No": 7, "Ri": 6, "Ci": 5}
+    free = {candidate.id for candidate in swauto.schedules(source, params)}
+    for layout in (["Ri", "Ci", "B", "Ni"], [0, 1, 2, 3], "Ri, Ci, B, Ni"):
+        pinned = swauto.schedules(source, params, layouts={"input": layout})
+        expected = [0, 1, 3, 2] if "B" in layout else [0, 1, 2, 3]
+        assert pinned and all(dict(c.layouts)["input"] == tuple(expected) for c in pinned)
+        assert {c.id for c in pinned} < free
+    channels_last = {"input": ["Ri", "Ci", "B", "Ni"], "output": ["Ro", "Co", "B", "No"]}
+    swauto.compile(source, params, target="sw26010")
+    assert not swauto.compile(source, params, target="sw26010", layouts=channels_last).report["from_tuning_log"]
+    for target in ("host", "sw26010"):
+        kernel = swauto.compile(source, params, target=target, layouts=channels_last)
+        assert kernel.layouts["input"] == kernel.layouts["output"] == (0, 1, 3, 2)
+        assert kernel.report["from_tuning_log"] == (target == "sw26010")  # a request of its own, remembered
+        rng = np.random.default_rng(1)
+        arrays = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in kernel.operator.seed.tensors}
+        expected = reference(kernel.operator, arrays)["output"]
+        kernel(**arrays)
+        assert relative_error(arrays["output"], expected) < 1e-5

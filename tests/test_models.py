@@ -197,7 +197,7 @@ def test_a_model_takes_any_array_that_speaks_dlpack():
     assert np.array_equal(model(x=Foreign(x))["y"], model(x=x)["y"])
 
 
-def _tune_or_die(source: str, params: dict, target: str, threads: int, tuner: str) -> tuple[str, float]:
+def _tune_or_die(source: str, params: dict, target: str, threads: int, tuner: str, layouts: dict) -> tuple[str, float]:
     """A pool worker that dies (as a killed process does) on the ReLU layers and tunes the others."""
     import os
     import time
@@ -212,12 +212,12 @@ def _tune_or_die(source: str, params: dict, target: str, threads: int, tuner: st
         while not (log.exists() and log.stat().st_size) and time.monotonic() < deadline:
             time.sleep(0.05)  # until another worker has finished a layer
         os._exit(1)
-    return _tune_one(source, params, target, threads, tuner)
+    return _tune_one(source, params, target, threads, tuner, layouts)
 
 
 @pytest.mark.parametrize("dies", [False, True])
 def test_layers_are_tuned_in_a_process_pool_and_a_dead_worker_loses_no_finished_layer(dies, tmp_path, monkeypatch):
-    from swauto.models.layers import layer_of, library
+    from swauto.models.layers import layer_of
     from swauto.models.tune import tune_layers
 
     monkeypatch.setenv("SWAUTO_CACHE_DIR", str(tmp_path))  # a tuning log of this test's own
@@ -229,7 +229,7 @@ def test_layers_are_tuned_in_a_process_pool_and_a_dead_worker_loses_no_finished_
     assert set(tuned) <= set(distinct) - relu if dies else set(tuned) == set(distinct)
     remembered = set()
     for key, layer in distinct.items():  # what a worker finished is in the log; the rest is tuned here
-        kernel = swauto.compile(library(layer.operator), dict(layer.params), threads=1)
+        kernel = layer.compile("host", 1, "model")
         if kernel.report["from_tuning_log"]:
             remembered.add(key)
     # Every layer a worker finished is kept, also one whose result the broken pool did not deliver.
@@ -257,7 +257,7 @@ def test_layers_are_tuned_on_a_dask_cluster_and_recorded_here(tmp_path, monkeypa
     workers return their choices and this process records them in its own tuning log."""
     distributed = pytest.importorskip("distributed")
     from swauto.models import tune
-    from swauto.models.layers import layer_of, library
+    from swauto.models.layers import layer_of
     from swauto.models.tune import tune_layers
 
     monkeypatch.setenv("SWAUTO_CACHE_DIR", str(tmp_path))
@@ -267,8 +267,29 @@ def test_layers_are_tuned_on_a_dask_cluster_and_recorded_here(tmp_path, monkeypa
         tuned = tune_layers(layers, "sw26010", 1, "model", jobs=1, cluster=cluster.scheduler_address)
     assert set(tuned) == {layer.key for layer in layers}
     for layer in layers:
-        kernel = swauto.compile(library(layer.operator), dict(layer.params), target="sw26010")
+        kernel = layer.compile("sw26010", 1, "model")
         assert kernel.report["from_tuning_log"]
     monkeypatch.setattr(tune, "CONNECT_SECONDS", 1)
     with pytest.raises(swauto.ModelError, match="cannot reach the Dask cluster"):
         tune_layers(layers, "sw26010", 1, "model", jobs=1, cluster="tcp://127.0.0.1:9")
+
+
+def test_a_model_keeps_its_activations_in_one_layout_and_its_results_are_the_callers():
+    """Every window kernel is pinned to the model's activation form (nothing is converted between
+    them), and the arrays a call returns are not the ones the next call writes."""
+    from swauto.models.layers import ACTIVATION_FORM, MAPPINGS
+
+    model = swauto.Model(tiny_network(hw=8), batch=2)
+    layout = tuple("hwcn".index(axis) for axis in ACTIVATION_FORM)
+    windows = [layer for layer in model.layers if MAPPINGS[layer.node.op].activations]
+    assert {layer.node.op for layer in windows} >= {"Conv", "MaxPool", "BatchNormalization"}
+    for layer in windows:
+        kernel = model.kernels[layer.key]
+        assert all(kernel.layouts.get(tensor, (0, 1, 2, 3)) == layout for tensor in MAPPINGS[layer.node.op].activations)
+    rng = np.random.default_rng(2)
+    x1, x2 = (rng.standard_normal((2, 3, 8, 8), dtype=np.float32) for _ in range(2))
+    first = model(x=x1)["y"]
+    kept = first.copy()
+    second = model(x=x2)["y"]
+    assert np.array_equal(first, kept) and not np.array_equal(first, second)
+    assert np.array_equal(model(x=x1)["y"], kept)

@@ -85,6 +85,39 @@ def test_host_candidates_match_the_reference(name):
     assert not failed, failed
 
 
+CHANNELS_LAST = {  # the window operators' activations, channels innermost (what `swauto.Model` pins)
+    "maxpool": ({"input": "Ri Ci B C", "output": "Ro Co B C"}, OPERATORS["maxpool"]),
+    "avgpool": ({"input": "Ri Ci B C", "output": "Ro Co B C"}, OPERATORS["avgpool"]),
+    "conv2d_depthwise": ({"input": "Ri Ci B C", "output": "Ro Co B C"}, OPERATORS["conv2d_depthwise"]),
+    "batchnorm": ({"x": "R C B Ch", "y": "R C B Ch"}, {"B": 3, "Ch": 37, "R": 5, "C": 7}),
+    "conv2d": ({"input": "Ri Ci B Ni", "output": "Ro Co B No"},
+               {"B": 3, "Ni": 5, "No": 6, "Ri": 7, "Ci": 9, "Kr": 3, "Kc": 3, "stride": 2, "pad": 1}),
+}
+
+
+def _run_pinned(name: str, target: str, candidate) -> float:
+    layouts, params = CHANNELS_LAST[name]
+    kernel = swauto.compile(EXAMPLES / f"{name}.sw", params=params, target=target, schedule=candidate, layouts=layouts)
+    assert set(kernel.layouts[tensor] for tensor in layouts) == {(0, 1, 3, 2)}
+    arrays = _inputs(kernel.operator)
+    expected = reference(kernel.operator, arrays)
+    kernel(**arrays)
+    return max(relative_error(arrays[out], value) for out, value in expected.items())
+
+
+@pytest.mark.parametrize("target", ["host", "sw26010"])
+@pytest.mark.parametrize("name", sorted(CHANNELS_LAST))
+def test_window_operators_with_channels_innermost_match_the_reference(name, target):
+    """The layouts `swauto.Model` pins its activations to, on a spread sample of each pinned space."""
+    layouts, params = CHANNELS_LAST[name]
+    pinned = swauto.schedules(EXAMPLES / f"{name}.sw", params=params, target=target, layouts=layouts)
+    candidates = _sample(pinned, target)
+    outcomes = run_isolated(lambda candidate: _run_pinned(name, target, candidate), candidates,
+                            labels=[c.id for c in candidates])
+    failed = [str(outcome) for outcome in outcomes if not outcome.ok or outcome.value >= 1e-4]
+    assert candidates and not failed, failed
+
+
 @pytest.mark.parametrize("stride", [1, 2])
 def test_nchw_convolution_at_both_strides_is_pytorchs(stride):
     """The NCHW example computes PyTorch's conv2d (checked against a direct NumPy convolution)."""

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import math
 import operator as op
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from swauto.errors import CheckError, ParameterError, UnsupportedSizes
+from swauto.errors import ArgumentError, CheckError, ParameterError, UnsupportedSizes
 from swauto.frontend import ast
 from swauto.frontend.integers import MAX_ELEMENTS, MAX_SIZE, check_integer
 from swauto.frontend.source import Position, Source
@@ -884,8 +884,13 @@ def ast_position(node: ast.Expression) -> Position:
     return node.position
 
 
-def check(operator: ast.Operator, source: Source, params: Mapping[str, object] | None = None) -> BoundOperator:
-    """Check `operator` and bind `params`; raise CheckError / ParameterError on the first problem."""
+Layouts = Mapping[str, Sequence[str | int]]  # tensor -> its declared axes in memory order, by name or index
+
+
+def check(operator: ast.Operator, source: Source, params: Mapping[str, object] | None = None,
+          layouts: Layouts | None = None) -> BoundOperator:
+    """Check `operator` and bind `params`; raise CheckError / ParameterError on the first problem.
+    `layouts` pins tensors to one of the memory layouts their schedule allows (`pin_layouts`)."""
     checker = _Checker(operator, source)
     bound = checker.bind_params(params or {})
     checker.check_lets()
@@ -899,8 +904,36 @@ def check(operator: ast.Operator, source: Source, params: Mapping[str, object] |
     written = {call.output.name for call in checker.seeds}
     tensors = tuple(Tensor(t.name, checker.sizes_of(t), "float32", t.name in written and not t.local, is_local=t.local)
                     for t in operator.tensors)
-    space = checker.schedule(checker.seeds)
+    space = pin_layouts(checker.schedule(checker.seeds), operator, layouts or {})
     return BoundOperator(operator.name, source, bound, Module(operator.name, tensors, (), body), space)
+
+
+def pin_layouts(space: ScheduleSpace, operator: ast.Operator, layouts: Layouts) -> ScheduleSpace:
+    """`space` with each tensor of `layouts` held in the one memory layout given (its declared axes in
+    memory order, by name or by index): what a caller whose arrays are already arranged needs, such as
+    a network passing one layer's output to the next. The layout must be one the schedule allows (a
+    `layout` directive's choice, or the declared order); an `ArgumentError` names them otherwise."""
+    declared = {t.name: t for t in operator.tensors if not t.local}
+    choices = {choice.tensor: choice for choice in space.layouts}
+    for name, order in layouts.items():
+        tensor = declared.get(name)
+        if tensor is None:
+            raise ArgumentError(f"{operator.name} has no tensor {name} to lay out; its tensors are "
+                                f"{', '.join(declared)}")
+        axes = [axis.id if isinstance(axis, ast.Name) else str(index) for index, axis in enumerate(tensor.shape)]
+        allowed = choices[name].permutations if name in choices else (tuple(range(len(axes))),)
+        shown = " or ".join("[" + ", ".join(axes[i] for i in permutation) + "]" for permutation in allowed)
+        try:
+            order = order.replace(",", " ").split() if isinstance(order, str) else list(order)
+            permutation = tuple(item if type(item) is int else axes.index(item) for item in order)
+        except (TypeError, ValueError):  # not a sequence, or not of the axes
+            permutation = ()
+        if permutation not in allowed:
+            raise ArgumentError(f"{name} cannot be laid out as {order}: {operator.name}'s schedule keeps it as "
+                                f"{shown}")
+        if name in choices:  # else the declared order, the only one
+            choices[name] = LayoutChoice(name, (permutation,))
+    return replace(space, layouts=tuple(choices.values())) if layouts else space
 
 
 def body_call(stmt: Stmt) -> Call:

@@ -1,17 +1,19 @@
 """Run a whole ONNX model with swauto kernels: `Model` compiles each distinct layer once and runs the
 nodes in order, each through its kernel.
 
-The weights are arranged once, in the layouts the kernels keep them in. Activations stay in the
-library's [rows, columns, channels, batch] form from one window operator (convolution, batch norm,
-pooling) to the next, element-wise maps working in their inputs' form; they are converted where a
-node wants ONNX's NCHW (Flatten) and at the model's edges, and a kernel that keeps a tensor in
-another layout still converts it at its call. Batch norms after convolutions are folded into them
+The weights are arranged once, in the layouts the kernels keep them in. The window operators'
+activations (convolution, batch norm, pooling) are held in one memory form, [rows, columns, batch,
+channels] (`layers.ACTIVATION_FORM`), to which every such kernel is pinned, and element-wise maps work
+in their inputs' form: nothing is converted between layers but where a node wants ONNX's NCHW
+(Flatten) and at the model's edges. Each node writes arrays kept from call to call (`layers.Outputs`),
+so a call allocates only its results. Batch norms after convolutions are folded into them
 (`rewrite.fold_batch_norms`), and a convolution's output starts from its bias. Fusing a ReLU into the
-convolution before it and choosing layouts across layers are next.
+convolution before it is next.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,7 +24,18 @@ import numpy as np
 from swauto.api import as_array
 from swauto.errors import ArgumentError, ModelError
 from swauto.models.graph import Graph, load_onnx
-from swauto.models.layers import MAPPINGS, Layer, Unsupported, arranged, in_form, layer_of, library, to_form
+from swauto.models.layers import (
+    ACTIVATION_FORM,
+    MAPPINGS,
+    Layer,
+    Outputs,
+    Unsupported,
+    arranged,
+    in_form,
+    layer_of,
+    run,
+    to_form,
+)
 from swauto.models.rewrite import fold_batch_norms
 
 
@@ -43,22 +56,24 @@ class Model:
         threads, jobs = settings(target, tuner, batch, threads, jobs)
         self.graph: Graph = fold_batch_norms(load_onnx(model, batch))
         self.target = target
+        self.form = ACTIVATION_FORM  # the window operators' activations, in memory
         self.layers: list[Layer] = []
         self.kernels: dict[Any, swauto.Kernel] = {}
         self._weights: list[dict[str, np.ndarray]] = []  # per layer, in its kernel's layouts
         for node in self.graph.nodes:
             try:
-                self.layers.append(layer_of(node, self.graph))
+                self.layers.append(layer_of(node, self.graph, self.form))
             except Unsupported as reason:
                 raise ModelError(f"node {node.name} ({node.op}) cannot run on swauto: {reason}") from None
         tune_layers([layer for layer in self.layers if layer.operator], target, threads, tuner, jobs, cluster)
         for node, layer in zip(self.graph.nodes, self.layers, strict=True):
             if layer.operator is not None and layer.key not in self.kernels:
-                self.kernels[layer.key] = swauto.compile(library(layer.operator), dict(layer.params), target=target,
-                                                         threads=threads, tuner=tuner)
+                self.kernels[layer.key] = layer.compile(target, threads, tuner)
             kernel = self.kernels.get(layer.key)
             weights = MAPPINGS[node.op].weights(layer, self.graph)
             self._weights.append({} if kernel is None else arranged(kernel, weights))
+        self._outputs = [Outputs(layer.layouts, keep=True) for layer in self.layers]
+        self._lock = threading.Lock()  # the kept output arrays serve one call at a time
         self.last_call_s: float | None = None
 
     @property
@@ -69,23 +84,23 @@ class Model:
     def __call__(self, **inputs: np.ndarray) -> dict[str, np.ndarray]:
         values = self._validate(inputs)  # the activations, each in its form (layers.to_form):
         forms: dict[str, str] = {}  # NCHW where not said
-        started = time.perf_counter()
-        for layer, weights in zip(self.layers, self._weights, strict=True):
-            mapping = MAPPINGS[layer.node.op]
-            local, form = in_form(layer, self.graph, values, forms)
-            arrays = mapping.arrays(layer, self.graph, local)
-            if layer.operator is not None:
-                kernel = self.kernels[layer.key]
-                ready = arranged(kernel, arrays)
-                kernel.run_arranged(**ready, **weights)
-                arrays = {name: ready[name].transpose(np.argsort(kernel.layouts[name])) if name in kernel.layouts
-                          else ready[name] for name in arrays}  # the declared layouts, as views
-            values[layer.node.outputs[0]] = mapping.output(layer, self.graph, arrays, local)
-            forms[layer.node.outputs[0]] = form
-        outputs = {name: np.ascontiguousarray(to_form(values[name], forms.get(name, "nchw"), "nchw"))
-                   for name in self.graph.outputs}
-        self.last_call_s = time.perf_counter() - started
-        return outputs
+        with self._lock:
+            started = time.perf_counter()
+            for layer, weights, outputs in zip(self.layers, self._weights, self._outputs, strict=True):
+                mapping = MAPPINGS[layer.node.op]
+                local, form = in_form(layer, self.graph, values, forms)
+                arrays = mapping.arrays(layer, self.graph, local, outputs)
+                if layer.operator is not None:
+                    arrays = run(self.kernels[layer.key], arrays, weights)
+                result = mapping.output(layer, self.graph, arrays, local)
+                if mapping.activations:  # computed in the declared 'hwcn' form, held in the model's
+                    result, form = to_form(result, form, self.form), self.form
+                values[layer.node.outputs[0]], forms[layer.node.outputs[0]] = result, form
+            # Copies: the kept arrays are written again by the next call.
+            results = {name: np.array(to_form(values[name], forms.get(name, "nchw"), "nchw"), order="C")
+                       for name in self.graph.outputs}
+            self.last_call_s = time.perf_counter() - started
+        return results
 
     def _validate(self, inputs: Mapping[str, object]) -> dict[str, np.ndarray]:
         expected = self.inputs

@@ -26,12 +26,14 @@ from swauto.models.graph import Graph, Node, load_onnx
 from swauto.models.layers import (
     MAPPINGS,
     Layer,
+    Outputs,
     Unsupported,
     arranged,
     in_form,
     layer_of,
     library,
     non_negative,
+    run,
     to_form,
 )
 from swauto.models.rewrite import fold_batch_norms
@@ -233,15 +235,16 @@ def tune_layers(layers: list[Layer], target: str, threads: int, tuner: str, jobs
         from swauto.tuner import host_model
 
         host_model.machine()  # calibrated here once, not in every local worker
-    tasks = [(library(layer.operator).read_text(), dict(layer.params), target, threads, tuner) for layer in distinct]
+    tasks = [(library(layer.operator).read_text(), dict(layer.params), target, threads, tuner, dict(layer.layouts))
+             for layer in distinct]
     results = (_on_cluster if cluster is not None else _on_pool)(worker or _tune_one, tasks, cluster or jobs)
     seconds: dict[Any, float] = {}
     for layer, task, result in zip(distinct, tasks, results, strict=True):
         if result is None:
             continue
         choice, seconds[layer.key] = result
-        op = load(task[0], task[1])
-        key = database.request_key(op.source.text, op.params, target, tuner, threads)
+        op = load(task[0], task[1], task[5])
+        key = database.request_key(op.source.text, op.params, target, tuner, threads, op.space.layouts)
         if database.lookup(key) is None:  # a local worker recorded it already
             database.record(key, Candidate.from_json(choice), {"operator": op.name, "params": op.params,
                                                                "target": target, "tuner": tuner,
@@ -292,22 +295,21 @@ def _on_cluster(worker: Callable[..., tuple[str, float]], tasks: list[tuple],
     return results
 
 
-def _tune_one(source: str, params: dict[str, int], target: str, threads: int, tuner: str) -> tuple[str, float]:
+def _tune_one(source: str, params: dict[str, int], target: str, threads: int, tuner: str,
+              layouts: dict[str, tuple[int, ...]]) -> tuple[str, float]:
     """In a worker: tune one layer; its choice (a candidate's JSON form) and the seconds it took."""
     import swauto
 
     started = time.perf_counter()
-    kernel = swauto.compile(source, params, target=target, tuner=tuner, threads=threads)
+    kernel = swauto.compile(source, params, target=target, tuner=tuner, threads=threads, layouts=layouts)
     return kernel.schedule.to_json(), time.perf_counter() - started
 
 
 def _tune_layer(row: LayerTuning, layer: Layer, graph: Graph, values: dict[str, np.ndarray], target: str,
                 threads: int, tuner: str, repeat: int, runtime: Any) -> None:
-    import swauto
-
     mapping = MAPPINGS[layer.node.op]
     started = time.perf_counter()
-    kernel = swauto.compile(library(layer.operator), dict(layer.params), target=target, tuner=tuner, threads=threads)
+    kernel = layer.compile(target, threads, tuner)
     row.tuning_s = time.perf_counter() - started
     row.candidate, row.candidate_id = kernel.schedule.describe(), kernel.schedule.id
     peak = targets.get(target).peak_flops(kernel.threads)
@@ -316,16 +318,15 @@ def _tune_layer(row: LayerTuning, layer: Layer, graph: Graph, values: dict[str, 
         row.peak_fraction = row.flops / row.seconds / peak if row.seconds else None
         return
     local, form = in_form(layer, graph, values, {})
-    weights = mapping.weights(layer, graph)
-    declared = {**weights, **mapping.arrays(layer, graph, local)}
-    ready = arranged(kernel, declared)
+    weights = arranged(kernel, mapping.weights(layer, graph))
+    ready = {**weights, **arranged(kernel, mapping.arrays(layer, graph, local, Outputs(layer.layouts)))}
     row.seconds = median_seconds(lambda: kernel.run_arranged(**ready), repeat)
     row.peak_fraction = row.flops / row.seconds / peak
     if runtime is None:
         return
-    declared = {**weights, **mapping.arrays(layer, graph, local)}  # afresh: the timed calls accumulated into C
-    kernel(**declared)  # in the declared layouts, converted by the kernel: what a caller gets
-    ours = to_form(mapping.output(layer, graph, declared, local), form, "nchw")
+    # Afresh, as a model runs it: the timed calls accumulated into the output.
+    arrays = run(kernel, mapping.arrays(layer, graph, local, Outputs(layer.layouts)), weights)
+    ours = to_form(mapping.output(layer, graph, arrays, local), form, "nchw")
     session, feeds = _node_session(runtime, layer.node, graph, values, threads)
     output_name = session.get_outputs()[0].name
     theirs = session.run([output_name], feeds)[0]

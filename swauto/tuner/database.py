@@ -31,7 +31,7 @@ import errno
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -43,8 +43,12 @@ from swauto.schedule.candidate import Candidate
 LOG = "tuning.jsonl"
 
 
-def request_key(source_text: str, params: Mapping[str, int], target: str, tuner: str, threads: int) -> str:
-    request = [compiler_version(), source_text, sorted(params.items()), target, tuner, threads]
+def request_key(source_text: str, params: Mapping[str, int], target: str, tuner: str, threads: int,
+                layouts: Sequence[Any] = ()) -> str:
+    """The tuning log's key of a request: what decides its choice (`layouts`: the space's layout choices,
+    which pinned layouts narrow)."""
+    request = [compiler_version(), source_text, sorted(params.items()), target, tuner, threads,
+               [[choice.tensor, choice.permutations] for choice in layouts]]
     return hashlib.sha256(json.dumps(request).encode()).hexdigest()[:32]
 
 
