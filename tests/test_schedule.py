@@ -328,3 +328,12 @@ def test_fusing_tile_loops_with_a_shorter_last_tile_is_rejected_with_a_reason():
     space = explore(load(source), local_memory_machine("host"))
     assert space.rejected["fusion not expressible"] > 0
     assert {dict(c.splits)["M"] for c in space.candidates} == {200}
+
+
+@pytest.mark.parametrize("name", ["conv2d_depthwise_relu6.sw", "conv2d_relu.sw", "batchnorm.sw", "conv2d_bias_relu.sw",
+                                  "fc_bias_relu.sw", "avgpool.sw"])
+def test_the_space_is_counted_as_it_is_enumerated(name):
+    """`count` (which sizes a space before building it, and the ranked explorer's total) agrees with
+    the candidates enumerated, also where a fused statement's own tiles and orders are not chosen."""
+    op = load(Path(__file__).parent.parent / "examples" / name, {})
+    assert count(op, SUNWAY)[0] == sum(1 for _ in candidates(op))

@@ -41,7 +41,9 @@ ODD = [
 # One row tile of the host's micro-kernel: its vector operand may be read in place, at half a copy's cost.
 ONE_ROW_TILE = [("gemm.sw", {"M": 4, "N": 512, "K": 256})]
 # A statement fused into its producer (batchnorm's shift into its scale): the sketch settles its sizes too.
-FUSED = [("batchnorm.sw", {"B": 2, "Ch": 8, "R": 8, "C": 8})]
+FUSED = [("batchnorm.sw", {"B": 2, "Ch": 8, "R": 8, "C": 8}),
+         # A class whose first order cannot fuse (a reduction outside the fused tile) has no bound.
+         ("conv2d_depthwise_relu6.sw", {"B": 2, "C": 16, "Ri": 8, "Ci": 8})]
 
 
 # A model that prices nothing: for spaces whose candidates have no sketch or fit no placement.

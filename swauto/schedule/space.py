@@ -268,6 +268,23 @@ def fusion_choices(op: BoundOperator) -> list[tuple[str, ...]]:
     return [tuple(name for part in parts for name in part) for parts in itertools.product(*prefixes)]
 
 
+def fused_order_count(op: BoundOperator, fused: tuple[str, ...], splits: dict[str, int]) -> int:
+    """How many loop orders `_tile_choices` gives fusion choice `fused` at tile sizes `splits`, without
+    listing them: a fused statement's own splits and orders are its first ones (`_default_choices`)."""
+    space = op.space
+    single = single_trip_loops(op, splits)
+    consumers = {f.consumer for f in space.fusions if f.name in fused}
+    if any(split.statement in consumers and splits[split.target] != tile_sizes(split, split_extent(op, split))[0]
+           for split in space.splits):
+        return 0
+    if space.order is not None:
+        return int(_default_choices(op, fused, splits, space.order, single))
+    count = order_count(op, single)
+    for statement in consumers & set(space.reorder_any):
+        count //= math.factorial(len(_nest_order(op, statement, single)[1]))
+    return count
+
+
 def _default_choices(op: BoundOperator, fused: tuple[str, ...], splits: dict[str, int], order: tuple[str, ...],
                      single: frozenset[str]) -> bool:
     """Whether the fused statements' own splits and loop orders are the space's first ones."""

@@ -21,9 +21,8 @@ from swauto.pipeline import Stages, lower
 from swauto.schedule.candidate import Candidate
 from swauto.schedule.space import (
     candidates,
+    fused_order_count,
     fusion_choices,
-    order_count,
-    single_trip_loops,
     split_extent,
     tile_classes,
     tile_sizes,
@@ -47,11 +46,18 @@ def count(op: BoundOperator, machine: LocalMemoryMachine) -> tuple[int, list[str
     space = op.space
     factors: list[tuple[int, str]] = []
     sizes = [tile_sizes(split, split_extent(op, split)) for split in space.splits]
-    # Loops of one iteration take no part in the orders, so the orders may depend on the tile sizes.
-    orders = [order_count(op, single_trip_loops(op, {split.target: size for split, size in
-                                                    zip(space.splits, choice, strict=True)}))
-              for choice in itertools.product(*sizes)]
-    if len(set(orders)) == 1:
+    # Loops of one iteration take no part in the orders, so the orders may depend on the tile sizes; a
+    # fused statement's own tiles and loops are not chosen.
+    fusions = fusion_choices(op)
+    orders_of = {fused: [fused_order_count(op, fused, {split.target: size for split, size in
+                                                       zip(space.splits, choice, strict=True)})
+                         for choice in itertools.product(*sizes)] for fused in fusions}
+    orders = orders_of[()]
+    if any(counts != orders for counts in orders_of.values()):
+        total = sum(sum(counts) for counts in orders_of.values())
+        factors.append((total, f"{len(fusions)} fusion choices with {total:,} choices of tile sizes and loop orders "
+                               "in all (a fused statement's own are not chosen)"))
+    elif len(set(orders)) == 1:
         for split, offered in zip(space.splits, sizes, strict=True):
             factors.append((len(offered), f"{len(offered)} tile sizes of {split.target}"))
         free = [len(space.nests[statement]) for statement in space.reorder_any] if space.order is None else []
@@ -65,8 +71,8 @@ def count(op: BoundOperator, machine: LocalMemoryMachine) -> tuple[int, list[str
     for layout in space.layouts:
         factors.append((len(layout.permutations), f"{len(layout.permutations)} layouts of {layout.tensor}"))
     factors.append((len(space.vectorize), f"{len(space.vectorize)} vectorized dimensions"))
-    fusions = len(fusion_choices(op))
-    factors.append((fusions, f"{fusions} fusion choices"))
+    if all(counts == orders for counts in orders_of.values()):
+        factors.append((len(fusions), f"{len(fusions)} fusion choices"))
     if machine.asynchronous_dma:
         factors.append((2, "2 bufferings (single, double)"))
     if machine.micro_kernels:
@@ -232,8 +238,9 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
                 space.rejected[rejection.reason] += len(orders) * len(bufferings) * micro_kernels
                 continue
             nest = None  # a reason that may depend on the order: each candidate says
-        if nest is None:
+        if nest is None:  # no bound for the class: each of its candidates is priced before any is lowered
             bound = -math.inf
+            least[number] = lambda _moved: -math.inf
         else:
             least[number] = model.bound(nest.module)
             bound = least[number](sketcher.least_bytes(first)) * nest.share
