@@ -78,10 +78,12 @@ def tiny_network(channels: int = 8, hw: int = 12, classes: int = 10) -> onnx.Mod
 def test_every_layer_of_a_small_network_compiles_and_matches_onnxruntime():
     tuning = tune_model(tiny_network(), batch=2, repeat=1)
     by_node = {node: layer for layer in tuning.layers for node in layer.nodes}
-    # The two residual blocks have one shape: one kernel each for their conv, Add and ReLU; their batch
-    # norms are folded into the convs, the one after the pooling is a kernel of its own.
-    assert by_node["conv_a"] is by_node["conv_b"] and by_node["add_a"].nodes == ("add_a", "add_b")
-    assert "bn_a" not in by_node and by_node["bn_pool"].operator == "batchnorm.sw"
+    # The two residual blocks have one shape: one kernel for their conv, Add and ReLU, fused (the
+    # batch norms folded into the convs); the one after the pooling is a kernel of its own.
+    assert by_node["conv_a"] is by_node["conv_b"] and by_node["conv_a"].nodes == ("conv_a", "conv_b")
+    assert by_node["conv_a"].op == "FusedConv" and by_node["conv_a"].operator == "conv2d_relu.sw"
+    assert by_node["conv_a"].shape.endswith("+ add + relu") and by_node["conv1"].shape.endswith("+ relu")
+    assert not {"bn_a", "add_a", "relu_a", "relu1"} & set(by_node) and by_node["bn_pool"].operator == "batchnorm.sw"
     assert by_node["flat"].status == "no kernel"
     compiled = [layer for layer in tuning.layers if layer.status == "ok"]
     assert len(compiled) == len(tuning.layers) - 1
@@ -92,7 +94,7 @@ def test_every_layer_of_a_small_network_compiles_and_matches_onnxruntime():
     assert by_node["down"].params["stride"] == 2 and by_node["gap"].params["K"] == 3
     table = tuning.table()
     assert table.count("\n") == len(tuning.layers) + 1 and "conv_a (+1)" in table
-    assert "12 compiled for host at batch 2" in tuning.summary()  # 13 distinct layers, Flatten has no kernel
+    assert "9 compiled for host at batch 2" in tuning.summary()  # 10 distinct layers, Flatten has no kernel
 
 
 def test_the_sw26010_tunes_every_layer_on_its_timed_simulator():
@@ -140,7 +142,7 @@ def test_the_command_line_prints_the_table_and_draws_the_plot(tmp_path, capsys):
     onnx.save(tiny_network(hw=8), str(path))
     assert main(["tune-model", str(path), "-D", "batch=1", "--repeat", "1", "--plot", str(tmp_path / "t.png")]) == 0
     out = capsys.readouterr().out
-    assert "| conv1 | Conv |" in out and "12 compiled for host at batch 1" in out
+    assert "| conv1 | FusedConv |" in out and "9 compiled for host at batch 1" in out
     assert (tmp_path / "t.png").stat().st_size > 0
     assert main(["tune-model", str(path), "-D", "B=1"]) == 2
     assert "takes one parameter, -D batch=N" in capsys.readouterr().err
@@ -293,3 +295,41 @@ def test_a_model_keeps_its_activations_in_one_layout_and_its_results_are_the_cal
     second = model(x=x2)["y"]
     assert np.array_equal(first, kept) and not np.array_equal(first, second)
     assert np.array_equal(model(x=x1)["y"], kept)
+
+
+def test_activations_and_residuals_fuse_into_the_convolution_before_them_where_nothing_else_reads_it():
+    """`fuse_activations`: Conv [-> Add] [-> Relu | Clip(0, 6)] chains whose every link has one reader
+    become FusedConv nodes (one kernel: the activation on its output tiles), the rest stay; the model
+    still computes what onnxruntime does."""
+    import onnxruntime
+
+    from swauto.models.rewrite import fuse_activations
+
+    b = _Builder()
+    a = b.conv("x", 4, 4, 3, "a")
+    shared = b.node("Relu", [a], "shared", "relu_read_twice")  # fused: a's output has one reader
+    c = b.conv(shared, 4, 4, 1, "c", pad=0)
+    d = b.conv(shared, 4, 4, 3, "d", group=4)  # depthwise, its Clip(0, 6) fused
+    clipped = b.node("Clip", [d, b.weight("zero", ()), b.weight("six", ())], "clipped", "relu6")
+    b.weights[-2:] = [numpy_helper.from_array(np.float32(v), n) for v, n in ((0, "zero"), (6, "six"))]
+    summed = b.node("Add", [c, clipped], "summed", "add")  # c (first in order) takes the Add and its ReLU
+    e = b.conv(b.node("Relu", [summed], "r", "relu_after_add"), 4, 4, 3, "e")
+    y = b.node("Add", [b.node("Relu", [e], "g", "relu_of_e"), e], "y", "add_of_e")  # e is read twice
+    proto = b.model("fusions", [2, 4, 6, 6], y, [2, 4, 6, 6])
+    graph = fuse_activations(load_onnx(proto))
+    fused = {node.name: [part.name for part in node.parts] for node in graph.nodes if node.op == "FusedConv"}
+    assert fused == {"a": ["a", "relu_read_twice"], "d": ["d", "relu6"], "c": ["c", "add", "relu_after_add"]}
+    assert [node.name for node in graph.nodes if node.op != "FusedConv"] == ["e", "relu_of_e", "add_of_e"]
+    other = _Builder()  # a Clip that is no ReLU6 is not fused
+    clip = other.node("Clip", [other.conv("x", 4, 4, 3, "conv"), other.weight("low", ()), other.weight("high", ())],
+                      "y", "clip_to_one")
+    other.weights[-2:] = [numpy_helper.from_array(np.float32(v), n) for v, n in ((-1, "low"), (1, "high"))]
+    assert [n.op for n in fuse_activations(load_onnx(other.model("clip", [2, 4, 6, 6], clip, [2, 4, 6, 6]))).nodes] \
+        == ["Conv", "Clip"]
+    assert [node.attribute("activation") for node in graph.nodes[:3]] == ["relu", "relu6", "relu"]
+    model = swauto.Model(proto, batch=2)
+    assert {layer.operator for layer in model.layers} >= {"conv2d_relu.sw", "conv2d_depthwise_relu6.sw"}
+    x = np.random.default_rng(3).standard_normal((2, 4, 6, 6), dtype=np.float32)
+    theirs = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    assert np.abs(model(x=x)["y"] - theirs).max() <= TOLERANCE * np.abs(theirs).max()

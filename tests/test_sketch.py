@@ -43,7 +43,9 @@ ONE_ROW_TILE = [("gemm.sw", {"M": 4, "N": 512, "K": 256})]
 # A statement fused into its producer (batchnorm's shift into its scale): the sketch settles its sizes too.
 FUSED = [("batchnorm.sw", {"B": 2, "Ch": 8, "R": 8, "C": 8}),
          # A class whose first order cannot fuse (a reduction outside the fused tile) has no bound.
-         ("conv2d_depthwise_relu6.sw", {"B": 2, "C": 16, "Ri": 8, "Ci": 8})]
+         ("conv2d_depthwise_relu6.sw", {"B": 2, "C": 16, "Ri": 8, "Ci": 8}),
+         # Unfused, a convolution and a map: ranked by the convolution's placement and the map's bound.
+         ("conv2d_relu.sw", {"B": 2, "Ni": 16, "No": 32, "Ri": 8, "Ci": 8})]
 
 
 # A model that prices nothing: for spaces whose candidates have no sketch or fit no placement.

@@ -21,13 +21,15 @@ from swauto.errors import ModelError
 @dataclass(frozen=True)
 class Node:
     """One ONNX node: its operator type, the tensors it reads and writes (names; '' for an omitted
-    optional input) and its attributes as Python values."""
+    optional input) and its attributes as Python values. A node made by fusing several (swauto's own
+    `FusedConv`: `rewrite.fuse_activations`) lists the ONNX nodes it stands for in `parts`."""
 
     name: str
     op: str
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     attributes: Mapping[str, Any]
+    parts: tuple[Node, ...] = ()
 
     def attribute(self, name: str, default: Any = None) -> Any:
         return self.attributes.get(name, default)

@@ -206,29 +206,44 @@ def _conv_layer(node: Node, graph: Graph) -> Layer:
     shape = (f"{channels}->{outputs}, {rows}x{columns}, {kr}x{kc}" + (f"/{stride}" if stride > 1 else "")
              + (f", pad {pad_r}x{pad_c}" if pad_r or pad_c else ""))
     window = {"Ri": rows, "Ci": columns, "Kr": kr, "Kc": kc, "stride": stride, "pad_r": pad_r, "pad_c": pad_c}
+    activation = node.attribute("activation")  # a FusedConv's
+    suffix = "".join(f" + {part.op.lower()}" for part in node.parts[1:])
     if group == 1:
         flops = 2 * batch * outputs * out_rows * out_columns * channels * kr * kc
-        return Layer(node, "conv2d.sw", {"B": batch, "Ni": channels, "No": outputs, **window}, flops, shape)
+        return Layer(node, _CONVOLUTIONS[False, activation], {"B": batch, "Ni": channels, "No": outputs, **window},
+                     flops, shape + suffix)
     if group == channels == outputs and per_group == 1:
         flops = 2 * batch * channels * out_rows * out_columns * kr * kc
-        return Layer(node, "conv2d_depthwise.sw", {"B": batch, "C": channels, **window}, flops,
-                     "depthwise " + shape)
+        return Layer(node, _CONVOLUTIONS[True, activation], {"B": batch, "C": channels, **window}, flops,
+                     "depthwise " + shape + suffix)
     raise Unsupported(f"group = {group} with {channels} -> {outputs} channels: swauto compiles dense (group 1) "
                       "and depthwise (group = channels, one output per channel) convolutions")
 
 
+# (depthwise, the activation run on its output) -> the library's convolution.
+_CONVOLUTIONS = {(False, None): "conv2d.sw", (False, "relu"): "conv2d_relu.sw", (False, "relu6"): "conv2d_relu6.sw",
+                 (True, None): "conv2d_depthwise.sw", (True, "relu"): "conv2d_depthwise_relu.sw",
+                 (True, "relu6"): "conv2d_depthwise_relu6.sw"}
+
+
 def _conv_weights(layer: Layer, graph: Graph) -> Arrays:
     weight = graph.constants[layer.node.inputs[1]]
-    if layer.operator == "conv2d_depthwise.sw":
+    if "C" in layer.params:  # depthwise
         return {"weight": np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0))}  # [Kr, Kc, C]
     return {"weight": np.ascontiguousarray(weight.transpose(2, 3, 0, 1))}  # [Kr, Kc, No, Ni]
 
 
 def _conv_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray], outputs: Outputs) -> Arrays:
-    """The window's arrays, the output starting from the bias or zero (the kernel adds the convolution to it)."""
+    """The window's arrays, the output starting from the bias (or zero) plus a FusedConv's residual: the
+    kernel adds the convolution to it."""
     arrays = _window_arrays(layer, graph, values, outputs)
     bias = _bias(graph, layer.node, 2)
-    arrays["output"][...] = 0 if bias is None else bias.reshape(1, 1, -1, 1)
+    bias = np.float32(0) if bias is None else bias.reshape(1, 1, -1, 1)
+    residual = layer.node.inputs[3] if len(layer.node.inputs) > 3 else ""
+    if residual:
+        np.add(values[residual], bias, out=arrays["output"])
+    else:
+        arrays["output"][...] = bias
     return arrays
 
 
@@ -312,15 +327,17 @@ def _pool_layer(node: Node, graph: Graph) -> Layer:
 
 
 def non_negative(graph: Graph, name: str) -> bool:
-    """Whether tensor `name` is the output of a ReLU or of a Clip from 0 (ReLU6): never negative."""
+    """Whether tensor `name` is the output of a ReLU or of a Clip from 0 (ReLU6), alone or fused into a
+    convolution: never negative."""
     producer = next((node for node in graph.nodes if name in node.outputs), None)
     if producer is None:
         return False
-    if producer.op == "Relu":
-        return True
-    low = producer.inputs[1] if producer.op == "Clip" and len(producer.inputs) > 1 else ""
-    return producer.op == "Clip" and (float(graph.constants[low]) >= 0 if low in graph.constants
-                                      else producer.attribute("min", -1.0) >= 0)
+    if producer.op == "FusedConv":
+        return producer.attribute("activation") is not None
+    if producer.op == "Clip":
+        low = _clip_bounds(producer, graph)[0]
+        return low is not None and low >= 0
+    return producer.op == "Relu"
 
 
 def _window_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray], outputs: Outputs) -> Arrays:
@@ -360,12 +377,25 @@ def _returns(tensor: str) -> Callable[[Layer, Graph, Arrays, Mapping[str, np.nda
     return lambda layer, graph, arrays, values: arrays[tensor]
 
 
+def _clip_bounds(node: Node, graph: Graph) -> list[float | None]:
+    """A Clip's bounds (None: not a constant), from its inputs (opset 11 on) or its attributes."""
+    if len(node.inputs) > 1:
+        return [float(graph.constants[name]) if name in graph.constants else None for name in node.inputs[1:3]]
+    return [node.attribute("min"), node.attribute("max")]
+
+
+def activation_of(node: Node, graph: Graph) -> str | None:
+    """'relu' for a Relu, 'relu6' for a Clip between 0 and 6, None for any other node."""
+    if node.op == "Relu":
+        return "relu"
+    return "relu6" if node.op == "Clip" and _clip_bounds(node, graph) == [0.0, 6.0] else None
+
+
 def _flat_layer(node: Node, graph: Graph) -> Layer:
     shape = _input(graph, node, 0)
     if node.op == "Clip":
-        bounds = [float(graph.constants[name]) if name in graph.constants else None for name in node.inputs[1:3]]
-        if bounds != [0.0, 6.0] and (node.attribute("min"), node.attribute("max")) != (0.0, 6.0):
-            raise Unsupported(f"Clip to {bounds}: swauto clips between 0 and 6 (ReLU6) only")
+        if activation_of(node, graph) is None:
+            raise Unsupported(f"Clip to {_clip_bounds(node, graph)}: swauto clips between 0 and 6 (ReLU6) only")
         return Layer(node, "relu6.sw", {"N": math.prod(shape)}, 2 * math.prod(shape), "x".join(map(str, shape)))
     if node.op == "Add":
         if any(name in graph.constants for name in node.inputs) or _input(graph, node, 1) != shape:
@@ -420,7 +450,7 @@ POOL = OnnxMapping(_pool_layer, _window_arrays, _returns("output"), form="hwcn",
 FLAT = OnnxMapping(_flat_layer, _flat_arrays, _flat_output, form="any")
 VIEW = OnnxMapping(_view_layer, _view_arrays, _view_output)
 MAPPINGS: dict[str, OnnxMapping] = {
-    "Conv": CONV, "Gemm": GEMM, "MatMul": GEMM,
+    "Conv": CONV, "FusedConv": CONV, "Gemm": GEMM, "MatMul": GEMM,
     "MaxPool": POOL, "AveragePool": POOL, "GlobalAveragePool": POOL,
     "BatchNormalization": OnnxMapping(_batchnorm_layer, _x_to_y, _returns("y"), _batchnorm_weights, "hwcn", ("x", "y")),
     "Relu": FLAT, "Clip": FLAT, "Add": FLAT,

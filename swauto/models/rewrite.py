@@ -4,6 +4,13 @@
 folded into that Conv's weights and bias (inference only: the statistics are constants), as inference
 runtimes do. The batch norm's pass over memory disappears, and the bias it leaves is added by the
 convolution itself (its output starts from the bias: `layers`).
+
+`fuse_activations`: a Conv, then an Add of another activation (a residual), then a Relu or a
+Clip(0, 6), each read only by the next, become one `FusedConv` node (inputs X, W, B and the residual
+Z, attribute `activation`: 'relu', 'relu6' or None; the name onnxruntime gives its own such node).
+Its output starts from the bias plus the residual and the activation runs on each output tile before
+it is written back (`examples/conv2d_relu.sw` and its kin), so neither the Add nor the activation is a
+pass of its own over memory.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from dataclasses import replace
 import numpy as np
 
 from swauto.models.graph import Graph, Node
+from swauto.models.layers import Unsupported, activation_of, layer_of
 
 
 def fold_batch_norms(graph: Graph) -> Graph:
@@ -46,3 +54,54 @@ def fold_batch_norms(graph: Graph) -> Graph:
     shapes = {**graph.shapes, **{name: constants[name].shape for conv in folded.values() for name in conv.inputs[1:]}}
     return replace(graph, nodes=nodes, shapes=shapes,
                    constants={name: value for name, value in constants.items() if name in used})
+
+
+def _readers(graph: Graph) -> dict[str, list[Node]]:
+    readers: dict[str, list[Node]] = {}
+    for node in graph.nodes:
+        for name in dict.fromkeys(node.inputs):
+            readers.setdefault(name, []).append(node)
+    return readers
+
+
+def fuse_activations(graph: Graph) -> Graph:
+    """`graph` with each Conv [-> Add] [-> Relu or Clip(0, 6)] chain as one `FusedConv` node, placed
+    where the chain's last node was (every tensor it reads is computed by then; see the module docstring)."""
+    readers = _readers(graph)
+
+    def only_reader(name: str) -> Node | None:
+        nodes = readers.get(name, [])
+        return nodes[0] if len(nodes) == 1 and name not in graph.outputs else None
+
+    fused: dict[str, Node] = {}  # the chain's last node's name -> the fused node
+    taken: set[str] = set()  # nodes that a chain has taken
+    for conv in graph.nodes:
+        if conv.op != "Conv":
+            continue
+        try:
+            layer_of(conv, graph)
+        except Unsupported:  # its readers stay nodes of their own, which may compile
+            continue
+        parts, residual, activation = [conv], "", None
+        following = only_reader(conv.outputs[0])
+        if following is not None and following.op == "Add" and following.name not in taken:
+            others = [name for name in following.inputs if name != conv.outputs[0]]
+            if len(others) == 1 and others[0] not in graph.constants \
+                    and graph.shapes[others[0]] == graph.shapes[conv.outputs[0]]:
+                parts.append(following)
+                residual = others[0]
+                following = only_reader(following.outputs[0])
+        if following is not None and following.name not in taken:
+            activation = activation_of(following, graph)
+            if activation is not None:
+                parts.append(following)
+        if len(parts) == 1:
+            continue
+        taken.update(part.name for part in parts)
+        inputs = (*conv.inputs[:2], conv.inputs[2] if len(conv.inputs) > 2 else "", residual)
+        fused[parts[-1].name] = Node(conv.name, "FusedConv", inputs, parts[-1].outputs,
+                                     {**conv.attributes, "activation": activation}, tuple(parts))
+    if not fused:
+        return graph
+    return replace(graph, nodes=tuple(fused.get(node.name, node) for node in graph.nodes
+                                      if node.name in fused or node.name not in taken))

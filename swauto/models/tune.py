@@ -36,7 +36,7 @@ from swauto.models.layers import (
     run,
     to_form,
 )
-from swauto.models.rewrite import fold_batch_norms
+from swauto.models.rewrite import fold_batch_norms, fuse_activations
 from swauto.tuner.measure import median_seconds
 
 
@@ -163,7 +163,7 @@ def tune_model(model: str | Path | Any, target: str = "host", batch: int | None 
 
     check_integer(repeat, "repeat", 1)
     threads, jobs = settings(target, tuner, batch, threads, jobs)
-    graph = fold_batch_norms(load_onnx(model, batch))
+    graph = fuse_activations(fold_batch_norms(load_onnx(model, batch)))
     runtime = _onnxruntime() if compare and target == "host" else None
     groups: dict[Any, list[tuple[Node, Layer | None, str]]] = {}
     for node in graph.nodes:
@@ -350,15 +350,17 @@ def _onnxruntime() -> Any:
 
 
 def _node_session(runtime: Any, node: Node, graph: Graph, values: Mapping[str, np.ndarray], threads: int):
-    """An onnxruntime session of `node` alone (its weights as initializers), and its feeds."""
+    """An onnxruntime session of `node` alone (the ONNX nodes a fused node stands for; its weights as
+    initializers), and its feeds."""
     from onnx import TensorProto, helper, numpy_helper
 
-    fed = [name for name in node.inputs if name and name not in graph.constants]
-    weights = [numpy_helper.from_array(graph.constants[name], name) for name in node.inputs
+    fed = list(dict.fromkeys(name for name in node.inputs if name and name not in graph.constants))
+    weights = [numpy_helper.from_array(graph.constants[name], name) for name in dict.fromkeys(node.inputs)
                if name in graph.constants]
     output = node.outputs[0]
     one = helper.make_graph(
-        [helper.make_node(node.op, list(node.inputs), [output], **dict(node.attributes))], node.name,
+        [helper.make_node(part.op, list(part.inputs), list(part.outputs), **dict(part.attributes))
+         for part in node.parts or (node,)], node.name,
         [helper.make_tensor_value_info(name, TensorProto.FLOAT, graph.shapes[name]) for name in fed],
         [helper.make_tensor_value_info(output, TensorProto.FLOAT, graph.shapes[output])], weights)
     proto = helper.make_model(one, opset_imports=[helper.make_opsetid("", graph.opset)])

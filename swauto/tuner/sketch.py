@@ -17,7 +17,11 @@ A sketch is an estimate's input, not a program: every tile is full (no peeled bo
 no zeroing, waits, double-buffered halves or memory plan. The tuner lowers the candidates whose
 sketches its model prices fastest and ranks those on their real IR (`explore_ranked`). Only a
 candidate that is one perfect nest once scheduled has a sketch (an operator of one statement, or
-one whose consumers are all fused into their producer); the others are lowered to be priced.
+one whose consumers are all fused into their producer). A candidate of one nest that is not a map
+(its *main* nest) and maps besides (consumers not fused, an output's fill) has a *partial* placement,
+of its main nest alone: its price plus the maps' passes at the model's bound (`Sketcher.rest_seconds`)
+ranks the candidate without lowering it, but it is no sketch (`Sketcher.sketch` gives None). The
+others are lowered to be priced.
 """
 
 from __future__ import annotations
@@ -84,6 +88,13 @@ class _TileClass:
     trips: dict[str, int]  # per loop
     floors: dict[int, int]  # per buffer count (1, 2: double buffered), the least local memory of any placement
     calls: dict[tuple[int, ...], Call]  # the call on its buffers, per choice of transfers (by identity)
+    # The classes of the other nests (maps) of a candidate of several, of which this is the main nest
+    # (a partial class: the module docstring).
+    rest: tuple[_TileClass, ...] = ()
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.rest)
 
 
 @dataclass(eq=False)
@@ -183,11 +194,13 @@ class Sketcher:
         a candidate must be lowered to be priced. Raises `Rejected` when its class cannot be scheduled
         (the reason `apply` gives) or when no placement of its transfers fits local memory."""
         placement = self.placement(candidate)
-        return None if placement is None else Sketch(self.module(placement), placement.share, placement.signature)
+        if placement is None or placement.tiles.partial:
+            return None
+        return Sketch(self.module(placement), placement.share, placement.signature)
 
     def placement(self, candidate: Candidate) -> Placement | None:
-        """The placement of `candidate`'s transfers (its sketch without the module); None and
-        `Rejected` as `sketch`."""
+        """The placement of `candidate`'s transfers (its sketch without the module), or of its main
+        nest's (`Placement.tiles.partial`: the module docstring); None and `Rejected` as `sketch`."""
         found = self._class_of(candidate)
         return None if found is None else self._place(found, candidate)
 
@@ -198,8 +211,9 @@ class Sketcher:
         add their time, or overlap the compute) bounds every sketch of the class from below. None
         and `Rejected` as `sketch`."""
         found = self._class_of(candidate)
-        if found is None:
-            return None
+        return None if found is None else self._compute_nest(found)
+
+    def _compute_nest(self, found: _TileClass) -> Sketch:
         loops = tuple(found.loops.values())
         local = {operand.role: self._ir(found, self._transfer(found, operand, loops, frozenset())).operand
                  for operand in found.operands}
@@ -215,6 +229,18 @@ class Sketcher:
         class needs. The class must have a sketch (`compute_nest` is not None)."""
         tiles = self._class_of(candidate)
         assert tiles is not None
+        return self._least_bytes(tiles)
+
+    def rest_seconds(self, candidate: Candidate, bound: Callable[[Module], Callable[[int], float]]) -> float:
+        """The seconds of the maps besides the main nest of `candidate`'s partial class, each at the
+        model's `bound` on its nest (`SketchModel.bound`) moving the fewest bytes it may: 0 for a class
+        of one nest. The class must have a placement (`compute_nest` is not None)."""
+        tiles = self._class_of(candidate)
+        assert tiles is not None
+        return sum(bound(self._compute_nest(rest).module)(self._least_bytes(rest)) * rest.share
+                   for rest in tiles.rest)
+
+    def _least_bytes(self, tiles: _TileClass) -> int:
         room = self.machine.ldm_usable_bytes
         total = 0
         for operand in tiles.operands:
@@ -251,7 +277,21 @@ class Sketcher:
 
     def _tile_class(self, candidate: Candidate) -> _TileClass | None:
         module = init_outputs(apply(self.op, candidate, self.machine))
-        if len(statements(module)) != 1 or not isinstance(module.body, For | Call) or module.context:
+        nests = statements(module)
+        if len(nests) == 1 or module.context:
+            return self._nest_class(module)
+        main = [nest for nest in nests if loop_nest(nest)[1].signature.kind != "map"]
+        if len(main) != 1:
+            return None
+        classes = [self._nest_class(replace(module, body=nest)) for nest in (main[0], *(n for n in nests
+                                                                                         if n is not main[0]))]
+        if None in classes:
+            return None
+        return replace(classes[0], rest=tuple(classes[1:]))  # type: ignore[arg-type]
+
+    def _nest_class(self, module: Module) -> _TileClass | None:
+        """The tile class of `module`'s one nest; None where it is not one perfect nest."""
+        if not isinstance(module.body, For | Call) or module.context:
             return None
         loops, call = loop_nest(module.body)
         first: dict[str, int] = {}

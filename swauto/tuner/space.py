@@ -52,7 +52,7 @@ def count(op: BoundOperator, machine: LocalMemoryMachine) -> tuple[int, list[str
     orders_of = {fused: [fused_order_count(op, fused, {split.target: size for split, size in
                                                        zip(space.splits, choice, strict=True)})
                          for choice in itertools.product(*sizes)] for fused in fusions}
-    orders = orders_of[()]
+    orders = orders_of[fusions[0]]
     if any(counts != orders for counts in orders_of.values()):
         total = sum(sum(counts) for counts in orders_of.values())
         factors.append((total, f"{len(fusions)} fusion choices with {total:,} choices of tile sizes and loop orders "
@@ -177,7 +177,9 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketch
       until one is legal: the others are the same program to the model. (Their real IR may differ
       where tiles are peeled, so an illegal one does not stand for them.)
 
-    Candidates without a sketch (several statements) are all lowered. Those whose sketch finds no
+    A candidate of several nests of which one is not a map is ranked by its main nest's placement,
+    the maps at the model's bound besides (`Sketcher.rest_seconds`); the other candidates without a
+    sketch are all lowered. Those whose sketch finds no
     placement that fits local memory come last: the sketch doubles every buffer of a double-buffered
     candidate, the pipeline only those it prefetches."""
     with _cycle_collector_paused():
@@ -197,6 +199,7 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
     # class opens before a candidate is priced, and one is priced before one is lowered.
     queue: list[tuple[float, int, tuple[int, ...], Candidate, object]] = []
     least: dict[int, Callable[[int], float]] = {}  # per class: its bound, by the bytes a sketch moves
+    rest: dict[int, float] = {}  # per partial class: its other nests' seconds (`Sketcher.rest_seconds`)
     prices: dict[tuple, float] = {}  # per signature
 
     def add(place: tuple[int, ...], candidate: Candidate) -> bool:
@@ -226,7 +229,7 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
                 if seconds is not None:
                     heapq.heappush(queue, (seconds, LOWER, place, candidate, signature))
                 else:
-                    bound = least[number](placement.moved) * placement.share
+                    bound = least[number](placement.moved) * placement.share + rest.get(number, 0.0)
                     heapq.heappush(queue, (bound, PRICE, place, candidate, (signature, placement)))
 
     for number, (first, orders) in enumerate(tile_classes(op)):
@@ -243,7 +246,8 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
             least[number] = lambda _moved: -math.inf
         else:
             least[number] = model.bound(nest.module)
-            bound = least[number](sketcher.least_bytes(first)) * nest.share
+            rest[number] = sketcher.rest_seconds(first, model.bound)
+            bound = least[number](sketcher.least_bytes(first)) * nest.share + rest[number]
         heapq.heappush(queue, (bound, OPEN, (number,), first, orders))
     found = 0
     seen: set[tuple] = set()
@@ -255,8 +259,8 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
             signature, placement = payload  # type: ignore[misc]
             seconds = prices.get(signature)
             if seconds is None:
-                seconds = prices[signature] = model.price(sketcher.module(placement),
-                                                          candidate.double_buffer) * placement.share
+                seconds = prices[signature] = (model.price(sketcher.module(placement), candidate.double_buffer)
+                                               * placement.share + rest.get(place[0], 0.0))
             heapq.heappush(queue, (seconds, LOWER, place, candidate, signature))
         elif not (payload and payload in seen) and add(place, candidate):
             found += 1
