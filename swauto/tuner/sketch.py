@@ -37,7 +37,7 @@ from swauto.frontend.check import BoundOperator
 from swauto.ir import expr as ex
 from swauto.ir.analysis import trip_count
 from swauto.ir.nests import loop_nest, rebuild_nest, statements
-from swauto.ir.nodes import Access, Call, Dma, For, LocalBuffer, Module, Stmt, seq
+from swauto.ir.nodes import Access, Call, Dma, For, LocalBuffer, Module, Seq, Stmt, seq
 from swauto.machine import DTYPE_BYTES, LocalMemoryMachine
 from swauto.passes.hoist_dma import cheapest
 from swauto.passes.infer_dma import buffer_names, hoistable, hoisted_extents, transfer_box
@@ -278,9 +278,15 @@ class Sketcher:
     def _tile_class(self, candidate: Candidate) -> _TileClass | None:
         module = init_outputs(apply(self.op, candidate, self.machine))
         nests = statements(module)
-        if len(nests) == 1 or module.context:
+        top = module.body.stmts if isinstance(module.body, Seq) else (module.body,)
+        if len(nests) == 1:
             return self._nest_class(module)
-        main = [nest for nest in nests if loop_nest(nest)[1].signature.kind != "map"]
+        if module.context or any(nest not in top for nest in nests):  # nests inside sequence loops
+            return None
+        try:
+            main = [nest for nest in nests if loop_nest(nest)[1].signature.kind != "map"]
+        except ValueError:  # a nest that is not perfect
+            return None
         if len(main) != 1:
             return None
         classes = [self._nest_class(replace(module, body=nest)) for nest in (main[0], *(n for n in nests
