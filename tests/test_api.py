@@ -213,15 +213,16 @@ def test_pinned_layouts_narrow_the_space_and_are_kept(empty_cache_dir):
     """`layouts` pins tensors to one of the layouts their schedule allows, by axis name or index: the
     kernel keeps them so, computes the same, and is tuned (and remembered) apart from the unpinned one."""
     from conftest import EXAMPLES
+    from swauto.api import load
     from swauto.reference import reference
 
     source, params = EXAMPLES / "conv2d.sw", {"B": 3, "Ni": 5, "No": 7, "Ri": 6, "Ci": 5}
-    free = {candidate.id for candidate in swauto.schedules(source, params)}
+    free = {choice.tensor: choice.permutations for choice in load(source, params).space.layouts}
+    assert free["input"] == ((0, 1, 2, 3), (0, 1, 3, 2))
     for layout in (["Ri", "Ci", "B", "Ni"], [0, 1, 2, 3], "Ri, Ci, B, Ni"):
-        pinned = swauto.schedules(source, params, layouts={"input": layout})
-        expected = [0, 1, 3, 2] if "B" in layout else [0, 1, 2, 3]
-        assert pinned and all(dict(c.layouts)["input"] == tuple(expected) for c in pinned)
-        assert {c.id for c in pinned} < free
+        space = load(source, params, {"input": layout}).space
+        pinned = {choice.tensor: choice.permutations for choice in space.layouts}
+        assert pinned == {**free, "input": ((0, 1, 3, 2) if "B" in layout else (0, 1, 2, 3),)}
     channels_last = {"input": ["Ri", "Ci", "B", "Ni"], "output": ["Ro", "Co", "B", "No"]}
     swauto.compile(source, params, target="sw26010")
     assert not swauto.compile(source, params, target="sw26010", layouts=channels_last).report["from_tuning_log"]

@@ -18,10 +18,10 @@ no zeroing, waits, double-buffered halves or memory plan. The tuner lowers the c
 sketches its model prices fastest and ranks those on their real IR (`explore_ranked`). Only a
 candidate that is one perfect nest once scheduled has a sketch (an operator of one statement, or
 one whose consumers are all fused into their producer). A candidate of one nest that is not a map
-(its *main* nest) and maps besides (consumers not fused, an output's fill) has a *partial* placement,
-of its main nest alone: its price plus the maps' passes at the model's bound (`Sketcher.rest_seconds`)
-ranks the candidate without lowering it, but it is no sketch (`Sketcher.sketch` gives None). The
-others are lowered to be priced.
+(its *main* nest; of maps alone, the first) and maps besides (consumers not fused, an output's fill)
+has a *partial* placement, of its main nest alone: its price plus that of the maps' own sketches
+(`Sketcher.rest_seconds`) ranks the candidate without lowering it, but it is no sketch
+(`Sketcher.sketch` gives None). The others are lowered to be priced.
 """
 
 from __future__ import annotations
@@ -231,14 +231,23 @@ class Sketcher:
         assert tiles is not None
         return self._least_bytes(tiles)
 
-    def rest_seconds(self, candidate: Candidate, bound: Callable[[Module], Callable[[int], float]]) -> float:
-        """The seconds of the maps besides the main nest of `candidate`'s partial class, each at the
-        model's `bound` on its nest (`SketchModel.bound`) moving the fewest bytes it may: 0 for a class
-        of one nest. The class must have a placement (`compute_nest` is not None)."""
+    def rest_seconds(self, candidate: Candidate, model: SketchModel, bound: bool = False) -> float:
+        """The seconds of the maps besides the main nest of `candidate`'s partial class (0 for a class of
+        one nest): each priced by `model` on its sketch at the candidate's order, or, with `bound`, its
+        least (`SketchModel.bound` on its nest moving the fewest bytes it may: what no order beats).
+        The class must have a placement (`compute_nest` is not None)."""
         tiles = self._class_of(candidate)
         assert tiles is not None
-        return sum(bound(self._compute_nest(rest).module)(self._least_bytes(rest)) * rest.share
-                   for rest in tiles.rest)
+        seconds = 0.0
+        for rest in tiles.rest:
+            least = model.bound(self._compute_nest(rest).module)(self._least_bytes(rest))
+            if not bound:
+                try:
+                    least = model.price(self.module(self._place(rest, candidate)), candidate.double_buffer)
+                except Rejected:  # no placement of its own fits: it is lowered to be priced
+                    pass
+            seconds += least * rest.share
+        return seconds
 
     def _least_bytes(self, tiles: _TileClass) -> int:
         room = self.machine.ldm_usable_bytes
@@ -283,8 +292,8 @@ class Sketcher:
             return self._nest_class(module)
         if module.context or any(nest not in top for nest in nests):  # nests inside sequence loops
             return None
-        try:
-            main = [nest for nest in nests if loop_nest(nest)[1].signature.kind != "map"]
+        try:  # the one nest that is not a map; of maps alone, the first
+            main = [nest for nest in nests if loop_nest(nest)[1].signature.kind != "map"] or nests[:1]
         except ValueError:  # a nest that is not perfect
             return None
         if len(main) != 1:

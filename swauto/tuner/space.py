@@ -27,7 +27,7 @@ from swauto.schedule.space import (
     tile_classes,
     tile_sizes,
 )
-from swauto.tuner.sketch import Sketcher, SketchModel
+from swauto.tuner.sketch import Sketch, Sketcher, SketchModel
 
 # The most candidates `explore` builds unless told otherwise (`max_candidates=`, `--max-candidates`).
 # The project's largest spaces have a few thousand (conv2d.sw with a choice of the weight's layout:
@@ -177,8 +177,8 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketch
       until one is legal: the others are the same program to the model. (Their real IR may differ
       where tiles are peeled, so an illegal one does not stand for them.)
 
-    A candidate of several nests of which one is not a map is ranked by its main nest's placement,
-    the maps at the model's bound besides (`Sketcher.rest_seconds`); the other candidates without a
+    A candidate of a main nest and maps is ranked by its main nest's placement and the maps' sketches
+    (`Sketcher.rest_seconds`; bounded by the maps' least seconds); the other candidates without a
     sketch are all lowered. Those whose sketch finds no
     placement that fits local memory come last: the sketch doubles every buffer of a double-buffered
     candidate, the pipeline only those it prefetches."""
@@ -199,7 +199,7 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
     # class opens before a candidate is priced, and one is priced before one is lowered.
     queue: list[tuple[float, int, tuple[int, ...], Candidate, object]] = []
     least: dict[int, Callable[[int], float]] = {}  # per class: its bound, by the bytes a sketch moves
-    rest: dict[int, float] = {}  # per partial class: its other nests' seconds (`Sketcher.rest_seconds`)
+    rest: dict[int, float] = {}  # per partial class: its other nests' least seconds (`Sketcher.rest_seconds`)
     prices: dict[tuple, float] = {}  # per signature
 
     def add(place: tuple[int, ...], candidate: Candidate) -> bool:
@@ -207,6 +207,19 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
         if entries:
             lowered_at.append((place, entries))
         return bool(entries)
+
+    def class_nest(first: Candidate, orders: list[tuple[str, ...]]) -> tuple[Sketch | None, Candidate] | None:
+        """The class's compute nest (`Sketcher.compute_nest`) at its first order that schedules (fused
+        statements need their reductions inside), with that candidate; None when a primitive constraint
+        rejects the class whole."""
+        for order in orders:
+            candidate = replace(first, order=order)
+            try:
+                return sketcher.compute_nest(candidate), candidate
+            except Rejected as rejection:
+                if rejection.reason == "primitive constraint":
+                    return None
+        return None, first  # no order schedules: each candidate says why
 
     def open_class(number: int, orders: Iterable[tuple[str, ...]], first: Candidate) -> None:
         for position, order in enumerate(orders):
@@ -234,20 +247,18 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
 
     for number, (first, orders) in enumerate(tile_classes(op)):
         orders = list(orders)
-        try:
-            nest = sketcher.compute_nest(first)
-        except Rejected as rejection:
-            if rejection.reason == "primitive constraint":  # the class's every candidate
-                space.rejected[rejection.reason] += len(orders) * len(bufferings) * micro_kernels
-                continue
-            nest = None  # a reason that may depend on the order: each candidate says
+        found_nest = class_nest(first, orders)
+        if found_nest is None:  # a primitive constraint: the class's every candidate
+            space.rejected["primitive constraint"] += len(orders) * len(bufferings) * micro_kernels
+            continue
+        nest, bounded = found_nest
         if nest is None:  # no bound for the class: each of its candidates is priced before any is lowered
             bound = -math.inf
             least[number] = lambda _moved: -math.inf
         else:
             least[number] = model.bound(nest.module)
-            rest[number] = sketcher.rest_seconds(first, model.bound)
-            bound = least[number](sketcher.least_bytes(first)) * nest.share + rest[number]
+            rest[number] = sketcher.rest_seconds(bounded, model, bound=True)
+            bound = least[number](sketcher.least_bytes(bounded)) * nest.share + rest[number]
         heapq.heappush(queue, (bound, OPEN, (number,), first, orders))
     found = 0
     seen: set[tuple] = set()
@@ -260,7 +271,7 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
             seconds = prices.get(signature)
             if seconds is None:
                 seconds = prices[signature] = (model.price(sketcher.module(placement), candidate.double_buffer)
-                                               * placement.share + rest.get(place[0], 0.0))
+                                               * placement.share + sketcher.rest_seconds(candidate, model))
             heapq.heappush(queue, (seconds, LOWER, place, candidate, signature))
         elif not (payload and payload in seen) and add(place, candidate):
             found += 1
