@@ -65,7 +65,8 @@ def torch_runner(graph):
         values = {**weights, graph.inputs[0]: torch.from_numpy(x)}
         with torch.no_grad():
             for node in graph.nodes:
-                values[node.outputs[0]] = ops[node.op](node, values)
+                for part in node.parts or (node,):  # a FusedConv: its Conv, Add and ReLU one by one
+                    values[part.outputs[0]] = ops[part.op](part, values)
         return values[graph.outputs[0]].numpy()
 
     return run

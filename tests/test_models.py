@@ -333,3 +333,6 @@ def test_activations_and_residuals_fuse_into_the_convolution_before_them_where_n
     theirs = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
         None, {"x": x})[0]
     assert np.abs(model(x=x)["y"] - theirs).max() <= TOLERANCE * np.abs(theirs).max()
+    # Each fused layer against onnxruntime running the nodes it stands for.
+    layers = [layer for layer in tune_model(proto, batch=2, repeat=1).layers if layer.op == "FusedConv"]
+    assert len(layers) == 3 and all(layer.error <= TOLERANCE for layer in layers)

@@ -55,10 +55,11 @@ class Layer:
         return self.operator, tuple(sorted(self.params.items())), tuple(sorted(self.layouts.items()))
 
     def compile(self, target: str, threads: int, tuner: str) -> Any:
-        """This layer's kernel (a `swauto.Kernel`)."""
+        """This layer's kernel (a `swauto.Kernel`); the layer must have an operator."""
         import swauto
 
-        return swauto.compile(library(self.operator), dict(self.params), target=target, threads=threads,  # type: ignore[arg-type]
+        assert self.operator is not None
+        return swauto.compile(library(self.operator), dict(self.params), target=target, threads=threads,
                               tuner=tuner, layouts=dict(self.layouts))
 
 
@@ -105,7 +106,6 @@ def library(operator: str) -> Path:
     return Path(str(resources.files("swauto.examples") / operator))
 
 
-FORMS = ("nchw", "hwcn", "hwnc")
 # The form a model keeps its window operators' activations in: channels innermost, which the depthwise
 # convolutions and element-wise maps vectorize along and the convolutions take as well (at batch 1
 # both library forms are one memory order). Measured end to end on 2 threads at batch 8 against

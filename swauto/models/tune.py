@@ -1,6 +1,8 @@
-"""Tune a whole ONNX model layer by layer, as `Model` runs it (batch norms folded into convolutions):
-each distinct layer shape is compiled once (a model's repeated blocks share their kernel), timed,
-and, on the host, checked and timed against the same node run alone by onnxruntime (where installed).
+"""Tune a whole ONNX model layer by layer, as `Model` runs it (batch norms folded into convolutions,
+activations and residual adds fused into them, activations pinned to the model's layout): each
+distinct layer shape is compiled once (a model's repeated blocks share their kernel), timed, and, on
+the host, checked and timed against the same node (a fused node's ONNX nodes) run alone by
+onnxruntime (where installed).
 
 Per layer: the swauto operator and its sizes, the chosen candidate, the tuning time, the kernel's time
 (on the host the median of `repeat` calls on arrays already in its layouts, as a framework hands them
@@ -354,13 +356,14 @@ def _node_session(runtime: Any, node: Node, graph: Graph, values: Mapping[str, n
     initializers), and its feeds."""
     from onnx import TensorProto, helper, numpy_helper
 
+    parts = node.parts or (node,)
     fed = list(dict.fromkeys(name for name in node.inputs if name and name not in graph.constants))
-    weights = [numpy_helper.from_array(graph.constants[name], name) for name in dict.fromkeys(node.inputs)
-               if name in graph.constants]
+    weights = [numpy_helper.from_array(graph.constants[name], name)
+               for name in dict.fromkeys(name for part in parts for name in part.inputs) if name in graph.constants]
     output = node.outputs[0]
     one = helper.make_graph(
         [helper.make_node(part.op, list(part.inputs), list(part.outputs), **dict(part.attributes))
-         for part in node.parts or (node,)], node.name,
+         for part in parts], node.name,
         [helper.make_tensor_value_info(name, TensorProto.FLOAT, graph.shapes[name]) for name in fed],
         [helper.make_tensor_value_info(output, TensorProto.FLOAT, graph.shapes[output])], weights)
     proto = helper.make_model(one, opset_imports=[helper.make_opsetid("", graph.opset)])
