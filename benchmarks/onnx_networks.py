@@ -26,6 +26,7 @@ from common import header, write_tables
 
 from swauto.tuner.measure import median_seconds
 
+SETTLE_S = 1.0  # after another runtime ran: its spinning threads go to sleep
 FIELDS = ["network", "batch", "threads", "compile_s", "swauto_ms", "onnxruntime_ms", "onnxruntime_vs_swauto",
           "torch_ms", "torch_vs_swauto", "error", "kernels_ms", "onnxruntime_nodes_ms", "layers", "nodes"]
 
@@ -83,13 +84,18 @@ def measure(network: str, batch: int, threads: int, repeat: int) -> dict[str, ob
     model = swauto.Model(proto, batch=batch, threads=threads)
     compile_s = time.perf_counter() - started
     x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224), dtype=np.float32)
+    # Each runtime is timed alone: onnxruntime's and OpenMP's idle threads spin for a while after a
+    # run, taking cores from whatever runs next (swauto was 1.5x slower timed right after onnxruntime).
+    ours = model(input=x)["fc"]
+    swauto_ms = 1e3 * median_seconds(lambda: model(input=x), repeat)
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     session = onnxruntime.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    ours, theirs = model(input=x)["fc"], session.run(None, {"input": x})[0]
-    swauto_ms = 1e3 * median_seconds(lambda: model(input=x), repeat)
+    theirs = session.run(None, {"input": x})[0]
     onnxruntime_ms = 1e3 * median_seconds(lambda: session.run(None, {"input": x}), repeat)
+    time.sleep(SETTLE_S)
     tuning = swauto.tune_model(proto, batch=batch, threads=threads, repeat=repeat)
+    time.sleep(SETTLE_S)
     torch_run = torch_runner(model.graph)
     torch_ms = None
     if torch_run is not None:
@@ -98,6 +104,7 @@ def measure(network: str, batch: int, threads: int, repeat: int) -> dict[str, ob
         torch.set_num_threads(threads)
         assert np.abs(torch_run(x) - theirs).max() <= 1e-4 * np.abs(theirs).max()  # the same network
         torch_ms = 1e3 * median_seconds(lambda: torch_run(x), repeat)
+        time.sleep(SETTLE_S)
     return {"network": network, "batch": batch, "threads": threads, "compile_s": round(compile_s, 2),
             "swauto_ms": round(swauto_ms, 2), "onnxruntime_ms": round(onnxruntime_ms, 2),
             "onnxruntime_vs_swauto": round(onnxruntime_ms / swauto_ms, 3),

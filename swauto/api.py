@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -335,7 +336,7 @@ class Kernel:
         """The names of the arrays a call takes, in declaration order (not the operator's local tensors)."""
         return tuple(t.name for t in self.operator.seed.tensors if not t.is_local)
 
-    @property
+    @cached_property  # read at every call of a model's layers
     def layouts(self) -> dict[str, tuple[int, ...]]:
         """The memory layout this kernel keeps each tensor in, where it differs from the declared one:
         the declared axes in memory order (`array.transpose(axes)` arranges an array that way).
