@@ -273,3 +273,59 @@ def test_a_constant_matrix_transform_on_both_axes_of_a_tile_is_winograds(target)
         expected = np.einsum("ij,tjkc,lk->tilc", bt, arrays["d"].astype(np.float64), bt)
         kernel(**arrays)
         assert relative_error(arrays["v"], expected) < 1e-6, candidate
+
+
+def test_an_overwritten_output_no_loop_reduces_into_is_neither_filled_nor_read():
+    """A 1 x 1 convolution on one channel block: the loops around its GEMM that do not index the
+    output run once, so each tile starts from zero in local memory (`init_outputs`): no fill nest, no
+    get of the output."""
+    from swauto.ir.nodes import Call, Dma
+    from swauto.ir.visitor import walk
+
+    params = {"B": 2, "Ni": 7, "No": 9, "Ri": 6, "Ci": 5, "Kr": 1, "Kc": 1, "stride": 1, "pad": 0}
+    kernel = swauto.compile(EXAMPLES / "conv2d_nchw.sw", params=params, target="sw26010")
+    nodes = [node for node, _ in walk(kernel.module.body)]
+    assert not [n for n in nodes if isinstance(n, Call) and n.primitive == "fill"]
+    assert not [n for n in nodes if isinstance(n, Dma) and n.direction == "get" and n.tensor.name == "output"]
+    arrays = _inputs(kernel.operator)
+    expected = reference(kernel.operator, arrays)["output"]
+    kernel(**arrays)
+    assert relative_error(arrays["output"], expected) < 1e-5
+
+
+FUSED_BIAS = """
+operator gemm_bias(M = 64, N = 96, K = 32) {
+  tensor A[M, K]
+  tensor W[K, N]
+  tensor b[N]
+  tensor C[M, N]
+  compute {
+    gemm(M = M, N = N, K = K, A = A, B = W, C = C)
+    bias: add(M = M, N = N, X = C, Y = b, Z = C)
+  }
+  schedule {
+    split gemm.M by {32}
+    layout C any of {[M, N], [N, M]}
+    fuse bias into gemm
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["host", "sw26010"])
+def test_a_fused_input_follows_its_axis_in_a_permuted_output(target):
+    """A bias fused into a GEMM whose output is kept transposed: the bias's box follows the output's
+    N axis where it sits in memory (it followed M, the axis at N's declared place, before)."""
+    pinned = swauto.schedules(FUSED_BIAS, target=target, layouts={"C": ["N", "M"]})
+    fused = [candidate for candidate in pinned if candidate.fused]
+    assert fused
+
+    def error(candidate) -> float:
+        kernel = swauto.compile(FUSED_BIAS, target=target, schedule=candidate)
+        arrays = _inputs(kernel.operator)
+        expected = reference(kernel.operator, arrays)["C"]
+        kernel(**arrays)
+        return relative_error(arrays["C"], expected)
+
+    outcomes = run_isolated(error, fused, labels=[c.id for c in fused])
+    assert all(outcome.ok and outcome.value < 1e-5 for outcome in outcomes), [str(o) for o in outcomes]

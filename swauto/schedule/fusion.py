@@ -17,13 +17,14 @@ from swauto.ir.nests import loop_nest, map_statements, rebuild_nest, statements
 from swauto.ir.nodes import Access, Call, Module
 
 
-def _input_box(access: Access, consumer: Call, producer: Call) -> Access:
+def _input_box(access: Access, consumer: Call, producer: Call, layout: tuple[int, ...]) -> Access:
     """The box of a consumer's input (such as a bias) that one output tile of `producer` needs: each of
-    its axes follows the output tensor's axis carrying the same dimension of the consumer."""
+    its axes follows the output tensor's axis carrying the same dimension of the consumer (`consumer`
+    is the seed's, in the declared order; `producer`'s output is in memory order, `layout`)."""
     out = producer.output
     starts, extents, dims = [], [], []
     for dim in access.dims:
-        axis = consumer.output.dims.index(dim)
+        axis = layout.index(consumer.output.dims.index(dim))
         carried = out.dims[axis]
         if carried is not None and out.dims.count(carried) > 1:
             raise Rejected("fusion not expressible", f"{access.name} would follow one of several axes carrying "
@@ -56,8 +57,11 @@ def fuse_consumers(module: Module, seed: Module, fusions: list[tuple[int, int]])
         scheduled = loop_nest(nests[consumer])[1]
         tensor = call.output.name
 
-        def operand(_: str, access: Access, c: Call = seed_consumer, p: Call = call, t: str = tensor) -> Access:
-            return p.output if access.name == t else _input_box(access, c, p)
+        layout = module.tensor(tensor).layout or tuple(range(len(call.output.starts)))
+
+        def operand(_: str, access: Access, c: Call = seed_consumer, p: Call = call, t: str = tensor,
+                    order: tuple[int, ...] = layout) -> Access:
+            return p.output if access.name == t else _input_box(access, c, p, order)
 
         sizes = tuple((dim, call.size(dim)) for dim in seed_consumer.signature.dims if dim in call.output.dims)
         fused = replace(seed_consumer.with_operands(operand), sizes=sizes, constant=scheduled.constant)
