@@ -7,8 +7,9 @@ channels] (`layers.ACTIVATION_FORM`), to which every such kernel is pinned, and 
 in their inputs' form: nothing is converted between layers but where a node wants ONNX's NCHW
 (Flatten) and at the model's edges. Each node writes arrays kept from call to call (`layers.Outputs`),
 so a call allocates only its results. Batch norms after convolutions are folded into them
-(`rewrite.fold_batch_norms`), and a convolution's output starts from its bias. Fusing a ReLU into the
-convolution before it is next.
+(`rewrite.fold_batch_norms`), and residual adds and activations after them fused into them
+(`rewrite.fuse_activations`): a convolution's output starts from its bias (and residual), and the
+activation runs on its output tiles.
 """
 
 from __future__ import annotations
