@@ -36,6 +36,14 @@ def _define(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _layout(text: str) -> tuple[str, str]:
+    """`--layout TENSOR=AXES`: a tensor and its declared axes in memory order, comma-separated."""
+    name, sep, axes = text.partition("=")
+    if not sep or not name.isidentifier() or not axes:
+        raise argparse.ArgumentTypeError(f"expected TENSOR=AXIS,AXIS,..., got {text!r}")
+    return name, axes
+
+
 def _integer(minimum: int) -> Callable[[str], int]:
     """An argparse type: an integer option in plain decimal digits, at least `minimum` (argparse names
     the option in its message)."""
@@ -73,8 +81,15 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--threads", type=_integer(1), default=None,
                          help="host threads (default: all cores; at most the cores this process may use)")
 
+    def layout_option(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--layout", dest="layouts", action="append", type=_layout, default=[],
+                         metavar="TENSOR=AXES", help="keep a tensor in one of the layouts its schedule allows: "
+                                                     "its declared axes in memory order, e.g. input=Ri,Ci,B,Ni "
+                                                     "(repeatable)")
+
     compile_cmd = operator_command("compile", "compile an operator; print the chosen candidate and its report")
     target_options(compile_cmd)
+    layout_option(compile_cmd)
     compile_cmd.add_argument("--dump-ir", action="store_true", help="print the IR after each pass")
     compile_cmd.add_argument("-o", dest="output", type=Path, help="write the generated code here")
 
@@ -98,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
 
     run_cmd = operator_command("run", "compile, run on random inputs and compare with the NumPy reference")
     target_options(run_cmd)
+    layout_option(run_cmd)
     run_cmd.add_argument("--repeat", type=_integer(1), default=5,
                          help="timed calls on the host (median is shown)")
     run_cmd.add_argument("--seed", type=_integer(0), default=0, help="random seed of the inputs (>= 0)")
@@ -157,6 +173,17 @@ def _params(args: argparse.Namespace) -> dict[str, int]:
             raise ArgumentError(f"parameter {name} is given twice (-D {name}={params[name]} and -D {name}={value})")
         params[name] = value
     return params
+
+
+def _layouts(args: argparse.Namespace) -> dict[str, str]:
+    """The --layout options; a tensor given twice is refused rather than silently overwritten."""
+    layouts: dict[str, str] = {}
+    for name, axes in args.layouts:
+        if name in layouts:
+            raise ArgumentError(f"tensor {name} is laid out twice (--layout {name}={layouts[name]} and "
+                                f"--layout {name}={axes})")
+        layouts[name] = axes
+    return layouts
 
 
 def _check_writable(path: Path, option: str) -> None:
@@ -228,7 +255,8 @@ def _compile(args: argparse.Namespace) -> int:
     if args.output is not None:
         _check_writable(args.output, "-o")
     kernel = swauto.compile(args.file, _params(args), target=args.target, schedule=args.schedule,
-                            tuner=args.tuner, threads=args.threads, max_candidates=args.max_candidates)
+                            tuner=args.tuner, threads=args.threads, max_candidates=args.max_candidates,
+                            layouts=_layouts(args))
     if args.dump_ir:
         for stage, module in kernel.stages:
             print(f"=== IR after {stage} ===")
@@ -285,7 +313,8 @@ def _run(args: argparse.Namespace) -> int:
     params = _params(args)
     _check_run_memory(load(args.file, params))
     kernel = swauto.compile(args.file, params, target=args.target, schedule=args.schedule,
-                            tuner=args.tuner, threads=args.threads, max_candidates=args.max_candidates)
+                            tuner=args.tuner, threads=args.threads, max_candidates=args.max_candidates,
+                            layouts=_layouts(args))
     _print_report(kernel.report)
     rng = np.random.default_rng(args.seed)
     arrays = {t.name: rng.standard_normal(t.shape, dtype=np.float32) for t in kernel.operator.seed.tensors

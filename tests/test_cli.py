@@ -131,6 +131,9 @@ def test_more_user_errors_exit_2_with_one_sentence(tmp_path):
         (["schedules", str(_nine_loops(tmp_path))], "has 1,451,520 candidates (9! = 362,880 loop orders"),
         (["schedules", gemm, *SIZES, "--max-candidates", "19"], "more than the bound of 19; narrow"),
         (["schedules", gemm, *SIZES, "--max-candidates", "0"], "argument --max-candidates: the value must be a"),
+        (["compile", gemm, *SIZES, "--layout", "C=N,M"], "C cannot be laid out as ['N', 'M']: gemm's schedule"),
+        (["compile", gemm, *SIZES, "--layout", "C"], "argument --layout: expected TENSOR=AXIS,AXIS,..., got 'C'"),
+        (["compile", gemm, *SIZES, "--layout", "C=M,N", "--layout", "C=M,N"], "tensor C is laid out twice"),
     ]:
         result = swauto(*args)
         assert result.returncode == 2, (args, result.stderr)
@@ -188,3 +191,11 @@ def test_choose_lists_the_algorithms_and_says_which_and_why():
     assert "chosen     conv2d" in result.stdout and "is predicted fastest at" in result.stdout
     refused = swauto("choose", *convs, *sizes, "--schedule", "12345678")
     assert refused.returncode == 2 and "--schedule names one candidate of one file" in refused.stderr
+
+
+def test_a_layout_is_pinned_from_the_command_line():
+    conv = str(GEMM_SW.parent / "conv2d.sw")
+    sizes = ["-D", "B=4", "-D", "Ni=8", "-D", "No=8", "-D", "Ri=6", "-D", "Ci=6"]
+    result = swauto("run", conv, *sizes, "--target", "sw26010", "--layout", "input=Ri,Ci,B,Ni")
+    assert result.returncode == 0, result.stderr
+    assert "input layout [0, 1, 3, 2]" in result.stdout and ": ok" in result.stdout
