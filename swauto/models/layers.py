@@ -222,8 +222,8 @@ def _conv_layer(node: Node, graph: Graph) -> Layer:
 
 # (depthwise, the activation run on its output) -> the library's convolution. Each adds into its output,
 # which starts from the bias (and a residual). Overwriting it instead, with the bias added on each
-# output tile, spares that fill where no loop around the GEMM reduces (1 x 1 kernels), but measured
-# slower on MobileNetV2's expansions (1.05-1.25x, 2026-11-26): the fill streams at memory speed.
+# output tile, spares that fill where no loop around the GEMM reduces (1 x 1 kernels), but took 0.93-1.24x
+# the time of the fill and the convolution on four of MobileNetV2's expansions (more on three; 2026-11-26).
 _CONVOLUTIONS = {(False, None): "conv2d.sw", (False, "relu"): "conv2d_relu.sw", (False, "relu6"): "conv2d_relu6.sw",
                  (True, None): "conv2d_depthwise.sw", (True, "relu"): "conv2d_depthwise_relu.sw",
                  (True, "relu6"): "conv2d_depthwise_relu6.sw"}
@@ -240,16 +240,13 @@ def _conv_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray], o
     """The window's arrays, the output starting from the bias (or zero) plus a FusedConv's residual: the
     kernel adds the convolution to it."""
     arrays = _window_arrays(layer, graph, values, outputs)
-    # In memory order (the output's layout): NumPy runs a broadcast over a transposed view 2-4x slower.
-    layout = layer.layouts.get("output", (0, 1, 2, 3))
-    output = arrays["output"].transpose(layout)
     bias = _bias(graph, layer.node, 2)
-    bias = np.float32(0) if bias is None else bias.reshape([-1 if axis == 2 else 1 for axis in layout])
+    bias = np.float32(0) if bias is None else bias.reshape(1, 1, -1, 1)  # NumPy walks the views in memory order
     residual = layer.node.inputs[3] if len(layer.node.inputs) > 3 else ""
     if residual:
-        np.add(values[residual].transpose(layout), bias, out=output)
+        np.add(values[residual], bias, out=arrays["output"])
     else:
-        output[...] = bias
+        arrays["output"][...] = bias
     return arrays
 
 

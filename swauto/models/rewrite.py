@@ -11,6 +11,8 @@ Z, attribute `activation`: 'relu', 'relu6' or None; the name onnxruntime gives i
 Its output starts from the bias plus the residual and the activation runs on each output tile before
 it is written back (`examples/conv2d_relu.sw` and its kin), so neither the Add nor the activation is a
 pass of its own over memory.
+
+`rewritten` applies both, in that order: what `Model` runs and `tune_model` tunes.
 """
 
 from __future__ import annotations
@@ -25,17 +27,14 @@ from swauto.models.layers import Unsupported, activation_of, layer_of
 
 def fold_batch_norms(graph: Graph) -> Graph:
     """`graph` with every foldable batch norm folded into its convolution (see the module docstring)."""
-    readers: dict[str, int] = {}
-    for node in graph.nodes:
-        for name in node.inputs:
-            readers[name] = readers.get(name, 0) + 1
+    sole = _sole_readers(graph)
     producers = {node.outputs[0]: node for node in graph.nodes}
     constants = dict(graph.constants)
     folded: dict[str, Node] = {}  # conv name -> the conv rewritten
     dropped: set[str] = set()  # batch norms folded away
     for node in graph.nodes:
         conv = producers.get(node.inputs[0]) if node.op == "BatchNormalization" else None
-        if conv is None or conv.op != "Conv" or readers[conv.outputs[0]] != 1 or conv.outputs[0] in graph.outputs \
+        if conv is None or conv.op != "Conv" or sole.get(conv.outputs[0]) is not node \
                 or not all(name in constants for name in (*node.inputs[1:5], *conv.inputs[1:])):
             continue
         gamma, beta, mean, variance = (constants[name].astype(np.float64) for name in node.inputs[1:5])
@@ -56,23 +55,25 @@ def fold_batch_norms(graph: Graph) -> Graph:
                    constants={name: value for name, value in constants.items() if name in used})
 
 
-def _readers(graph: Graph) -> dict[str, list[Node]]:
+def rewritten(graph: Graph) -> Graph:
+    """`graph` through every rewrite, in order (the module docstring)."""
+    return fuse_activations(fold_batch_norms(graph))
+
+
+def _sole_readers(graph: Graph) -> dict[str, Node]:
+    """Each tensor read by one node alone and not an output of the graph -> that node: a tensor a
+    rewrite may keep from memory."""
     readers: dict[str, list[Node]] = {}
     for node in graph.nodes:
         for name in dict.fromkeys(node.inputs):
             readers.setdefault(name, []).append(node)
-    return readers
+    return {name: nodes[0] for name, nodes in readers.items() if len(nodes) == 1 and name not in graph.outputs}
 
 
 def fuse_activations(graph: Graph) -> Graph:
     """`graph` with each Conv [-> Add] [-> Relu or Clip(0, 6)] chain as one `FusedConv` node, placed
     where the chain's last node was (every tensor it reads is computed by then; see the module docstring)."""
-    readers = _readers(graph)
-
-    def only_reader(name: str) -> Node | None:
-        nodes = readers.get(name, [])
-        return nodes[0] if len(nodes) == 1 and name not in graph.outputs else None
-
+    sole = _sole_readers(graph)
     fused: dict[str, Node] = {}  # the chain's last node's name -> the fused node
     taken: set[str] = set()  # nodes that a chain has taken
     for conv in graph.nodes:
@@ -83,14 +84,14 @@ def fuse_activations(graph: Graph) -> Graph:
         except Unsupported:  # its readers stay nodes of their own, which may compile
             continue
         parts, residual, activation = [conv], "", None
-        following = only_reader(conv.outputs[0])
+        following = sole.get(conv.outputs[0])
         if following is not None and following.op == "Add" and following.name not in taken:
             others = [name for name in following.inputs if name != conv.outputs[0]]
             if len(others) == 1 and others[0] not in graph.constants \
                     and graph.shapes[others[0]] == graph.shapes[conv.outputs[0]]:
                 parts.append(following)
                 residual = others[0]
-                following = only_reader(following.outputs[0])
+                following = sole.get(following.outputs[0])
         if following is not None and following.name not in taken:
             activation = activation_of(following, graph)
             if activation is not None:

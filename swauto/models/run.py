@@ -37,7 +37,7 @@ from swauto.models.layers import (
     run,
     to_form,
 )
-from swauto.models.rewrite import fold_batch_norms, fuse_activations
+from swauto.models.rewrite import rewritten
 
 
 class Model:
@@ -55,7 +55,7 @@ class Model:
         from swauto.models.tune import settings, tune_layers
 
         threads, jobs = settings(target, tuner, batch, threads, jobs)
-        self.graph: Graph = fuse_activations(fold_batch_norms(load_onnx(model, batch)))
+        self.graph: Graph = rewritten(load_onnx(model, batch))
         self.target = target
         self.form = ACTIVATION_FORM  # the window operators' activations, in memory
         self.layers: list[Layer] = []

@@ -38,7 +38,7 @@ from swauto.models.layers import (
     run,
     to_form,
 )
-from swauto.models.rewrite import fold_batch_norms, fuse_activations
+from swauto.models.rewrite import rewritten
 from swauto.tuner.measure import median_seconds
 
 
@@ -165,7 +165,7 @@ def tune_model(model: str | Path | Any, target: str = "host", batch: int | None 
 
     check_integer(repeat, "repeat", 1)
     threads, jobs = settings(target, tuner, batch, threads, jobs)
-    graph = fuse_activations(fold_batch_norms(load_onnx(model, batch)))
+    graph = rewritten(load_onnx(model, batch))
     runtime = _onnxruntime() if compare and target == "host" else None
     groups: dict[Any, list[tuple[Node, Layer | None, str]]] = {}
     for node in graph.nodes:

@@ -4,12 +4,12 @@ identity of its primitive's combine (0 for a sum or a GEMM, -inf for a maximum).
 Guarantees: every nest whose call has `overwrite` set and whose primitive combines into its output
 is preceded by a nest that fills each output tile the call writes with that identity: the same
 loops that index the output, in the same order, around a `fill` of the same box. The exception is a
-sum whose every loop indexes its output or runs once, so that one call computes each output tile
-whole (a GEMM whose K is not split, around which no loop reduces): it keeps `overwrite`, and
-`infer_dma` zeroes the tile in local memory instead of reading it. Afterwards no other call has
-`overwrite` set, and every other statement is unchanged. A primitive that stores its result (a
-map) overwrites by itself: its flag is only cleared. Tiles are written exactly as the call writes
-them, so the fill covers what the statement overwrites and nothing else.
+sum whose every loop indexes its output, so that one call computes each output tile whole (a GEMM
+whose K is not split, around which no loop reduces): it keeps `overwrite`, and `infer_dma` zeroes the
+tile in local memory instead of reading it. Afterwards no other call has `overwrite` set, and every
+other statement is unchanged. A primitive that stores its result (a map) overwrites by itself: its
+flag is only cleared. Tiles are written exactly as the call writes them, so the fill covers what
+the statement overwrites and nothing else.
 """
 
 from __future__ import annotations
@@ -38,15 +38,13 @@ def _fill(loops: list[For], call: Call) -> Stmt:
 
 def _whole_tiles(loops: list[For], call: Call) -> bool:
     """Whether each call computes its output tile whole, no other call touching it: a sum whose every
-    loop that runs more than once steps one axis of the output of its own by at least the box's extent
-    there (a scatter, whose boxes overlap, is not)."""
+    loop steps one axis of the output of its own by at least the box's extent there (a scatter, whose
+    boxes overlap, is not)."""
     if call.signature.combine != "+":
         return False
     out = call.output
     axes: set[int] = set()
     for loop in loops:
-        if ex.constant_value(loop.stop - loop.start) == 1:  # runs once: no other call of it touches the tile
-            continue
         stepped = []
         for axis, start in enumerate(out.starts):
             form = ex.linear_form(start)

@@ -255,7 +255,9 @@ def _tile_choices(op: BoundOperator) -> Iterator[tuple[tuple[str, ...], tuple[tu
             single = single_trip_loops(op, dict(choice))
             orders = _orders(op, single)
             if fused:
-                orders = (order for order in orders if _default_choices(op, fused, dict(choice), order, single))
+                consumers = _consumers(op, fused)
+                orders = (order for order in orders if _default_orders(op, consumers, order, single)) \
+                    if _default_splits(op, consumers, dict(choice)) else ()
             yield fused, tuple(choice), iter(orders)
 
 
@@ -270,35 +272,37 @@ def fusion_choices(op: BoundOperator) -> list[tuple[str, ...]]:
 
 def fused_order_count(op: BoundOperator, fused: tuple[str, ...], splits: dict[str, int]) -> int:
     """How many loop orders `_tile_choices` gives fusion choice `fused` at tile sizes `splits`, without
-    listing them: a fused statement's own splits and orders are its first ones (`_default_choices`)."""
+    listing them: a fused statement's own splits and orders are its first ones."""
     space = op.space
-    single = single_trip_loops(op, splits)
-    consumers = {f.consumer for f in space.fusions if f.name in fused}
-    if any(split.statement in consumers and splits[split.target] != tile_sizes(split, split_extent(op, split))[0]
-           for split in space.splits):
+    consumers = _consumers(op, fused)
+    if not _default_splits(op, consumers, splits):
         return 0
+    single = single_trip_loops(op, splits)
     if space.order is not None:
-        return int(_default_choices(op, fused, splits, space.order, single))
+        return int(_default_orders(op, consumers, space.order, single))
     count = order_count(op, single)
     for statement in consumers & set(space.reorder_any):
-        count //= math.factorial(len(_nest_order(op, statement, single)[1]))
+        count //= math.factorial(len(_nest_order(op, statement, single)[1]))  # the first of its orders
     return count
 
 
-def _default_choices(op: BoundOperator, fused: tuple[str, ...], splits: dict[str, int], order: tuple[str, ...],
-                     single: frozenset[str]) -> bool:
-    """Whether the fused statements' own splits and loop orders are the space's first ones."""
+def _consumers(op: BoundOperator, fused: tuple[str, ...]) -> set[int]:
+    """The statements fused into their producers (by index)."""
+    return {f.consumer for f in op.space.fusions if f.name in fused}
+
+
+def _default_splits(op: BoundOperator, consumers: set[int], splits: dict[str, int]) -> bool:
+    """Whether the fused statements' own splits are the space's first ones (their tiles are gone)."""
+    return all(splits[split.target] == tile_sizes(split, split_extent(op, split))[0]
+               for split in op.space.splits if split.statement in consumers)
+
+
+def _default_orders(op: BoundOperator, consumers: set[int], order: tuple[str, ...], single: frozenset[str]) -> bool:
+    """Whether the fused statements' own loops come in the space's first order (their loops are gone)."""
     space = op.space
-    statements = {f.consumer for f in space.fusions if f.name in fused}
-    for split in space.splits:
-        if split.statement in statements and splits[split.target] != tile_sizes(split, split_extent(op, split))[0]:
-            return False
-    for statement in statements:
+    for statement in consumers:
         loops = space.nests[statement]
-        if statement in space.reorder_any:
-            first = sum(_nest_order(op, statement, single), ())
-        else:
-            first = loops
+        first = sum(_nest_order(op, statement, single), ()) if statement in space.reorder_any else loops
         if tuple(name for name in order if name in loops) != first:
             return False
     return True

@@ -240,13 +240,15 @@ class Sketcher:
         assert tiles is not None
         seconds = 0.0
         for rest in tiles.rest:
-            least = model.bound(self._compute_nest(rest).module)(self._least_bytes(rest))
+            priced = None
             if not bound:
                 try:
-                    least = model.price(self.module(self._place(rest, candidate)), candidate.double_buffer)
-                except Rejected:  # no placement of its own fits: it is lowered to be priced
+                    priced = model.price(self.module(self._place(rest, candidate)), candidate.double_buffer)
+                except Rejected:  # no placement of its own fits (it is lowered to be priced): its least
                     pass
-            seconds += least * rest.share
+            if priced is None:
+                priced = model.bound(self._compute_nest(rest).module)(self._least_bytes(rest))
+            seconds += priced * rest.share
         return seconds
 
     def _least_bytes(self, tiles: _TileClass) -> int:
@@ -287,10 +289,10 @@ class Sketcher:
     def _tile_class(self, candidate: Candidate) -> _TileClass | None:
         module = init_outputs(apply(self.op, candidate, self.machine))
         nests = statements(module)
-        top = module.body.stmts if isinstance(module.body, Seq) else (module.body,)
         if len(nests) == 1:
             return self._nest_class(module)
-        if module.context or any(nest not in top for nest in nests):  # nests inside sequence loops
+        top = {id(stmt) for stmt in (module.body.stmts if isinstance(module.body, Seq) else (module.body,))}
+        if module.context or any(id(nest) not in top for nest in nests):  # nests inside sequence loops
             return None
         try:  # the one nest that is not a map; of maps alone, the first
             main = [nest for nest in nests if loop_nest(nest)[1].signature.kind != "map"] or nests[:1]

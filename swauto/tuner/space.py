@@ -269,7 +269,8 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
         elif kind == PRICE:
             signature, placement = payload  # type: ignore[misc]
             seconds = prices.get(signature)
-            if seconds is None:
+            if seconds is None:  # a partial placement's maps besides priced at this candidate's order: the
+                # others of its signature differ at most in the maps' loop order
                 seconds = prices[signature] = (model.price(sketcher.module(placement), candidate.double_buffer)
                                                * placement.share + sketcher.rest_seconds(candidate, model))
             heapq.heappush(queue, (seconds, LOWER, place, candidate, signature))
