@@ -85,7 +85,7 @@ def test_single_buffered_terms_add_up_and_double_buffered_ones_overlap():
         assert model.dma_seconds > 0 and model.compute_seconds > 0
         assert (model.prologue_seconds > 0) == candidate.double_buffer
         if candidate.double_buffer:
-            assert model.seconds >= max(model.compute_seconds, model.dma_seconds) + model.prologue_seconds
+            assert model.seconds >= max(model.compute_seconds + model.prologue_seconds, model.dma_seconds)
             assert model.seconds <= model.compute_seconds + model.dma_seconds + model.prologue_seconds
         else:
             assert model.seconds == pytest.approx(model.compute_seconds + model.dma_seconds)
@@ -96,6 +96,25 @@ def test_single_buffered_terms_add_up_and_double_buffered_ones_overlap():
 
 
 NHWC = (("input", (0, 1, 3, 2)), ("output", (0, 1, 3, 2)), ("weight", (0, 1, 3, 2)))
+
+
+def test_the_prologue_is_counted_once():
+    """Inception-v3's Mixed_6a dbl_3 at B = 1 (stride 2, 17 x 17 outputs, 15 rows per GEMM): the
+    prologue moves the whole weight. Where the transfers bound the time they include the prologue's;
+    the thesis' max(T_DMA, T_compute) plus the prologue counted those twice and rated the faster of
+    these two candidates 7% slower than the other (the simulator: 13% faster)."""
+    op = load(EXAMPLES / "conv2d.sw", {"B": 1, "Ni": 96, "No": 96, "Ri": 35, "Ci": 35, "Kr": 3, "Kc": 3,
+                                       "stride": 2, "pad": 0})
+    predicted, simulated = [], []
+    for columns, order in ((17, ("cCo_outer", "N_outer", "K_outer", "cKr", "cKc", "cRo_outer")),
+                           (16, ("N_outer", "K_outer", "cRo_outer", "cKr", "cKc", "cCo_outer"))):
+        splits = (("cCo", columns), ("cRo", 15), ("N", 96), ("K", 96))
+        stages = lower(op, Candidate(splits, order, "N", NHWC, True), SUNWAY)
+        predicted.append(model_estimate(before_double_buffering(stages), stages[-1][1], True, SUNWAY).seconds)
+        simulated.append(time_module(stages[-1][1], SUNWAY).seconds)
+    assert simulated[1] < simulated[0] / 1.1
+    assert predicted[1] < predicted[0]
+    assert predicted[1] == pytest.approx(simulated[1], rel=0.03)
 
 
 def _conv(batch: int, channels: int, pixels: int):
@@ -115,11 +134,14 @@ def test_the_model_orders_loop_orders_as_the_simulator_does(batch, channels, pix
     """Pairs of candidates the model once rated (nearly) alike or the wrong way round: with the same
     transfers and calls, they differ only in how the transfers queue and wait."""
     op = _conv(batch, channels, pixels)
+    # Where rows may join M (a row's M <= 128), these candidates keep one row per GEMM.
+    rows = (("cRo", 1),) if any(choice.target == "cRo" for choice in op.space.splits) else ()
     predicted, simulated = [], []
     for order in (first, second):
         # One block of all the channels: its loops run once and come first.
-        whole = (("cCo", split), ("N", channels), ("K", channels))
-        stages = lower(op, Candidate(whole, ("N_outer", "K_outer", *order), "N", NHWC, True), SUNWAY)
+        whole = (("cCo", split), ("N", channels), ("K", channels), *rows)
+        loops = tuple(f"{loop}_outer" if rows and loop == "cRo" else loop for loop in order)
+        stages = lower(op, Candidate(whole, ("N_outer", "K_outer", *loops), "N", NHWC, True), SUNWAY)
         predicted.append(model_estimate(before_double_buffering(stages), stages[-1][1], True, SUNWAY).seconds)
         simulated.append(time_module(stages[-1][1], SUNWAY).seconds)
     assert (predicted[0] < predicted[1]) == (simulated[0] < simulated[1])

@@ -23,5 +23,7 @@ def rank(space: Space, target: str, threads: int = 1) -> list[Ranked]:
     for stages, candidates in space.lowerings():  # the model reads the IR: one estimate per lowering
         predicted = estimate(stages, target, threads)
         ranked.extend(Ranked(c, stages, predicted) for c in candidates)
-    # Among equally fast candidates prefer the one that moves less data: it leaves more headroom.
-    return sorted(ranked, key=lambda r: (r.estimate.seconds, r.estimate.dma_bytes))
+    # Among equally fast candidates prefer the one that moves less data, then the one that computes
+    # less: it leaves more headroom (where the transfers bound both, the faster compute still shortens
+    # the pipeline's fill and drain, which the model does not time).
+    return sorted(ranked, key=lambda r: (r.estimate.seconds, r.estimate.dma_bytes, r.estimate.compute_seconds))
