@@ -45,7 +45,7 @@ def strided_layers() -> list[dict[str, str]]:
 
 def params_of(layer: dict[str, str]) -> dict[str, int]:
     return {"B": 1, "Ni": int(layer["ci"]), "No": int(layer["co"]), "Ri": int(layer["in_hw"]),
-            "Ci": int(layer["in_hw"]), "Kr": int(layer["kr"]), "Kc": int(layer["kc"]), "stride": 2,
+            "Ci": int(layer["in_hw"]), "Kr": int(layer["kr"]), "Kc": int(layer["kc"]), "stride": int(layer["stride"]),
             "pad_r": int(layer["pad_r"]), "pad_c": int(layer["pad_c"])}
 
 

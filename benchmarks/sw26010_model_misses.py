@@ -4,18 +4,27 @@ requests, the memory system's service time), side by side.
 
     python benchmarks/sw26010_model_misses.py resnet50/res2_3x3 --batch 128 [--top 5]
 
-The layer is a `model/layer` of ../shared/workloads/cnn_conv_layers.csv, compiled from
-examples/conv2d.sw; every legal candidate is ranked by the model and timed on the timed simulator
+The layer is a `model/layer` of ../shared/workloads/cnn_conv_layers.csv or of
+benchmarks/workloads/networks.csv (ResNet-18, MobileNetV2, Inception-v3: `inceptionv3/Mixed_6a.branch3x3dbl_3`),
+compiled from examples/conv2d.sw; every legal candidate is ranked by the model and timed on the timed simulator
 (about a minute for 1500 candidates). Prints; writes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 
 from common import ROOT, header, workload_layers
+from stride2 import NETWORKS
+from stride2 import params_of as network_params
 from sw26010_conv_tuning import params_of
 from tqdm import tqdm
+
+
+def network_layers() -> list[dict[str, str]]:
+    with open(NETWORKS) as source:
+        return list(csv.DictReader(line for line in source if not line.startswith("#")))
 
 
 def main() -> None:
@@ -28,14 +37,16 @@ def main() -> None:
     from swauto.tuner.space import explore
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("layer", help="model/layer of the workload list")
+    parser.add_argument("layer", help="model/layer of the workload list or of benchmarks/workloads/networks.csv")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--top", type=int, default=5)
     args = parser.parse_args()
-    found = [row for row in workload_layers() if f"{row['model']}/{row['layer']}" == args.layer]
+    found = [params_of(row, args.batch) for row in workload_layers() if f"{row['model']}/{row['layer']}" == args.layer]
+    found += [{**network_params(row), "B": args.batch} for row in network_layers()
+              if f"{row['model']}/{row['layer']}" == args.layer and row["groups"] == "1"]
     if not found:
-        parser.error(f"no layer {args.layer} in the workload list")
-    op = load(ROOT / "examples" / "conv2d.sw", params_of(found[0], args.batch))
+        parser.error(f"no dense layer {args.layer} in the workload list or networks.csv")
+    op = load(ROOT / "examples" / "conv2d.sw", found[0])
     ranked = rank(explore(op, SUNWAY), "sw26010")
     rows = []
     for number, entry in enumerate(tqdm(ranked, desc="timing candidates", unit="candidate")):
