@@ -146,6 +146,9 @@ def compile(  # noqa: A001 - the public name users expect
             database.record(key, candidate, {"operator": op.name, "params": op.params, "target": target,
                                              "tuner": tuner, "tuning_s": time.perf_counter() - started})
     tuning_seconds = time.perf_counter() - started
+    if threads is None and plugin.threaded and host_threads > 1 \
+            and plugin.estimate(stages, 1).seconds < plugin.estimate(stages, host_threads).seconds:
+        host_threads = 1  # too small a call to share: waking and joining the threads costs more
     threads = host_threads if plugin.threaded else 1
     module = stages[-1][1]
     program = plugin.build(module, candidate)
@@ -236,6 +239,7 @@ def _report(op: BoundOperator, candidate: Candidate, stages: list[tuple[str, Mod
         "predicted_peak_fraction": flops / predicted.seconds / plugin.peak_flops(threads),
         "layouts": {t.name: list(t.layout) for t in module.tensors if t.layout},
         "tuning_s": tuning_seconds,
+        "threads": threads,
     }
     report.update(plugin.report(module, flops))  # the target's own figures (sw26010: simulated time)
     return report

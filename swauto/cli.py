@@ -79,7 +79,8 @@ def _parser() -> argparse.ArgumentParser:
                               "simulate: time every candidate on the simulated sw26010; "
                               "hybrid: time the model's best few (host or simulator)")
         sub.add_argument("--threads", type=_integer(1), default=None,
-                         help="host threads (default: all cores; at most the cores this process may use)")
+                         help="host threads (default: all cores, or one where the model predicts a call too small "
+                              "to share; at most the cores this process may use)")
 
     def layout_option(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--layout", dest="layouts", action="append", type=_layout, default=[],

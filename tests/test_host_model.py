@@ -21,7 +21,7 @@ from swauto.ir.nodes import Dma
 from swauto.ir.visitor import walk
 from swauto.machine import SUNWAY, HostScratchpad, local_memory_machine
 from swauto.passes.plan_local_memory import plan_local_memory
-from swauto.pipeline import lower
+from swauto.pipeline import before_double_buffering, lower
 from swauto.schedule.candidate import Candidate
 from swauto.tuner import host_model
 from swauto.tuner.measure import rank_by_model, tune
@@ -42,7 +42,8 @@ def quiet_machine(cpu: str = "test-cpu") -> host_model.Machine:
         cpu=cpu, measured="2026-11-23", kernel_flops=100e9, accumulator_seconds=4e-10, latency_accumulators=8.0,
         vector_lanes=16, l2_bandwidth=40e9, l3_bandwidth=20e9, dram_bandwidth=10e9, dram_bandwidth_total=15e9,
         transpose_bandwidth=3e9, l1_bytes=48 << 10, l2_bytes=2 << 20, l3_bytes=32 << 20, peak_flops=120e9,
-        register_tiles=((4, 2), (6, 2)))  # AVX2's defaults: they fit every instruction set's registers
+        register_tiles=((4, 2), (6, 2)),  # AVX2's defaults: they fit every instruction set's registers
+        parallel_call_seconds=2e-6)
 
 
 @pytest.fixture
@@ -308,6 +309,23 @@ def test_compile_with_a_tuner_and_threads_computes_gemm(tuner):
     kernel(**arrays)
     assert relative_error(arrays["C"], expected) <= 1e-5
     assert kernel.threads == 2 and kernel.report["predicted_s"] > 0
+
+
+@pytest.mark.parametrize(("fork_join", "threads"), [(0.0, 2), (1e-3, 1)])
+def test_without_threads_given_the_model_decides_whether_to_share_a_call(monkeypatch, fork_join, threads):
+    """A call shared out pays the measured fork and join (`Machine.parallel_call_seconds`): where that
+    costs more than the second core saves, the kernel runs on one core."""
+    monkeypatch.setattr("swauto.api.available_threads", lambda: 2)
+    calibrated = replace(host_model.machine(), parallel_call_seconds=fork_join)
+    monkeypatch.setattr(host_model, "machine", lambda cache_dir=None: calibrated)
+    kernel = swauto.compile(GEMM_SW, PARAMS, target="host")
+    assert kernel.threads == kernel.report["threads"] == threads
+    shared, alone = (host_model.estimate(before_double_buffering(kernel.stages), t, calibrated).seconds for t in (2, 1))
+    assert (shared < alone) == (threads == 2)
+    arrays = gemm_inputs(256, 256, 128)
+    expected = gemm_reference(arrays)
+    kernel(**arrays)
+    assert relative_error(arrays["C"], expected) <= 1e-5
 
 
 def test_measured_tuners_are_host_only():

@@ -1,11 +1,13 @@
 """The host performance model: flops against the micro-kernel's measured rate plus its cost per
 accumulator (loading and storing C around the K loop), packing (DMA) traffic against the bandwidth of
 the memory level its data comes from (half of it for an operand the backend reads in place:
-`backends/host/layout.read_in_place`), and the parallel nest's iterations shared by the threads.
+`backends/host/layout.read_in_place`), and the parallel nest's iterations shared by the threads (a
+call shared out also pays the native pool's measured fork and join).
 
 Its machine constants come from `calibrate()`, a micro-benchmark of a few seconds (the micro-kernel on
 cache-resident panels at a long and a short K, whole GEMMs with each register tile the instruction set
-allows, copies sized for L2, L3 and DRAM, and the core's peak: an in-register FMA loop), run once per
+allows, copies sized for L2, L3 and DRAM, the core's peak: an in-register FMA loop, and an almost
+empty kernel on one core and on all), run once per
 machine and stored with the date in the cache directory (`host_machine.json`); a different CPU measures
 again, and so does `recalibrate()` (`swauto calibrate`). Every timing is the best of several short runs,
 and the micro-kernel's rate is checked against the FMA peak, so another process running during calibration
@@ -34,7 +36,7 @@ from swauto.ir.nodes import Call, Dma, For, Module
 from swauto.ir.visitor import walk
 
 CALIBRATION_FILE = "host_machine.json"
-CALIBRATION_VERSION = 7  # 6: the FMA peak, best-of-runs timings; 7: register tiles
+CALIBRATION_VERSION = 8  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost
 
 
 @dataclass(frozen=True)
@@ -43,8 +45,9 @@ class Machine:
     per accumulator vector (C loaded and stored once per call) and how many accumulators a register
     tile needs to keep the FMA units busy, copy bandwidth (bytes per second, one core) out of L2, L3
     and DRAM, DRAM's total over all cores, cache sizes in bytes, the core's peak flops per second
-    (FMAs on registers only: what percent of peak is measured against), and the micro-kernel's register
-    tiles (rows, vectors) that ran whole GEMMs fastest here, fastest first: the ones the space explores.
+    (FMAs on registers only: what percent of peak is measured against), the micro-kernel's register
+    tiles (rows, vectors) that ran whole GEMMs fastest here, fastest first: the ones the space explores,
+    and the time a call shared out to every core takes beyond one on a single core (0 on one core).
 
     Construction guarantees every constant is a finite number in a range some real CPU could have
     (ValueError otherwise), so a damaged calibration never reaches the model as 0, NaN or nonsense."""
@@ -65,6 +68,7 @@ class Machine:
     l3_bytes: int
     peak_flops: float  # one core, in-register FMAs of the instruction set's widest vectors
     register_tiles: tuple[tuple[int, int], ...]
+    parallel_call_seconds: float  # what sharing one call out to every core adds (the pool's fork and join)
 
     def __post_init__(self) -> None:
         for name in ("cpu", "measured"):
@@ -93,7 +97,7 @@ _PLAUSIBLE: dict[str, tuple[float, float]] = {
     "latency_accumulators": (1.0, 256.0), "vector_lanes": (1, 64),
     "l2_bandwidth": _BANDWIDTH, "l3_bandwidth": _BANDWIDTH, "dram_bandwidth": _BANDWIDTH,
     "dram_bandwidth_total": _BANDWIDTH, "transpose_bandwidth": _BANDWIDTH,
-    "l1_bytes": _BYTES, "l2_bytes": _BYTES, "l3_bytes": _BYTES,
+    "l1_bytes": _BYTES, "l2_bytes": _BYTES, "l3_bytes": _BYTES, "parallel_call_seconds": (0.0, 1e-2),
 }
 
 
@@ -152,6 +156,8 @@ def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
         target[0] += compute * trips
         target[1] += traffic * trips
     seconds = parallel[0] * share + parallel[1] * traffic_share + serial[0] + serial[1]
+    if shared > 1:
+        seconds += machine.parallel_call_seconds  # the threads are woken and joined once per call
     return HostEstimate(flops, copy_bytes, parallel[0] + serial[0], parallel[1] + serial[1], seconds)
 
 
@@ -415,6 +421,7 @@ def calibrate(cpu: str) -> Machine:
         l3_bytes=l3,
         peak_flops=peak,
         register_tiles=register_tiles(),
+        parallel_call_seconds=parallel_call_seconds(),
     )
 
 
@@ -509,6 +516,40 @@ def register_tiles() -> tuple[tuple[int, int], ...]:
     return tuple(sorted(score, key=lambda tile: (score[tile] > (1 + TILE_TOLERANCE) * fastest,
                                                  defaults.index(tile) if tile in defaults else len(defaults),
                                                  score[tile]))[:EXPLORED_TILES])
+
+
+# A kernel whose parallel loop does almost nothing: a call on every core against one on one core
+# times only what sharing it out adds.
+PARALLEL_BENCHMARK = """operator add(N = 1024) {
+  tensor x[N]
+  tensor y[N]
+  tensor z[N]
+  compute { add(N = N, X = x, Y = y, Z = z) }
+  schedule { split add.N by {16} }
+}"""
+
+
+def parallel_call_seconds() -> float:
+    """What a call shared out to every available core takes beyond the same call on one core: the native
+    pool's fork and join (`backends/host/threads`), the best of many calls of an almost empty kernel on
+    each; 0 where one core is all there is."""
+    from swauto.api import load
+    from swauto.backends.host import available_threads, compile_module
+    from swauto.machine import HostScratchpad
+    from swauto.pipeline import lower
+    from swauto.tuner.space import explore
+
+    cores = available_threads()
+    if cores == 1:
+        return 0.0
+    op = load(PARALLEL_BENCHMARK, {})
+    program = compile_module(lower(op, explore(op, HostScratchpad()).candidates[0], HostScratchpad())[-1][1])
+    arrays = {name: np.ones(1024, np.float32) for name in ("x", "y", "z")}
+    best = {1: float("inf"), cores: float("inf")}
+    for _ in range(3):  # interleaved rounds: a slow moment of the machine slows both
+        for threads in best:
+            best[threads] = min(best[threads], _best_seconds(lambda: program.run(arrays, threads=threads), runs=100))  # noqa: B023
+    return max(0.0, best[cores] - best[1])
 
 
 def _unfit(tiles: tuple[tuple[int, int], ...]) -> str | None:
