@@ -15,6 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 WORKLOADS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"
+NETWORKS = ROOT / "benchmarks" / "workloads" / "networks.csv"  # ResNet-18, MobileNetV2, Inception-v3
 
 
 def machine_name() -> str:
@@ -78,11 +79,20 @@ def csv_number(text: str) -> object:
     return text
 
 
+def csv_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of a CSV file whose comment lines start with '#'."""
+    with open(path) as source:
+        return list(csv.DictReader(line for line in source if not line.startswith("#")))
+
+
 def workload_layers(models: Sequence[str] | None = None) -> list[dict[str, str]]:
     """The rows of ../shared/workloads/cnn_conv_layers.csv (of `models` only, if given)."""
-    with open(WORKLOADS) as source:
-        rows = list(csv.DictReader(line for line in source if not line.startswith("#")))
-    return [row for row in rows if models is None or row["model"] in models]
+    return [row for row in csv_rows(WORKLOADS) if models is None or row["model"] in models]
+
+
+def network_layers() -> list[dict[str, str]]:
+    """The rows of benchmarks/workloads/networks.csv."""
+    return csv_rows(NETWORKS)
 
 
 Row = dict[str, object]

@@ -18,31 +18,23 @@ or why nothing compiled. Depthwise layers (MobileNetV2's, groups = channels) com
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import time
 
-from common import RESULTS, ROOT, header, write_tables
+from common import RESULTS, ROOT, WORKLOADS, csv_rows, header, network_layers, write_tables
 from tqdm import tqdm
 
-WORKLOADS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"
-NETWORKS = ROOT / "benchmarks" / "workloads" / "networks.csv"
 SHAPE = ("ci", "co", "in_hw", "kr", "kc", "stride", "pad_r", "pad_c", "groups")
 FIELDS = ["target", "model", "layer", "B", *SHAPE, "status", "candidates", "tune_s", "pick_ms", "gflops",
           "peak_pct", "pick"]
-
-
-def _rows(path) -> list[dict[str, str]]:
-    with open(path) as source:
-        return list(csv.DictReader(line for line in source if not line.startswith("#")))
 
 
 def layer_shapes() -> list[dict[str, str]]:
     """Distinct layer shapes of both files, in file order (the workload list's square kernels and
     pads written out as kr = kc, pad_r = pad_c)."""
     rows = [{**row, "kr": row["k"], "kc": row["k"], "pad_r": row["pad"], "pad_c": row["pad"], "groups": "1"}
-            for row in _rows(WORKLOADS)] if WORKLOADS.exists() else []
-    rows += _rows(NETWORKS)
+            for row in csv_rows(WORKLOADS)] if WORKLOADS.exists() else []
+    rows += network_layers()
     seen, chosen = set(), []
     for row in rows:
         shape = tuple(row[k] for k in SHAPE)

@@ -15,15 +15,15 @@ Prints the machine and the date; writes benchmarks/results/host_conv.{csv,md,png
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import time
 from pathlib import Path
 
 import numpy as np
-from common import RESULTS, header, write_tables  # benchmarks/ is on the path when run as a script
+from common import RESULTS, csv_rows, header, write_tables  # benchmarks/ is on the path when run as a script
 
 import swauto
+from swauto.models.layers import arranged
 from swauto.tuner.measure import median_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,7 +34,7 @@ FIELDS = ["model", "layer", "batch", "threads", "gflop", "swauto_gflops", "torch
 
 
 def layers(path: Path, kernel: int | None, models: list[str] | None) -> list[dict[str, str]]:
-    rows = [row for row in csv.DictReader(line for line in path.open() if not line.startswith("#"))]
+    rows = csv_rows(path)
     return [r for r in rows if (kernel is None or int(r["k"]) == kernel) and (not models or r["model"] in models)]
 
 
@@ -52,12 +52,11 @@ def measure(layer: dict[str, str], batch: int, threads: int, repeat: int) -> dic
     started = time.perf_counter()
     # The declared layouts: input[Ri, Ci, Ni, B], weight[Kr, Kc, No, Ni].
     declared = {"input": x.transpose(2, 3, 1, 0), "weight": w.transpose(2, 3, 0, 1)}
-    arranged = {name: np.ascontiguousarray(a.transpose(kernel.layouts[name]) if name in kernel.layouts else a)
-                for name, a in declared.items()}
+    ready = arranged(kernel, declared)
     layout_s = time.perf_counter() - started
     out_shape = next(t.shape for t in kernel.module.tensors if t.name == "output")
-    arranged["output"] = np.zeros(out_shape, np.float32)
-    ours = median_seconds(lambda: kernel.run_arranged(**arranged), repeat)
+    ready["output"] = np.zeros(out_shape, np.float32)
+    ours = median_seconds(lambda: kernel.run_arranged(**ready), repeat)
     torch.set_num_threads(threads)
     tx, tw = torch.from_numpy(x), torch.from_numpy(w)
     with torch.no_grad():

@@ -22,6 +22,7 @@ from host_gemm import gemm_source, parse_shape
 
 import swauto
 from swauto.api import available_threads
+from swauto.models.layers import arranged
 from swauto.pipeline import before_double_buffering
 from swauto.tuner import host_model
 
@@ -37,15 +38,14 @@ def measure(shape: str, repeat: int) -> dict[str, object]:
     rng = np.random.default_rng(0)
     arrays = {name: rng.standard_normal(dims, dtype=np.float32)
               for name, dims in (("A", (m, k)), ("B", (k, n)), ("C", (m, n)))}
-    arranged = {name: np.ascontiguousarray(a.transpose(kernel.layouts[name]) if name in kernel.layouts else a)
-                for name, a in arrays.items()}
+    ready = arranged(kernel, arrays)
     chosen = kernel.threads
     times: dict[int, list[float]] = {1: [], cores: []}
     for _ in range(repeat):
         for threads in times:
             kernel.threads = threads  # the same code on another thread count
             started = time.perf_counter()
-            kernel.run_arranged(**arranged)
+            kernel.run_arranged(**ready)
             times[threads].append(time.perf_counter() - started)
     kernel.threads = chosen
     medians = {threads: statistics.median(seconds) for threads, seconds in times.items()}

@@ -20,7 +20,7 @@ import statistics
 import time
 from pathlib import Path
 
-from common import RESULTS, header, write_tables  # benchmarks/ is on the path when run as a script
+from common import RESULTS, csv_rows, header, write_tables  # benchmarks/ is on the path when run as a script
 from tqdm import tqdm
 
 from swauto.api import load
@@ -38,7 +38,7 @@ RECHECK_ROUNDS = 5
 
 
 def conv_params(name: str, batch: int) -> dict[str, int]:
-    rows = [r for r in csv.DictReader(line for line in LAYERS.open() if not line.startswith("#"))]
+    rows = csv_rows(LAYERS)
     row = next(r for r in rows if r["layer"] == name and r["model"] in ("resnet50", "vgg16"))
     ci, co, hw, k, stride, pad = (int(row[key]) for key in ("ci", "co", "in_hw", "k", "stride", "pad"))
     return {"B": batch, "Ni": ci, "No": co, "Ri": hw, "Ci": hw, "Kr": k, "Kc": k, "stride": stride, "pad": pad}

@@ -17,25 +17,22 @@ Prints the machine and the date; writes benchmarks/results/stride2.{csv,md}.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 
 import numpy as np
-from common import ROOT, header, write_tables
+from common import ROOT, header, network_layers, write_tables
 
 import swauto
+from swauto.models.layers import arranged
 from swauto.tuner.measure import median_seconds
 
-NETWORKS = ROOT / "benchmarks" / "workloads" / "networks.csv"
 FIELDS = ["model", "layer", "ci", "co", "in_hw", "kr", "kc", "sw_columns", "sw_rows", "sw_peak_pct", "sw_candidate",
           "host_gflops", "torch_gflops", "host_vs_torch", "host_peak_pct", "host_candidate"]
 
 
 def strided_layers() -> list[dict[str, str]]:
-    with open(NETWORKS) as source:
-        rows = list(csv.DictReader(line for line in source if not line.startswith("#")))
     seen, chosen = set(), []
-    for row in rows:
+    for row in network_layers():
         shape = tuple(row[k] for k in ("ci", "co", "in_hw", "kr", "kc", "pad_r", "pad_c"))
         if row["stride"] == "2" and row["groups"] == "1" and shape not in seen:
             seen.add(shape)
@@ -71,10 +68,9 @@ def measure(layer: dict[str, str], threads: int, repeat: int) -> dict[str, objec
     declared = {"input": x.transpose(2, 3, 1, 0), "weight": w.transpose(2, 3, 0, 1)}
 
     host = swauto.compile(source, params, target="host", threads=threads)
-    arranged = {name: np.ascontiguousarray(a.transpose(host.layouts[name]) if name in host.layouts else a)
-                for name, a in declared.items()}
-    arranged["output"] = np.zeros(next(t.shape for t in host.module.tensors if t.name == "output"), np.float32)
-    ours = median_seconds(lambda: host.run_arranged(**arranged), repeat)
+    ready = arranged(host, declared)
+    ready["output"] = np.zeros(next(t.shape for t in host.module.tensors if t.name == "output"), np.float32)
+    ours = median_seconds(lambda: host.run_arranged(**ready), repeat)
     torch.set_num_threads(threads)
     tx, tw = torch.from_numpy(x), torch.from_numpy(w)
     padding = (int(layer["pad_r"]), int(layer["pad_c"]))

@@ -27,7 +27,7 @@ import csv
 import time
 from multiprocessing import Pool
 
-from common import RESULTS, ROOT, csv_number, header, write_tables
+from common import RESULTS, ROOT, csv_number, csv_rows, header, write_tables
 from tqdm import tqdm
 
 LAYERS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"
@@ -42,10 +42,8 @@ FIELDS = ["model", "layer", "B", "ci", "co", "hw", "k", "stride", "candidates", 
 def layers(names: list[str] | None) -> list[dict]:
     """Rows of the layer file with Ci, Co >= 64 named `model/layer` in `names` (every distinct shape
     with None)."""
-    with open(LAYERS) as source:
-        rows = list(csv.DictReader(line for line in source if not line.startswith("#")))
     chosen, seen = [], set()
-    for row in rows:
+    for row in csv_rows(LAYERS):
         if int(row["ci"]) < 64 or int(row["co"]) < 64 or (names and f"{row['model']}/{row['layer']}" not in names):
             continue
         shape = tuple(row[k] for k in ("ci", "co", "in_hw", "k", "stride", "pad"))

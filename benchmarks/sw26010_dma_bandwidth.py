@@ -16,12 +16,11 @@ benchmarks/results/sw26010_dma_bandwidth.{csv,md,png}.
 from __future__ import annotations
 
 import argparse
-import csv
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from common import RESULTS, ROOT, header, write_tables
+from common import RESULTS, ROOT, csv_rows, header, write_tables
 
 from swauto.backends.sw26010.dma import TransferCost, lines_touched, service_cycles
 from swauto.backends.sw26010.timing import Timeline
@@ -31,10 +30,8 @@ TABLE = ROOT.parent / "shared" / "data" / "sw26010_dma_bandwidth.csv"
 
 
 def measured() -> list[dict]:
-    with open(TABLE) as source:
-        rows = list(csv.DictReader(line for line in source if not line.startswith("#")))
     return [{"run": int(r["run"]), "block_bytes": int(r["run_block_bytes"]),
-             "measured_MBps": float(r["bandwidth_MBps"])} for r in rows]
+             "measured_MBps": float(r["bandwidth_MBps"])} for r in csv_rows(TABLE)]
 
 
 def simulated_bandwidth(block: int, machine: SW26010) -> float:

@@ -13,18 +13,11 @@ compiled from examples/conv2d.sw; every legal candidate is ranked by the model a
 from __future__ import annotations
 
 import argparse
-import csv
 
-from common import ROOT, header, workload_layers
-from stride2 import NETWORKS
+from common import ROOT, header, network_layers, workload_layers
 from stride2 import params_of as network_params
 from sw26010_conv_tuning import params_of
 from tqdm import tqdm
-
-
-def network_layers() -> list[dict[str, str]]:
-    with open(NETWORKS) as source:
-        return list(csv.DictReader(line for line in source if not line.startswith("#")))
 
 
 def main() -> None:

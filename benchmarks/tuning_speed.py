@@ -20,11 +20,10 @@ and tuning_speed.png (per target, each layer's two times).
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import time
 
-from common import RESULTS, ROOT, header, write_tables
+from common import RESULTS, ROOT, csv_rows, header, write_tables
 from tqdm import tqdm
 
 LAYERS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"
@@ -33,10 +32,8 @@ FIELDS = ["target", "model", "layer", "B", "ci", "co", "hw", "k", "stride", "can
 
 
 def layer_shapes() -> list[dict[str, str]]:
-    with open(LAYERS) as source:
-        rows = list(csv.DictReader(line for line in source if not line.startswith("#")))
     seen, chosen = set(), []
-    for row in rows:
+    for row in csv_rows(LAYERS):
         shape = tuple(row[k] for k in ("ci", "co", "in_hw", "k", "stride", "pad"))
         if shape not in seen:
             seen.add(shape)

@@ -26,6 +26,7 @@ from swauto.pipeline import lower
 from swauto.schedule.candidate import Candidate
 from swauto.targets import Program, Target
 from swauto.tuner import database
+from swauto.tuner.cost_model import Estimate
 from swauto.tuner.model_tuner import Ranked, rank
 from swauto.tuner.space import MAX_CANDIDATES, Space, explore, explore_ranked
 
@@ -146,13 +147,15 @@ def compile(  # noqa: A001 - the public name users expect
             database.record(key, candidate, {"operator": op.name, "params": op.params, "target": target,
                                              "tuner": tuner, "tuning_s": time.perf_counter() - started})
     tuning_seconds = time.perf_counter() - started
-    if threads is None and plugin.threaded and host_threads > 1 \
-            and plugin.estimate(stages, 1).seconds < plugin.estimate(stages, host_threads).seconds:
-        host_threads = 1  # too small a call to share: waking and joining the threads costs more
+    predicted = plugin.estimate(stages, host_threads if plugin.threaded else 1)
+    if threads is None and plugin.threaded and host_threads > 1:
+        alone = plugin.estimate(stages, 1)
+        if alone.seconds < predicted.seconds:  # too small a call to share: waking and joining costs more
+            host_threads, predicted = 1, alone
     threads = host_threads if plugin.threaded else 1
     module = stages[-1][1]
     program = plugin.build(module, candidate)
-    report = _report(op, candidate, stages, plugin, threads, tuning_seconds)
+    report = _report(op, candidate, stages, plugin, threads, predicted, tuning_seconds)
     report["from_tuning_log"] = remembered
     return Kernel(op, candidate, stages, target, program, report, host_threads)
 
@@ -221,10 +224,10 @@ def _show_interface(kernel: Kernel) -> str:
 
 
 def _report(op: BoundOperator, candidate: Candidate, stages: list[tuple[str, Module]], plugin: Target,
-            threads: int, tuning_seconds: float) -> dict[str, Any]:
-    """What `Kernel.report` says before the first call: the candidate, the work and the predictions."""
+            threads: int, predicted: Estimate, tuning_seconds: float) -> dict[str, Any]:
+    """What `Kernel.report` says before the first call: the candidate, the work and the predictions
+    (`predicted`: the target's estimate on `threads`)."""
     module = stages[-1][1]
-    predicted = plugin.estimate(stages, threads)
     flops = traffic(op.seed)[1]  # the operator's own work, not the zeros of padding
     report = {
         "operator": op.name,
