@@ -324,6 +324,34 @@ def test_every_candidate_on_the_host(shape):
         assert relative_error(output, expected) <= 1e-5, candidate
 
 
+def test_the_float64_copies_of_peeled_tiles_share_local_memory():
+    """The GEMM's float64 copy of a tile holds a value only while a call on its buffer runs (it
+    converts in and back): the copies of the peeled tiles' calls, which run one after another, share
+    bytes, which the plan gives them only where their live ranges (the calls) do not overlap; the
+    simulator, which checks every read against the last write, computes the right result."""
+    op, arrays, expected = problem((8, 40, 48, 7, 7, 3, 1, 1))
+    checked = 0
+    for candidate in candidates(op, (False, True)):
+        try:
+            final = lower(op, candidate, SUNWAY)[-1][1]
+        except Rejected:
+            continue
+        live = live_ranges(final)
+        spans = {b.name: (b.offset, b.offset + per_cpe_bytes(b, SUNWAY)) for b in final.buffers}
+        twins = {b.name for b in final.buffers if b.copy_of is not None}
+        shared = [(a, b) for a in twins for b in twins if a < b and spans[a][0] < spans[b][1]
+                  and spans[b][0] < spans[a][1]]
+        if not shared:
+            continue
+        assert not any(live[a].overlaps(live[b]) for a, b in shared)
+        output, _ = run_arranged_on_simulator(final, arrays)
+        assert relative_error(output, expected) <= 1e-5, candidate
+        checked += 1
+        if checked == 3:
+            break
+    assert checked == 3
+
+
 def test_peeled_copies_inside_a_loop_share_local_memory():
     """A loop's last iteration peeled inside another loop: its copy's buffers and the whole tiles' are
     live in different stretches of the outer loop's body (`live_ranges` at that depth: each written

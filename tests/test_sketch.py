@@ -23,7 +23,7 @@ from swauto.schedule.space import apply, candidates, tile_classes
 from swauto.tuner import host_model
 from swauto.tuner.model_tuner import rank
 from swauto.tuner.sketch import Sketcher, SketchModel
-from swauto.tuner.space import count, explore, explore_ranked
+from swauto.tuner.space import LOWERED, count, explore, explore_ranked
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -118,6 +118,20 @@ def test_candidates_of_several_statements_are_lowered_to_be_priced():
     assert all(sketcher.sketch(candidate) is None for candidate in candidates(op))
     ranked = explore_ranked(op, machine, _UNPRICED)
     assert ranked.sketched == 0 and len(ranked.legal) == len(explore(op, machine).legal)
+
+
+def test_the_candidates_ranking_lowers_fit_local_memory():
+    """Inception-v3's Mixed_6a 3 x 3 at B = 1 peels three loops (17 output rows in tiles of 15, 17
+    columns in tiles of 8, 384 channels in tiles of 256): the sketch counts the peeled copies' buffers
+    as lowering places them (the outermost loop's copy after the whole tiles', the float64 copies
+    of one call at a time), and `hoist_dma` as the memory plan does, so none of the candidates
+    `explore_ranked` lowers overflows local memory."""
+    params = {"B": 1, "Ni": 288, "No": 384, "Ri": 35, "Ci": 35, "Kr": 3, "Kc": 3, "stride": 2}
+    op = load(EXAMPLES / "conv2d.sw", params)
+    target = targets.get("sw26010")
+    _, ranked = tune_by_model(op, target)
+    assert len(ranked.legal) >= LOWERED
+    assert ranked.rejected["local memory overflow"] == 0
 
 
 def test_candidates_whose_sketch_fits_no_placement_are_still_lowered(monkeypatch):

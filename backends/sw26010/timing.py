@@ -306,11 +306,10 @@ def check_local_memory(module: Module, machine: SW26010) -> int:
         placed = (start, start + size, buffer.name)
         (resident if buffer.resident else ranges.setdefault(buffer.statement, [])).append(placed)
         used = max(used, start + size)
-    owners = {b.name: b.copy_of or b.name for b in module.buffers}  # a float64 twin lives as its buffer
     for placed in [resident + group for group in ranges.values()] or [resident]:
         for index, (start, end, first) in enumerate(placed):
             for other_start, other_end, second in placed[index + 1:]:
-                one, other = live[owners[first]], live[owners[second]]
+                one, other = live[first], live[second]
                 if start < other_end and other_start < end and one.overlaps(other):
                     raise SimulationError(f"local buffers {first} and {second} overlap in LDM while both are live")
     if used > machine.ldm_usable_bytes:

@@ -21,7 +21,7 @@ from math import prod
 from swauto.errors import Rejected
 from swauto.ir.analysis import trip_count
 from swauto.ir.dependence import disjoint, loop_ranges
-from swauto.ir.nodes import Call, LocalBuffer, Module
+from swauto.ir.nodes import Call, LocalBuffer, Module, Seq
 from swauto.ir.visitor import walk
 from swauto.machine import DTYPE_BYTES, LocalMemoryMachine
 from swauto.passes.infer_dma import (
@@ -32,15 +32,17 @@ from swauto.passes.infer_dma import (
     place_transfers,
     transfer_box,
 )
-from swauto.passes.plan_local_memory import aligned, footprint, per_cpe_bytes
+from swauto.passes.plan_local_memory import aligned, per_cpe_bytes, twin_bytes
 
 
 class _Boxes:
     """The transfer boxes of the nest's calls (its peeled copies'), each computed once: the options and
-    the output windows of every level ask for the same ones again."""
+    the output windows of every level ask for the same ones again. `segments`: per call, the statement
+    of the nest's body that holds it (the peeled copies of its outermost loops run one after another)."""
 
-    def __init__(self, calls: list[tuple[Call, tuple]]) -> None:
+    def __init__(self, calls: list[tuple[Call, tuple]], segments: list[int]) -> None:
         self.calls = calls
+        self.segments = segments
         self.known: dict[tuple[int, str, int], TransferBox] = {}
 
     def __call__(self, index: int, role: str, level: int) -> TransferBox:
@@ -54,10 +56,13 @@ class _Boxes:
 
 def _option(scheduled: Module, role: str, level: int, machine: LocalMemoryMachine,
             boxes: _Boxes) -> tuple[int, int]:
-    """(bytes moved, local bytes per CPE) of operand `role` hoisted over `level` dependent loops."""
+    """(bytes moved, local bytes per CPE) of operand `role` hoisted over `level` dependent loops. The
+    buffers of the statements of the nest's body that run one after another are never live at once
+    (`plan_local_memory`): the local bytes are those of the statement that needs most, with those of
+    the transfers outside every loop."""
     calls = boxes.calls
     name = buffer_names(calls[0][0])[role]
-    placements: dict[tuple, tuple[int, tuple[int, ...]]] = {}
+    placements: dict[tuple, tuple[int, tuple[int, ...], int | None]] = {}
     for index, ((call, loops), levels) in enumerate(zip(calls, call_levels(calls, {role: level}), strict=True)):
         access = dict(call.transfers)[role]
         tensor = scheduled.tensor(access.name)
@@ -71,10 +76,13 @@ def _option(scheduled: Module, role: str, level: int, machine: LocalMemoryMachin
         both_ways = role == call.output_role and call.signature.reads_output()
         moved = prod(box.extents) * DTYPE_BYTES[tensor.dtype] * trips * (2 if both_ways else 1)
         pad = access.pad or (0,) * len(box.extents)
-        placements[key] = (moved, tuple(e + p for e, p in zip(box.extents, pad, strict=True)))
-    moved = sum(m for m, _ in placements.values())
-    local = sum(aligned(per_cpe_bytes(LocalBuffer(name, shape), machine)) for _, shape in placements.values())
-    return moved, local
+        placements[key] = (moved, tuple(e + p for e, p in zip(box.extents, pad, strict=True)),
+                           None if box.home is None else boxes.segments[index])
+    moved = sum(m for m, _, _ in placements.values())
+    local: dict[int | None, int] = {}  # per statement of the nest's body (None: outside every loop)
+    for _, shape, segment in placements.values():
+        local[segment] = local.get(segment, 0) + aligned(per_cpe_bytes(LocalBuffer(name, shape), machine))
+    return moved, local.pop(None, 0) + max(local.values(), default=0)
 
 
 def _window_is_private(role: str, level: int, boxes: _Boxes) -> bool:
@@ -106,8 +114,8 @@ def hoist_dma(scheduled: Module, machine: LocalMemoryMachine, double_buffered: b
               placed: Module | None = None) -> Module:
     """`scheduled` is the IR before any transfer was placed (the input of `infer_dma`); `placed`, if
     given, is `infer_dma(scheduled)`, which this would otherwise compute again."""
-    calls = _calls(scheduled)
-    boxes = _Boxes(calls)
+    segments, calls = _calls(scheduled)
+    boxes = _Boxes(calls, segments)
     roles = tuple(role for role, _ in calls[0][0].transfers)
     caps = dict.fromkeys(roles, 0)  # how far each operand can move at most
     fused = any(call.epilogue for call, _ in calls)
@@ -126,7 +134,7 @@ def hoist_dma(scheduled: Module, machine: LocalMemoryMachine, double_buffered: b
                for role in roles}
     placed = placed or place_transfers(scheduled, dict.fromkeys(roles, 0))
     # The float64 copies do not depend on where transfers sit: count them once, from any placement.
-    copies = footprint(placed, machine) - sum(aligned(per_cpe_bytes(b, machine)) for b in placed.buffers)
+    copies = twin_bytes(placed, machine)
     levels = cheapest([options[role] for role in roles], machine.ldm_usable_bytes - copies,
                       2 if double_buffered else 1)
     if levels is None or not any(levels):
@@ -150,7 +158,11 @@ def cheapest(options: Sequence[Sequence[tuple[int, int]]], room: int, factor: in
     return None if best is None else best[2]
 
 
-def _calls(module: Module) -> list[tuple[Call, tuple]]:
-    """The primitive calls of a nest (its peeled copies' included) with their enclosing loops."""
-    return [(node, loops) for node, loops in walk(module.body) if isinstance(node, Call)]
+def _calls(module: Module) -> tuple[list[int], list[tuple[Call, tuple]]]:
+    """The primitive calls of a nest (its peeled copies' included) with their enclosing loops, and per
+    call the statement of the nest's body that holds it."""
+    body = module.body.stmts if isinstance(module.body, Seq) else (module.body,)
+    found = [(index, (node, loops)) for index, stmt in enumerate(body) for node, loops in walk(stmt)
+             if isinstance(node, Call)]
+    return [index for index, _ in found], [call for _, call in found]
 

@@ -8,7 +8,9 @@ loop body that holds them all (`live_ranges`): the peeled copies of a loop that 
 share local memory, at any depth. No two buffers that may be live at once overlap, and the
 whole fits one CPE's usable local memory.
 Each buffer a GEMM computes on gets a float64 copy (`<name>_double`, `LocalBuffer.copy_of`; one tile
-even when the buffer is double buffered): the primitive converts single precision to double in LDM.
+even when the buffer is double buffered): the primitive converts single precision to double in LDM
+when it is called and back before it returns, so a copy holds a value only during the calls on its
+buffer, and the copies of calls that run one after another (the peeled copies') share local memory.
 Raises `Rejected` when the buffers do not fit.
 """
 
@@ -54,12 +56,12 @@ def _twins(module: Module, machine: LocalMemoryMachine) -> list[LocalBuffer]:
     ]
 
 
-def footprint(module: Module, machine: LocalMemoryMachine, doubling: bool = False) -> int:
-    """Per-CPE local memory the module's buffers and their float64 twins need; with `doubling`,
-    as if every float32 buffer were double buffered (for passes that run before double buffering)."""
-    factor = 2 if doubling else 1
-    own = sum(aligned(per_cpe_bytes(b, machine)) * factor for b in module.buffers)
-    return own + sum(aligned(per_cpe_bytes(t, machine)) for t in _twins(module, machine))
+def twin_bytes(module: Module, machine: LocalMemoryMachine) -> int:
+    """Per-CPE local memory the float64 twins take at most at once: those of one GEMM call's operands
+    (a twin holds a value only while a call on its buffer runs)."""
+    sizes = {t.copy_of: aligned(per_cpe_bytes(t, machine)) for t in _twins(module, machine)}
+    return max((sum(sizes.get(access.name, 0) for _, access in node.operands)
+                for node, _ in walk(module.body) if isinstance(node, Call)), default=0)
 
 
 def plan_local_memory(module: Module, machine: LocalMemoryMachine) -> Module:
@@ -67,7 +69,7 @@ def plan_local_memory(module: Module, machine: LocalMemoryMachine) -> Module:
     twins = _twins(replace(module, buffers=tuple(buffers)), machine)
     groups = dict.fromkeys(b.statement for b in buffers)
     ordered = [b for statement in groups for b in buffers + twins if b.statement == statement]
-    live = live_ranges(module)
+    live = live_ranges(replace(module, buffers=tuple(buffers + twins)))
     placed: dict[str, LocalBuffer] = {}
     resident = 0
     for buffer in (b for b in ordered if b.resident):
@@ -75,13 +77,13 @@ def plan_local_memory(module: Module, machine: LocalMemoryMachine) -> Module:
         resident += aligned(per_cpe_bytes(buffer, machine))
     used = resident
     for buffer in (b for b in ordered if not b.resident):
-        span = live[buffer.copy_of or buffer.name]
+        span = live[buffer.name]
         size = aligned(per_cpe_bytes(buffer, machine))
         # Lowest offset clear of every buffer of its statement live at the same time (first fit).
         taken = sorted((other.offset, other.offset + aligned(per_cpe_bytes(other, machine)))
                        for other in placed.values()
                        if not other.resident and other.statement == buffer.statement
-                       and span.overlaps(live[other.copy_of or other.name]))
+                       and span.overlaps(live[other.name]))
         offset = resident
         for start, end in taken:
             if offset + size <= start:
@@ -122,8 +124,10 @@ def live_ranges(module: Module) -> dict[str, LiveRange]:
     its last use in the innermost loop body that holds them all (so the peeled copies of a loop that
     run one after another share local memory, at every depth), widened to the whole loop while that
     loop's body does not write it before anything else uses it (iterations may carry its value;
-    a use inside an `If` counts as a read). A buffer no statement uses is live throughout."""
+    a use inside an `If` counts as a read). A buffer no statement uses is live throughout. A float64
+    twin (`copy_of`) is used by the GEMM calls on its buffer, each of which writes it first."""
     top = _statements(module.body)
+    twin_of = {b.copy_of: b.name for b in module.buffers if b.copy_of is not None}
     owner: dict[str, str] = {}  # reply -> the buffer its transfer moves
     uses: dict[str, list[tuple[tuple[int, ...], bool]]] = {}  # per buffer: (path, whether it writes first)
 
@@ -138,6 +142,10 @@ def live_ranges(module: Module) -> dict[str, LiveRange]:
                     owner[node.reply] = node.buffer.name
                 for name, writes in _used(node, owner):
                     uses.setdefault(name, []).append((here, writes and node is stmt))
+                if isinstance(node, Call) and node.signature.kind == "gemm":
+                    for _, access in node.operands:
+                        if access.name in twin_of:
+                            uses.setdefault(twin_of[access.name], []).append((here, node is stmt))
 
     visit(top, ())
     return {buffer.name: _range(uses[buffer.name]) if buffer.name in uses else LiveRange((), 0, max(0, len(top) - 1))

@@ -383,11 +383,10 @@ class Sketcher:
             for home, transfer in ladder:
                 moved = transfer.moved * outside[0 if home is None else position[home] + 1]
                 # The buffer (both halves, double buffered) and the primitive's float64 copy of its tile.
+                local = doubled * transfer.local
                 if enclosed:
-                    buffers, twins = _copies(tiles, operand, position, enclosed, home, candidate.double_buffer)
-                    local = ceil(doubled * transfer.local * buffers + twin * twins)
-                else:
-                    local = doubled * transfer.local + twin
+                    local = ceil(local * _copies(tiles, operand, position, enclosed, home, candidate.double_buffer))
+                local += twin  # a whole tile's: the copies of the peeled tiles' are never live beside it
                 # An option moving no fewer bytes in no less room than a lower level's is never chosen.
                 if not any(m <= moved and room <= local for m, room, _, _ in per_level):
                     per_level.append((moved, local, home, transfer))
@@ -506,26 +505,22 @@ class Sketcher:
 
 
 def _copies(tiles: _TileClass, operand: _Operand, position: dict[str, int], enclosed: set[str],
-            home: str | None, doubled: bool) -> tuple[float, float]:
-    """How many tiles' worth of local memory an operand's buffer, and the primitive's float64 copy of
-    its tile, take with those of the peeled copies live beside them. A loop's peeled copy inside
-    another loop (`enclosed`) has its own buffer for the operand, live beside the whole tiles' when
-    the transfer sits in that loop's body (in the copy, which has no such loop, it moves out to the
-    enclosing loop's body) or, double buffered, anywhere inside the loop (both copies issue their
-    first transfers before the outermost loop). A transfer hoisted over the loop keeps one buffer
-    when its box does not move with the loop; otherwise the copy's transfer is another, beside it,
-    but the sketch's box already spans the loop's every trip: only the float64 copies add up."""
-    buffers = twins = 1.0
+            home: str | None, doubled: bool) -> float:
+    """How many tiles' worth of local memory an operand's buffer takes with those of the peeled copies
+    live beside it. A loop's peeled copy inside another loop (`enclosed`) has its own buffer for the
+    operand, live beside the whole tiles' when the transfer sits in that loop's body (in the copy,
+    which has no such loop, it moves out to the enclosing loop's body) or, double buffered, anywhere
+    inside the loop (both copies issue their first transfers before the outermost loop). A transfer
+    hoisted over the loop keeps one buffer: its box spans the loop's every trip. (The primitive's
+    float64 copies of the tiles live only during a call: one call's at a time.)"""
+    buffers = 1.0
     for var, share in tiles.peeled.items():
         if var not in enclosed:
             continue
         inside = -1 if home is None else position[home]  # where the transfer sits against the loop
         if inside == position[var] or doubled and inside > position[var]:
             buffers *= 1 + share[operand.role]
-            twins *= 1 + share[operand.role]
-        elif inside < position[var] and var in operand.used:
-            twins *= 1 + share[operand.role]
-    return buffers, twins
+    return buffers
 
 
 def _peeled_copies(loops: list[For], call: Call, first: dict[str, int]) -> dict[str, dict[str, float]]:
