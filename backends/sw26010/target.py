@@ -44,7 +44,7 @@ def estimate(stages: Stages, threads: int, machine: SW26010 = SUNWAY) -> Estimat
     overlapped = any(name == "double_buffer" for name, _ in stages)
     model = sw26010_model.estimate(module, stages[-1][1], overlapped, machine)
     memory = model.seconds if overlapped else model.dma_seconds
-    return Estimate(model.dma_bytes, model.flops, memory, model.compute_seconds, overlapped)
+    return Estimate(model.dma_bytes, model.flops, memory, model.compute_seconds, overlapped, model.transfers)
 
 
 def sketch_model(threads: int) -> SketchModel:

@@ -28,6 +28,7 @@ class Estimate:
     memory_seconds: float
     compute_seconds: float
     overlapped: bool = True  # double buffered: transfers hide behind compute
+    transfers: int = 0  # transfers one run issues (a target whose model counts them)
 
     @property
     def seconds(self) -> float:

@@ -61,6 +61,7 @@ class ModelEstimate:
     seconds: float
     dma_bytes: int = 0  # bytes moved and flops computed by one run (`swauto.ir.analysis.traffic`)
     flops: int = 0
+    transfers: int = 0  # mesh-wide transfers one run issues
 
 
 def measured_bandwidth(block_bytes: int, machine: SW26010) -> float:
@@ -214,7 +215,7 @@ class _Model:
         self.flat = {b.name for b in module.buffers if b.spread == "flat"}  # data-parallel buffers
         self.latency, self.line, self.moving, self.gemms = _machine_facts(machine)
         self.dma = self.compute = 0.0
-        self.dma_bytes = self.flops = 0
+        self.dma_bytes = self.flops = self.transfers = 0
 
     def dma_time(self, dma: Dma, env: dict[str, int]) -> float:
         """Equations 3-1/3-2 for one mesh-wide transfer (`dma_seconds`) at the addresses `env` gives
@@ -262,6 +263,7 @@ class _Model:
                 seconds += self.latency
                 self.dma += trips * seconds
                 self.dma_bytes += trips * element * prod(extents)
+                self.transfers += trips
                 if stmt.direction == "get" and stmt.buffer.name not in single:
                     gets += seconds
                 else:
@@ -384,7 +386,8 @@ def estimate(module: Module, final: Module, double_buffered: bool, machine: SW26
         seconds = max(prologue + work, dma)
     else:
         seconds = dma + compute
-    return ModelEstimate(dma, compute, prologue, double_buffered, seconds, model.dma_bytes, model.flops)
+    return ModelEstimate(dma, compute, prologue, double_buffered, seconds, model.dma_bytes, model.flops,
+                         model.transfers)
 
 
 def least_seconds(nest: Module, machine: SW26010) -> Callable[[int], float]:
