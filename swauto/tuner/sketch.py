@@ -511,8 +511,9 @@ def _copies(tiles: _TileClass, operand: _Operand, position: dict[str, int], encl
     operand, live beside the whole tiles' when the transfer sits in that loop's body (in the copy,
     which has no such loop, it moves out to the enclosing loop's body) or, double buffered, anywhere
     inside the loop (both copies issue their first transfers before the outermost loop). A transfer
-    hoisted over the loop keeps one buffer: its box spans the loop's every trip. (The primitive's
-    float64 copies of the tiles live only during a call: one call's at a time.)"""
+    hoisted over the loop keeps one buffer when its box does not move with the loop; otherwise the
+    copy's transfer is another, beside it, but the sketch's box already spans the loop's every trip.
+    (The primitive's float64 copies of the tiles live only during a call: one call's at a time.)"""
     buffers = 1.0
     for var, share in tiles.peeled.items():
         if var not in enclosed:
