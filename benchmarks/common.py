@@ -95,6 +95,40 @@ def network_layers() -> list[dict[str, str]]:
     return csv_rows(NETWORKS)
 
 
+# What makes two conv layers the same problem (networks.csv's columns; the workload list's square
+# kernels and pads written out).
+SHAPE = ("ci", "co", "in_hw", "kr", "kc", "stride", "pad_r", "pad_c", "groups")
+
+
+def layer_shapes() -> list[dict[str, str]]:
+    """Distinct conv layer shapes of the workload list and of networks.csv, in file order (the workload
+    list's rows with kr = kc = k, pad_r = pad_c = pad, groups = 1)."""
+    rows = [{**row, "kr": row["k"], "kc": row["k"], "pad_r": row["pad"], "pad_c": row["pad"], "groups": "1"}
+            for row in csv_rows(WORKLOADS)] if WORKLOADS.exists() else []
+    rows += network_layers()
+    seen, chosen = set(), []
+    for row in rows:
+        shape = tuple(row[k] for k in SHAPE)
+        if shape not in seen:
+            seen.add(shape)
+            chosen.append(row)
+    return chosen
+
+
+def conv_example(layer: dict[str, str], batch: int) -> tuple[str, dict[str, int]] | None:
+    """The example a `layer_shapes` row compiles from and its parameters at `batch`: `conv2d.sw` for a
+    dense layer, `conv2d_depthwise.sw` for one of groups = channels; None for other groupings."""
+    groups = int(layer["groups"])
+    params = {"B": batch, "Ri": int(layer["in_hw"]), "Ci": int(layer["in_hw"]), "Kr": int(layer["kr"]),
+              "Kc": int(layer["kc"]), "stride": int(layer["stride"]), "pad_r": int(layer["pad_r"]),
+              "pad_c": int(layer["pad_c"])}
+    if groups == 1:
+        return "conv2d.sw", {**params, "Ni": int(layer["ci"]), "No": int(layer["co"])}
+    if groups == int(layer["ci"]) == int(layer["co"]):
+        return "conv2d_depthwise.sw", {**params, "C": groups}
+    return None
+
+
 Row = dict[str, object]
 
 

@@ -21,27 +21,11 @@ import argparse
 import statistics
 import time
 
-from common import RESULTS, ROOT, WORKLOADS, csv_rows, header, network_layers, write_tables
+from common import RESULTS, ROOT, SHAPE, conv_example, header, layer_shapes, write_tables
 from tqdm import tqdm
 
-SHAPE = ("ci", "co", "in_hw", "kr", "kc", "stride", "pad_r", "pad_c", "groups")
 FIELDS = ["target", "model", "layer", "B", *SHAPE, "status", "candidates", "tune_s", "pick_ms", "gflops",
           "peak_pct", "pick"]
-
-
-def layer_shapes() -> list[dict[str, str]]:
-    """Distinct layer shapes of both files, in file order (the workload list's square kernels and
-    pads written out as kr = kc, pad_r = pad_c)."""
-    rows = [{**row, "kr": row["k"], "kc": row["k"], "pad_r": row["pad"], "pad_c": row["pad"], "groups": "1"}
-            for row in csv_rows(WORKLOADS)] if WORKLOADS.exists() else []
-    rows += network_layers()
-    seen, chosen = set(), []
-    for row in rows:
-        shape = tuple(row[k] for k in SHAPE)
-        if shape not in seen:
-            seen.add(shape)
-            chosen.append(row)
-    return chosen
 
 
 def measure(target_name: str, layer: dict[str, str], batch: int) -> dict[str, object]:
@@ -53,19 +37,11 @@ def measure(target_name: str, layer: dict[str, str], batch: int) -> dict[str, ob
     row: dict[str, object] = {"target": target_name, "model": layer["model"], "layer": layer["layer"], "B": batch,
                               **{k: int(layer[k]) for k in SHAPE}}
     target = targets.get(target_name)
-    groups = int(layer["groups"])
-    params = {"B": batch, "Ri": int(layer["in_hw"]), "Ci": int(layer["in_hw"]), "Kr": int(layer["kr"]),
-              "Kc": int(layer["kc"]), "stride": int(layer["stride"]), "pad_r": int(layer["pad_r"]),
-              "pad_c": int(layer["pad_c"])}
-    if groups == 1:
-        example = "conv2d.sw"
-        params.update(Ni=int(layer["ci"]), No=int(layer["co"]))
-    elif groups == int(layer["ci"]) == int(layer["co"]):
-        example = "conv2d_depthwise.sw"
-        params.update(C=groups)
-    else:
-        row["status"] = f"not covered: {groups} groups"
+    found = conv_example(layer, batch)
+    if found is None:
+        row["status"] = f"not covered: {layer['groups']} groups"
         return row
+    example, params = found
     started = time.perf_counter()
     try:
         op = load(ROOT / "examples" / example, params)

@@ -1,11 +1,15 @@
 """swauto's host convolution against PyTorch's conv2d (oneDNN), side by side.
 
     python benchmarks/host_conv.py [--batch 1 32] [--threads 1 2] [--kernel 3] [--models resnet50 vgg16]
-                                   [--repeat 5] [--limit N]
+                                   [--all] [--repeat 5] [--limit N]
 
 The operator is examples/conv2d.sw as written. Layers come from ../shared/workloads/cnn_conv_layers.csv
-(default: the 3x3 layers). For each layer, batch size and thread count: the median of `--repeat` calls
-of each implementation, GFLOPS, the ratio swauto / PyTorch, and the tuning and compile time. swauto runs
+(default: the 3x3 layers of ResNet50 and VGG16); `--all` takes every distinct shape of that file and of
+benchmarks/workloads/networks.csv (ResNet-18, MobileNetV2, Inception-v3: 121 shapes; MobileNetV2's
+depthwise layers from examples/conv2d_depthwise.sw, against PyTorch's grouped conv2d). For each layer,
+batch size and thread count: the median of `--repeat` calls of each implementation, GFLOPS, percent of
+this machine's measured peak (on that many cores), the ratio swauto / PyTorch, and the tuning and
+compile time. swauto runs
 on arrays already in the layouts its kernel wants (`Kernel.run_arranged`): a framework would hand them
 over that way, and PyTorch likewise gets its own NCHW arrays; the conversion swauto would need from NCHW
 is timed apart (`layout_s`).
@@ -16,11 +20,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import time
 from pathlib import Path
 
 import numpy as np
-from common import RESULTS, csv_rows, header, write_tables  # benchmarks/ is on the path when run as a script
+from common import RESULTS, conv_example, csv_rows, header, layer_shapes, write_tables  # benchmarks/ is on the path
 
 import swauto
 from swauto.models.layers import arranged
@@ -28,31 +33,38 @@ from swauto.tuner.measure import median_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"
-CONV = ROOT / "examples" / "conv2d.sw"
+EXAMPLES = ROOT / "examples"
 FIELDS = ["model", "layer", "batch", "threads", "gflop", "swauto_gflops", "torch_gflops", "swauto_vs_torch",
-          "layout_s", "tuning_s", "candidate"]
+          "swauto_peak_pct", "layout_s", "tuning_s", "candidate"]
 
 
 def layers(path: Path, kernel: int | None, models: list[str] | None) -> list[dict[str, str]]:
+    """The workload list's rows of `models` with `kernel` x `kernel` kernels, as `layer_shapes` writes them."""
     rows = csv_rows(path)
-    return [r for r in rows if (kernel is None or int(r["k"]) == kernel) and (not models or r["model"] in models)]
+    return [{**r, "kr": r["k"], "kc": r["k"], "pad_r": r["pad"], "pad_c": r["pad"], "groups": "1"} for r in rows
+            if (kernel is None or int(r["k"]) == kernel) and (not models or r["model"] in models)]
 
 
 def measure(layer: dict[str, str], batch: int, threads: int, repeat: int) -> dict[str, object]:
     import torch
 
-    ci, co, hw, k, stride, pad = (int(layer[key]) for key in ("ci", "co", "in_hw", "k", "stride", "pad"))
-    params = {"B": batch, "Ni": ci, "No": co, "Ri": hw, "Ci": hw, "Kr": k, "Kc": k, "stride": stride, "pad": pad}
+    from swauto.tuner.cost_model import peak_flops
+
+    found = conv_example(layer, batch)
+    assert found is not None, f"{layer['model']} {layer['layer']}: {layer['groups']} groups are not covered"
+    example, params = found
+    ci, co, hw, kr, kc, stride, pad_r, pad_c, groups = (
+        int(layer[key]) for key in ("ci", "co", "in_hw", "kr", "kc", "stride", "pad_r", "pad_c", "groups"))
     started = time.perf_counter()
-    kernel = swauto.compile(CONV, params, target="host", threads=threads)
+    kernel = swauto.compile(EXAMPLES / example, params, target="host", threads=threads)
     tuning = time.perf_counter() - started
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, ci, hw, hw), dtype=np.float32)  # NCHW, as PyTorch takes it
-    w = rng.standard_normal((co, ci, k, k), dtype=np.float32)  # OIHW
+    w = rng.standard_normal((co, ci // groups, kr, kc), dtype=np.float32)  # OIHW
     started = time.perf_counter()
-    # The declared layouts: input[Ri, Ci, Ni, B], weight[Kr, Kc, No, Ni].
-    declared = {"input": x.transpose(2, 3, 1, 0), "weight": w.transpose(2, 3, 0, 1)}
-    ready = arranged(kernel, declared)
+    # The declared layouts: input[Ri, Ci, Ni, B]; weight[Kr, Kc, No, Ni], or [Kr, Kc, C] for depthwise.
+    weight = w.transpose(2, 3, 0, 1) if groups == 1 else w[:, 0].transpose(1, 2, 0)
+    ready = arranged(kernel, {"input": x.transpose(2, 3, 1, 0), "weight": weight})
     layout_s = time.perf_counter() - started
     out_shape = next(t.shape for t in kernel.module.tensors if t.name == "output")
     ready["output"] = np.zeros(out_shape, np.float32)
@@ -60,12 +72,14 @@ def measure(layer: dict[str, str], batch: int, threads: int, repeat: int) -> dic
     torch.set_num_threads(threads)
     tx, tw = torch.from_numpy(x), torch.from_numpy(w)
     with torch.no_grad():
-        theirs = median_seconds(lambda: torch.nn.functional.conv2d(tx, tw, stride=stride, padding=pad), repeat)
+        theirs = median_seconds(lambda: torch.nn.functional.conv2d(tx, tw, stride=stride, padding=(pad_r, pad_c),
+                                                                   groups=groups), repeat)
     flops = kernel.report["flops"]
     return {
         "model": layer["model"], "layer": layer["layer"], "batch": batch, "threads": threads,
         "gflop": round(flops / 1e9, 3), "swauto_gflops": round(flops / ours / 1e9, 1),
         "torch_gflops": round(flops / theirs / 1e9, 1), "swauto_vs_torch": round(theirs / ours, 3),
+        "swauto_peak_pct": round(100 * flops / ours / peak_flops("host", threads), 1),
         "layout_s": round(layout_s, 4), "tuning_s": round(tuning, 2), "candidate": kernel.schedule.describe(),
     }
 
@@ -77,12 +91,13 @@ def main() -> None:
     parser.add_argument("--kernel", type=int, default=3, help="only layers with this kernel size (0: all)")
     parser.add_argument("--models", nargs="*", default=["resnet50", "vgg16"])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--all", action="store_true", help="every distinct shape of both layer files")
     parser.add_argument("--limit", type=int, default=0, help="at most this many layers (0: all)")
     args = parser.parse_args()
     import torch
     from tqdm import tqdm
 
-    chosen = layers(LAYERS, args.kernel or None, args.models)[: args.limit or None]
+    chosen = (layer_shapes() if args.all else layers(LAYERS, args.kernel or None, args.models))[: args.limit or None]
     print(header() + f"  torch {torch.__version__}  medians of {args.repeat}")
     rows = []
     jobs = [(layer, b, t) for layer in chosen for b in args.batch for t in args.threads]
@@ -91,13 +106,20 @@ def main() -> None:
         rows.append(row)
         tqdm.write(f"{row['model']:9} {row['layer']:10} B={batch:<3} t={threads}  swauto {row['swauto_gflops']:7.1f}  "
                    f"torch {row['torch_gflops']:7.1f}  ratio {row['swauto_vs_torch']:.2f}  ({row['candidate']})")
+    summary = []
     for batch in args.batch:
         for threads in args.threads:
-            ratios = [r["swauto_vs_torch"] for r in rows if r["batch"] == batch and r["threads"] == threads]
+            runs = [r for r in rows if r["batch"] == batch and r["threads"] == threads]
+            ratios = [r["swauto_vs_torch"] for r in runs]
             geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-            print(f"B={batch} threads={threads}: geometric mean swauto / PyTorch = {geomean:.3f} "
-                  f"over {len(ratios)} layers")
-    write_tables("host_conv", FIELDS, rows, "conv2d on the host: swauto against PyTorch")
+            below = sorted((r["swauto_vs_torch"], r["model"], r["layer"]) for r in runs if r["swauto_vs_torch"] < 0.9)
+            summary.append(f"B={batch} threads={threads}: geometric mean swauto / PyTorch = {geomean:.3f} over "
+                           f"{len(ratios)} layers, {len(below)} below 0.9x"
+                           + "".join(f"; {model} {layer} {ratio:.2f}x" for ratio, model, layer in below[:5])
+                           + f"; swauto at {statistics.median(r['swauto_peak_pct'] for r in runs):.0f}% of peak "
+                             "(median)")
+            print(summary[-1])
+    write_tables("host_conv", FIELDS, rows, "conv2d on the host: swauto against PyTorch", "  \n".join(summary))
     try:
         import matplotlib
 
