@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import ClassVar, Literal, Protocol
 
 from swauto import targets
 
@@ -157,9 +157,10 @@ class HostScratchpad:
     """The host as the scheduler and the passes see it: the tile buffers of one core and a primitive
     (the micro-kernel) that takes any size, computing in single precision. The SW26010's constraints
     and its float64 copies do not apply. The host has no hard local-memory limit; the bound keeps a
-    core's buffers within its share of the caches (AMD Zen 4: 1 MiB L2 per core, 32 MiB L3) while
-    still admitting a whole 512 x 512 weight slice (1 MiB)."""
+    core's buffers within a few times its L2 (the host target reads the CPU's: `L2_MULTIPLE` x L2,
+    4 MiB where L2 is 1 MiB) while still admitting a whole 512 x 512 weight slice (1 MiB)."""
 
+    L2_MULTIPLE: ClassVar[int] = 4
     cpes: int = 1
     ldm_bytes: int = 4 * 1024 * 1024
     ldm_reserve_bytes: int = 0

@@ -339,3 +339,14 @@ def test_the_kernel_rate_benchmark_runs_without_tensors():
     program = compile_module(host_model.kernel_benchmark_module(repeat=2))
     program.run({}, threads=1)
     assert np.isfinite(program.build.seconds)
+
+
+def test_the_host_bounds_its_buffers_by_the_measured_l2(monkeypatch):
+    """The buffer bound the scheduler sees follows the calibration's L2, not a constant of one CPU: a
+    2 MiB L2 allows twice the buffers of a 1 MiB one."""
+    from swauto.backends.host import target as host_target
+
+    for l2 in (1 << 20, 2 << 20):
+        calibrated = replace(quiet_machine(), l2_bytes=l2)
+        monkeypatch.setattr(host_model, "machine", lambda cache_dir=None, c=calibrated: c)
+        assert host_target.machine().ldm_usable_bytes == HostScratchpad.L2_MULTIPLE * l2

@@ -25,8 +25,11 @@ from .program import HostProgram
 
 def machine() -> HostScratchpad:
     """The host as the scheduler sees it, exploring the register tiles its calibration measured fastest
-    for the instruction set its kernels are compiled for (known at run time only)."""
-    return HostScratchpad(micro_kernels=host_model.machine().register_tiles)
+    for the instruction set its kernels are compiled for (known at run time only), its buffers bounded
+    by this CPU's L2 (`HostScratchpad.ldm_bytes`)."""
+    calibrated = host_model.machine()
+    return HostScratchpad(ldm_bytes=HostScratchpad.L2_MULTIPLE * calibrated.l2_bytes,
+                          micro_kernels=calibrated.register_tiles)
 
 
 def estimate(stages: Stages, threads: int) -> Estimate:
