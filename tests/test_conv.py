@@ -324,11 +324,11 @@ def test_every_candidate_on_the_host(shape):
         assert relative_error(output, expected) <= 1e-5, candidate
 
 
-def test_the_float64_copies_of_peeled_tiles_share_local_memory():
-    """The GEMM's float64 copy of a tile holds a value only while a call on its buffer runs (it
-    converts in and back): the copies of the peeled tiles' calls, which run one after another, share
-    bytes, which the plan gives them only where their live ranges (the calls) do not overlap; the
-    simulator, which checks every read against the last write, computes the right result."""
+def _check_shared_bytes(sharing) -> None:
+    """On three legal candidates of a 40 -> 48 channel, 7 x 7 layer whose final IR has buffers in the
+    same bytes that `sharing(final, live)` picks (pairs of names): no two of them are live at
+    once, and the functional simulator, which checks every read against the last write to its bytes,
+    computes the reference's result."""
     op, arrays, expected = problem((8, 40, 48, 7, 7, 3, 1, 1))
     checked = 0
     for candidate in candidates(op, (False, True)):
@@ -338,8 +338,7 @@ def test_the_float64_copies_of_peeled_tiles_share_local_memory():
             continue
         live = live_ranges(final)
         spans = {b.name: (b.offset, b.offset + per_cpe_bytes(b, SUNWAY)) for b in final.buffers}
-        twins = {b.name for b in final.buffers if b.copy_of is not None}
-        shared = [(a, b) for a in twins for b in twins if a < b and spans[a][0] < spans[b][1]
+        shared = [(a, b) for a, b in sharing(final, live) if a < b and spans[a][0] < spans[b][1]
                   and spans[b][0] < spans[a][1]]
         if not shared:
             continue
@@ -352,29 +351,24 @@ def test_the_float64_copies_of_peeled_tiles_share_local_memory():
     assert checked == 3
 
 
+def test_the_float64_copies_of_peeled_tiles_share_local_memory():
+    """The GEMM's float64 copy of a tile holds a value only while a call on its buffer runs (it
+    converts in and back): the copies of the peeled tiles' calls, which run one after another, share
+    bytes where their live ranges (the calls) do not overlap."""
+    def twins(final, live):
+        names = [b.name for b in final.buffers if b.copy_of is not None]
+        return [(a, b) for a in names for b in names]
+
+    _check_shared_bytes(twins)
+
+
 def test_peeled_copies_inside_a_loop_share_local_memory():
     """A loop's last iteration peeled inside another loop: its copy's buffers and the whole tiles' are
     live in different stretches of the outer loop's body (`live_ranges` at that depth: each written
     before it is read in every iteration), so they may share bytes, which a plan by top-level
-    statements could not give them; the simulator, which checks every read against the last write,
-    computes the right result."""
-    op, arrays, expected = problem((8, 40, 48, 7, 7, 3, 1, 1))
-    checked = 0
-    for candidate in candidates(op, (False, True)):
-        try:
-            final = lower(op, candidate, SUNWAY)[-1][1]
-        except Rejected:
-            continue
-        live = live_ranges(final)
-        spans = {b.name: (b.offset, b.offset + per_cpe_bytes(b, SUNWAY)) for b in final.buffers if b.copy_of is None}
-        inner = [(a, b) for a in spans for b in spans if a < b and spans[a][0] < spans[b][1]
-                 and spans[b][0] < spans[a][1] and live[a].scope[:1] and live[a].scope[:1] == live[b].scope[:1]]
-        if not inner:
-            continue
-        assert not any(live[a].overlaps(live[b]) for a, b in inner)
-        output, _ = run_arranged_on_simulator(final, arrays)
-        assert relative_error(output, expected) <= 1e-5, candidate
-        checked += 1
-        if checked == 3:
-            break
-    assert checked == 3
+    statements could not give them."""
+    def inner(final, live):
+        names = [b.name for b in final.buffers if b.copy_of is None]
+        return [(a, b) for a in names for b in names if live[a].scope[:1] and live[a].scope[:1] == live[b].scope[:1]]
+
+    _check_shared_bytes(inner)
