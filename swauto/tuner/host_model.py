@@ -163,13 +163,15 @@ def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
 
 def least_seconds(nest: Module, threads: int, machine: Machine) -> Callable[[int], float]:
     """No module that computes as `nest` does (no transfer in it) and moves `moved` bytes is priced
-    below `least(moved)` by `estimate`: the nest's compute plus those bytes at the faster of the two
-    bandwidths a copy of its tensors gets, shared by every thread, and at half their cost where an
-    operand of the nest's GEMM may be read in place (`estimate` charges it half a copy)."""
+    below `least(moved)` by `estimate`: the nest's compute (shared by the threads, or on one core where
+    that is less: a module's transfers may leave it no loop to share, and sharing one costs the fork and
+    join) plus those bytes at the faster of the two bandwidths a copy of its tensors gets, shared by
+    every thread, and at half their cost where an operand of the nest's GEMM may be read in place
+    (`estimate` charges it half a copy)."""
     from swauto.backends.host.knobs import Knobs
     from swauto.backends.host.layout import one_row_tile
 
-    compute = estimate(nest, threads, machine).seconds
+    compute = min(estimate(nest, count, machine).seconds for count in {1, threads})
     bandwidth = max(_source_bandwidth(nest, machine), machine.transpose_bandwidth) * threads
     tile = Knobs(*machine.register_tiles[0])
     if _cache_resident(nest, machine) and any(one_row_tile(node, tile) for node, _ in walk(nest.body)
