@@ -63,9 +63,12 @@ def test_calibration_is_measured_once_and_stored_with_the_date(monkeypatch):
     from swauto.cache import cache_dir
 
     first = host_model.machine()  # the session's calibration, which the other tests use too
+    reason = host_model.disturbed(first)
+    if reason is not None:  # kept for this process only, by design (the test below); measured again next time
+        pytest.skip(f"another program disturbed this process's calibration: {reason}")
     stored = json.loads((cache_dir() / host_model.CALIBRATION_FILE).read_text())
     assert stored["machine"]["measured"] == first.measured and first.kernel_flops > 0
-    assert host_model.disturbed(first) is None and first.peak_flops >= first.kernel_flops / 1.2
+    assert first.peak_flops >= first.kernel_flops / 1.2
     monkeypatch.setattr(host_model, "calibrate", lambda cpu: pytest.fail("measured twice"))
     assert host_model.machine() == first
     # The space explores the register tiles measured fastest here.
