@@ -100,12 +100,20 @@ def network_layers() -> list[dict[str, str]]:
 SHAPE = ("ci", "co", "in_hw", "kr", "kc", "stride", "pad_r", "pad_c", "groups")
 
 
+def written_out(row: dict[str, str]) -> dict[str, str]:
+    """A workload-list row with networks.csv's columns: kr = kc = k, pad_r = pad_c = pad, groups = 1."""
+    return {**row, "kr": row["k"], "kc": row["k"], "pad_r": row["pad"], "pad_c": row["pad"], "groups": "1"}
+
+
+def conv_layers() -> list[dict[str, str]]:
+    """Every conv layer of the workload list (`written_out`) and of networks.csv, in file order."""
+    workloads = [written_out(row) for row in csv_rows(WORKLOADS)] if WORKLOADS.exists() else []
+    return workloads + network_layers()
+
+
 def layer_shapes() -> list[dict[str, str]]:
-    """Distinct conv layer shapes of the workload list and of networks.csv, in file order (the workload
-    list's rows with kr = kc = k, pad_r = pad_c = pad, groups = 1)."""
-    rows = [{**row, "kr": row["k"], "kc": row["k"], "pad_r": row["pad"], "pad_c": row["pad"], "groups": "1"}
-            for row in csv_rows(WORKLOADS)] if WORKLOADS.exists() else []
-    rows += network_layers()
+    """Distinct conv layer shapes of `conv_layers`, in file order."""
+    rows = conv_layers()
     seen, chosen = set(), []
     for row in rows:
         shape = tuple(row[k] for k in SHAPE)

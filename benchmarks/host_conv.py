@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import RESULTS, conv_example, csv_rows, header, layer_shapes, write_tables  # benchmarks/ is on the path
+from common import RESULTS, conv_example, csv_rows, header, layer_shapes, write_tables, written_out
 
 import swauto
 from swauto.models.layers import arranged
@@ -39,9 +39,8 @@ FIELDS = ["model", "layer", "batch", "threads", "gflop", "swauto_gflops", "torch
 
 
 def layers(path: Path, kernel: int | None, models: list[str] | None) -> list[dict[str, str]]:
-    """The workload list's rows of `models` with `kernel` x `kernel` kernels, as `layer_shapes` writes them."""
-    rows = csv_rows(path)
-    return [{**r, "kr": r["k"], "kc": r["k"], "pad_r": r["pad"], "pad_c": r["pad"], "groups": "1"} for r in rows
+    """The workload list's rows of `models` with `kernel` x `kernel` kernels, `written_out`."""
+    return [written_out(r) for r in csv_rows(path)
             if (kernel is None or int(r["k"]) == kernel) and (not models or r["model"] in models)]
 
 

@@ -20,7 +20,7 @@ import argparse
 import math
 
 import numpy as np
-from common import ROOT, header, network_layers, write_tables
+from common import ROOT, conv_example, header, network_layers, write_tables
 
 import swauto
 from swauto.models.layers import arranged
@@ -40,12 +40,6 @@ def strided_layers() -> list[dict[str, str]]:
     return chosen
 
 
-def params_of(layer: dict[str, str]) -> dict[str, int]:
-    return {"B": 1, "Ni": int(layer["ci"]), "No": int(layer["co"]), "Ri": int(layer["in_hw"]),
-            "Ci": int(layer["in_hw"]), "Kr": int(layer["kr"]), "Kc": int(layer["kc"]), "stride": int(layer["stride"]),
-            "pad_r": int(layer["pad_r"]), "pad_c": int(layer["pad_c"])}
-
-
 def measure(layer: dict[str, str], threads: int, repeat: int) -> dict[str, object]:
     import torch
 
@@ -53,7 +47,7 @@ def measure(layer: dict[str, str], threads: int, repeat: int) -> dict[str, objec
     from swauto.backends.sw26010.timing import time_module
 
     source = ROOT / "examples" / "conv2d.sw"
-    params = params_of(layer)
+    _, params = conv_example(layer, 1)  # a dense layer (`strided_layers`)
     row: dict[str, object] = {k: layer[k] for k in ("model", "layer", "ci", "co", "in_hw", "kr", "kc")}
     sw = swauto.compile(source, params, target="sw26010")
     seconds = time_module(sw.module, targets.get("sw26010").machine()).seconds

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from common import ROOT, header, network_layers, workload_layers
-from stride2 import params_of as network_params
-from sw26010_conv_tuning import params_of
+from common import ROOT, conv_example, conv_layers, header
 from tqdm import tqdm
 
 
@@ -34,12 +32,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--top", type=int, default=5)
     args = parser.parse_args()
-    found = [params_of(row, args.batch) for row in workload_layers() if f"{row['model']}/{row['layer']}" == args.layer]
-    found += [{**network_params(row), "B": args.batch} for row in network_layers()
-              if f"{row['model']}/{row['layer']}" == args.layer and row["groups"] == "1"]
+    found = [conv_example(row, args.batch) for row in conv_layers()
+             if f"{row['model']}/{row['layer']}" == args.layer and row["groups"] == "1"]
     if not found:
         parser.error(f"no dense layer {args.layer} in the workload list or networks.csv")
-    op = load(ROOT / "examples" / "conv2d.sw", found[0])
+    example, params = found[0]
+    op = load(ROOT / "examples" / example, params)
     ranked = rank(explore(op, SUNWAY), "sw26010")
     rows = []
     for number, entry in enumerate(tqdm(ranked, desc="timing candidates", unit="candidate")):

@@ -3,9 +3,6 @@ every compiled layer checked against onnxruntime running the same node."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict
-
 import numpy as np
 import pytest
 
@@ -13,12 +10,11 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402 - after the skip
-from test_host_model import quiet_machine  # noqa: E402
+from test_host_model import _stored_fields, _write_calibration  # noqa: E402
 
 import swauto  # noqa: E402
 from swauto.cli import main  # noqa: E402
 from swauto.models import load_onnx, tune_model  # noqa: E402
-from swauto.tuner import host_model  # noqa: E402
 
 TOLERANCE = 1e-4
 
@@ -230,8 +226,7 @@ def test_layers_are_tuned_in_a_process_pool_and_a_dead_worker_loses_no_finished_
     monkeypatch.setenv("SWAUTO_CACHE_DIR", str(tmp_path))  # a tuning log of this test's own
     # One stored calibration for every process: on a loaded machine each would measure its own, which
     # is not stored (by design), and the log's keys would differ between them.
-    (tmp_path / host_model.CALIBRATION_FILE).write_text(json.dumps(
-        {"version": host_model.CALIBRATION_VERSION, "machine": asdict(quiet_machine(host_model._cpu()))}))
+    _write_calibration(tmp_path, _stored_fields())
     graph = load_onnx(tiny_network(hw=8), batch=1)
     layers = [layer for layer in (layer_of(node, graph) for node in graph.nodes) if layer.operator]
     distinct = {layer.key: layer for layer in layers}
