@@ -137,9 +137,9 @@ def compile(  # noqa: A001 - the public name users expect
         candidate, stages = _resolve(op, schedule, machine, max_candidates)
         remembered = False
     else:
-        # The tuning log answers a request tuned before (same source, sizes, target, tuner, threads).
+        # The tuning log answers a request tuned before (same source, sizes, target, tuner, threads, calibration).
         key = database.request_key(op.source.text, op.params, target, tuner, host_threads if plugin.threaded else 1,
-                                   op.space.layouts)
+                                   op.space.layouts, plugin.calibration())
         candidate, stages = _remembered(op, database.lookup(key), machine)
         remembered = candidate is not None
         if not remembered:

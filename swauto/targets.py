@@ -71,6 +71,9 @@ class Target:
     # tuning on `threads` cores: what the model tuner ranks by before it lowers the fastest few; None: it
     # lowers them all.
     sketch_model: Callable[[int], SketchModel] | None = None
+    # What its tuners read of this machine beyond swauto's source (the host's measured constants), as text:
+    # the tuning log keys on it, so a choice made under another calibration is made again.
+    calibration: Callable[[], str] = lambda: ""
 
 
 def register(target: Target) -> Target:

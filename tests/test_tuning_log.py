@@ -170,3 +170,19 @@ def test_compile_goes_on_past_a_damaged_record_for_its_request(tmp_path, monkeyp
         first = swauto.compile(gemm_source, params, target="sw26010")
     second = swauto.compile(gemm_source, params, target="sw26010")
     assert not first.report["from_tuning_log"] and second.report["from_tuning_log"]
+
+
+def test_a_new_host_calibration_tunes_a_request_again(tmp_path, monkeypatch, gemm_source):
+    """The host model's choice depends on the measured constants: a record made under another calibration
+    (another CPU, `swauto calibrate`, or one measured apart under load) is not the answer."""
+    import swauto
+    from test_host_model import _stored_fields, _write_calibration
+
+    monkeypatch.setenv("SWAUTO_CACHE_DIR", str(tmp_path))
+    params = {"M": 128, "N": 128, "K": 128}
+    _write_calibration(tmp_path, _stored_fields(parallel_call_seconds=2e-6))
+    first = swauto.compile(gemm_source, params, target="host", threads=1)
+    second = swauto.compile(gemm_source, params, target="host", threads=1)
+    assert not first.report["from_tuning_log"] and second.report["from_tuning_log"]
+    _write_calibration(tmp_path, _stored_fields(parallel_call_seconds=4e-3))
+    assert not swauto.compile(gemm_source, params, target="host", threads=1).report["from_tuning_log"]

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
 from swauto import targets
@@ -79,6 +81,12 @@ def report(module: Module, flops: int) -> Mapping[str, Any]:
     return {}
 
 
+def calibration() -> str:
+    """This machine's calibration as the tuning log keys on it: every constant the host model and the
+    space read (a calibration measured apart, under another program's load, is another key)."""
+    return json.dumps(asdict(host_model.machine()), sort_keys=True)
+
+
 def describe_call(report: Mapping[str, Any]) -> list[str]:
     """Nothing: `swauto run` times the calls on the host itself."""
     return []
@@ -100,4 +108,5 @@ TARGET = targets.register(targets.Target(
     report=report,
     describe_call=describe_call,
     sketch_model=sketch_model,
+    calibration=calibration,
 ))

@@ -2,8 +2,9 @@
 on disk (`tuning.jsonl` in the cache folder) so the same request is not tuned twice.
 
 A record's key hashes the operator's source text, its bound parameters, the target, the tuner, the
-thread count and swauto's own source, so editing the `.sw` file or changing swauto (its space, passes,
-models or backends) tunes afresh.
+thread count, swauto's own source and what the target measured of this machine (the host's calibration),
+so editing the `.sw` file, changing swauto (its space, passes, models or backends) or a new calibration
+(another CPU, `swauto calibrate`, or one measured apart while another program disturbed it) tunes afresh.
 
 Records are JSON lines, each appended with one `write` on an O_APPEND descriptor (concurrent processes
 never interleave them) and preceded by a newline (a line left torn by a crash or a full disk is ended
@@ -44,11 +45,11 @@ LOG = "tuning.jsonl"
 
 
 def request_key(source_text: str, params: Mapping[str, int], target: str, tuner: str, threads: int,
-                layouts: Sequence[Any] = ()) -> str:
+                layouts: Sequence[Any] = (), calibration: str = "") -> str:
     """The tuning log's key of a request: what decides its choice (`layouts`: the space's layout choices,
-    which pinned layouts narrow)."""
+    which pinned layouts narrow; `calibration`: the target's measured constants, `Target.calibration`)."""
     request = [compiler_version(), source_text, sorted(params.items()), target, tuner, threads,
-               [[choice.tensor, choice.permutations] for choice in layouts]]
+               [[choice.tensor, choice.permutations] for choice in layouts], calibration]
     return hashlib.sha256(json.dumps(request).encode()).hexdigest()[:32]
 
 
