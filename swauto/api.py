@@ -150,7 +150,7 @@ def compile(  # noqa: A001 - the public name users expect
     predicted = plugin.estimate(stages, host_threads if plugin.threaded else 1)
     if threads is None and plugin.threaded and host_threads > 1:
         alone = plugin.estimate(stages, 1)
-        if alone.seconds < predicted.seconds:  # too small a call to share: waking and joining costs more
+        if alone.seconds <= predicted.seconds:  # nothing to share, or too small a call: waking and joining costs more
             host_threads, predicted = 1, alone
     threads = host_threads if plugin.threaded else 1
     module = stages[-1][1]

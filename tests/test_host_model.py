@@ -17,7 +17,7 @@ from swauto.backends.host import compile_module, parallel
 from swauto.backends.host.isa import ISAS, select
 from swauto.backends.host.knobs import register_tile_choices
 from swauto.errors import ArgumentError
-from swauto.ir.nodes import Dma
+from swauto.ir.nodes import Call, Dma, Seq
 from swauto.ir.visitor import walk
 from swauto.machine import SUNWAY, HostScratchpad, local_memory_machine
 from swauto.passes.plan_local_memory import plan_local_memory
@@ -353,3 +353,30 @@ def test_the_host_bounds_its_buffers_by_the_measured_l2(monkeypatch):
         calibrated = replace(quiet_machine(), l2_bytes=l2)
         monkeypatch.setattr(host_model, "machine", lambda cache_dir=None, c=calibrated: c)
         assert host_target.machine().ldm_usable_bytes == HostScratchpad.L2_MULTIPLE * l2
+
+
+def test_a_peeled_last_tile_may_read_the_prologues_tile_and_the_nest_runs_in_parallel():
+    """The statements after the parallel nest (a peeled last tile of its outermost loop) run on the calling
+    thread: they may read a tile every thread's prologue filled (the weight hoisted to the root), and must
+    define again what the nest defines before they read it (the IR verifier shows both). Such kernels had
+    run on one thread; on two they compute the reference's result."""
+    from swauto.reference import reference
+
+    params = {"B": 1, "Ni": 16, "No": 32, "Ri": 14, "Ci": 14}
+    op = load(GEMM_SW.parent / "conv2d.sw", params)
+    found = []
+    for candidate, stages in explore(op, local_memory_machine("host")).legal:
+        phases = parallel.split(stages[-1][1])
+        prologue = {s.buffer.name for s in phases.prologue}
+        if phases.loops and prologue & {node.operand("B").name for node, _ in walk(Seq(phases.after))
+                                        if isinstance(node, Call)}:
+            found.append(candidate)
+    assert found, "no candidate's peeled last tile reads the weight hoisted to the root"
+    rng = np.random.default_rng(0)
+    inputs = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in op.seed.tensors if t.name != "output"}
+    expected = reference(op, inputs)["output"]
+    for candidate in found[:: max(1, len(found) // 6)]:
+        kernel = swauto.compile(GEMM_SW.parent / "conv2d.sw", params, target="host", schedule=candidate, threads=2)
+        output = np.zeros(expected.shape, np.float32)
+        kernel(**inputs, output=output)
+        assert relative_error(output, expected) <= 1e-5, candidate.describe()

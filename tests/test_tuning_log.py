@@ -175,8 +175,9 @@ def test_compile_goes_on_past_a_damaged_record_for_its_request(tmp_path, monkeyp
 def test_a_new_host_calibration_tunes_a_request_again(tmp_path, monkeypatch, gemm_source):
     """The host model's choice depends on the measured constants: a record made under another calibration
     (another CPU, `swauto calibrate`, or one measured apart under load) is not the answer."""
-    import swauto
     from test_host_model import _stored_fields, _write_calibration
+
+    import swauto
 
     monkeypatch.setenv("SWAUTO_CACHE_DIR", str(tmp_path))
     params = {"M": 128, "N": 128, "K": 128}

@@ -4,12 +4,16 @@ The body splits at its top level into statements before a loop nest, the nest, a
 it. Inside the nest, a *parallel group* of perfectly nested loops with constant bounds is chosen whose
 iterations provably touch disjoint parts of every tensor the kernel writes. Every thread runs the
 loops around the group in full (they may only fill the thread's own local buffers: DMA gets, no
-writes to memory) and a contiguous range of the group's flattened iterations. Local buffers used in
-the nest must not be used outside it: each thread has its own. The one exception is a buffer the nest
-only reads, filled before it (a transfer hoisted to the root): its fill becomes the *prologue*, which
-every thread runs into its own buffer before its iterations. A split is kept only where the IR
-verifier shows every generated function reads only what it, or an earlier one on its workspace,
-defined; otherwise the kernel runs on one thread.
+writes to memory) and a contiguous range of the group's flattened iterations. Each thread has its
+own local buffers. A buffer the nest only reads, filled before it (a transfer hoisted to the root),
+is filled by the *prologue*, which every thread runs into its own buffer before its iterations; no
+other statement before the nest may use a buffer the nest uses. The statements after the nest run on
+the calling thread, whose buffers hold what its prologue filled but, of what the nest defines, only its
+own iterations' values: they may read the prologue's buffers (a peeled last tile reading a weight
+hoisted to the root), and define the nest's other buffers before they read them. A split is kept only
+where the IR verifier shows every generated function reads only what it, or an earlier one on its
+workspace, defined, and the statements after the nest only what they or those before it (prologue
+included) defined; otherwise the kernel runs on one thread.
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ def split(module: Module) -> Phases:
         # the iterations: it keeps the nest on one thread.)
         prologue = tuple(s for s in before if _fills(s, shared))
         rest = tuple(s for s in before if not _fills(s, shared))
-        if shared & (_locals_used(rest + after) | _written(stmt) | _filled(stmt)):
+        if shared & _locals_used(rest) or {s.buffer.name for s in prologue} & (_written(stmt) | _filled(stmt)):
             continue
         group = _best_group(stmt, written, _let_vars(before))
         if group and _verified(module, phases := Phases(rest, stmt, group, after, prologue)):
@@ -80,10 +84,13 @@ def split(module: Module) -> Phases:
 def _verified(module: Module, phases: Phases) -> bool:
     """True when the IR verifier shows each function of `phases` reads only buffers it, or an earlier
     function on its workspace, defined: 'before', the nest and 'after' run on the calling thread's
-    workspace, the nest alone on every other thread's."""
+    workspace, the nest alone on every other thread's; and 'after' reads nothing only the nest defined
+    (the calling thread's nest ran only some iterations)."""
     nest = Seq((*phases.lets, *phases.prologue, phases.nest))
+    after = Seq(phases.lets + phases.after)
     try:
-        verify_functions(module, [[Seq(phases.before), nest, Seq(phases.lets + phases.after)], [nest]], "host phases")
+        verify_functions(module, [[Seq(phases.before), nest, after], [nest],
+                                  [Seq(phases.before), Seq(phases.lets + phases.prologue), after]], "host phases")
     except VerificationError:
         return False
     return True

@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime
 import functools
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -113,11 +114,14 @@ class HostEstimate:
     seconds: float
 
 
-def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
+def estimate(module: Module, threads: int, machine: Machine, peeled: frozenset[str] = frozenset()) -> HostEstimate:
     """The predicted time of `module` on `threads` cores of `machine` (see the module docstring).
     Deterministic and cheap: it reads only the IR. Every candidate is priced with the calibration's
     fastest register tile: the tiles the space offers differ by a few percent (`Machine.register_tiles`),
-    the model tuner's pick among equals is that tile, and the measuring tuners choose among them."""
+    the model tuner's pick among equals is that tile, and the measuring tuners choose among them.
+    `peeled`, for a sketch (`swauto.tuner.sketch`: every tile whole), names the loops whose last tile
+    the real IR runs in a copy of the loop's body after the loop: the parallel group stops above the
+    first of them below its outermost loop, and the outermost's last iteration runs on one thread."""
     from swauto.backends.host.knobs import Knobs
     from swauto.backends.host.layout import read_in_place
     from swauto.backends.host.parallel import split
@@ -133,9 +137,14 @@ def estimate(module: Module, threads: int, machine: Machine) -> HostEstimate:
     in_group = set()
     shared, share = 1, 1.0
     if phases is not None and phases.loops:
-        in_group = {id(node) for node, _ in walk(phases.loops[-1].body)}
-        shared = max(1, min(threads, phases.iterations))
-        share = ceil(phases.iterations / shared) / phases.iterations
+        first, *inner = phases.loops
+        group = [first, *itertools.takewhile(lambda loop: loop.var not in peeled, inner)]
+        in_group = {id(node) for node, _ in walk(group[-1].body)}
+        trips = [trip_count(loop) for loop in group]
+        iterations = prod(trips)
+        apart = iterations // trips[0] if first.var in peeled else 0  # the outermost loop's last tile
+        shared = max(1, min(threads, iterations - apart))
+        share = (ceil((iterations - apart) / shared) + apart) / iterations
     level = _source_bandwidth(module, machine)
     # Compute and traffic out of the caches scale with the threads; DRAM traffic only up to its total bandwidth.
     traffic_share = share

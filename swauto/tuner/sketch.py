@@ -138,19 +138,22 @@ class Sketch:
     module: Module
     share: float
     signature: tuple
+    peeled: frozenset[str] = frozenset()  # the loops whose last tile is shorter (`SketchModel.price`)
 
 
 @dataclass(frozen=True)
 class SketchModel:
     """A target's model as ranking before lowering uses it, for one tuning (its machine's constants
-    read once): `price`, a sketch's seconds (sketch, double buffered); `bound`, given a tile class's
+    read once): `price`, a sketch's seconds (sketch, double buffered, the loops whose last tile is
+    shorter: the real IR runs that tile in a copy of the loop's body after the loop, where the host's
+    threads do not share it); `bound`, given a tile class's
     nest with no transfer (`Sketcher.compute_nest`), the seconds no sketch of the class that moves a
     number of bytes is priced under (with `Sketcher.least_bytes`, no sketch of the class at all);
     `call_seconds`, one primitive call's time on tiles in local memory, by which a class's shorter
     last tiles are weighed (None: by their volume); `commuting`, whether `price` is unchanged by
     swapping two loops with no transfer between them."""
 
-    price: Callable[[Module, bool], float]
+    price: Callable[[Module, bool, frozenset[str]], float]
     bound: Callable[[Module], Callable[[int], float]]
     call_seconds: Callable[[Call], float] | None = None
     commuting: bool = True
@@ -170,12 +173,18 @@ class Placement:
     share: float
     moved: int
 
+    @property
+    def peeled(self) -> frozenset[str]:
+        """The loops whose last tile is shorter (`SketchModel.price`)."""
+        return frozenset(self.tiles.peeled)
+
 
 class Sketcher:
     """Sketches of the candidates of one operator on one machine (see the module docstring).
     `commuting`: whether the price the sketches are for is unchanged by swapping two loops with no
     transfer between them (the models multiply such loops' trips). Otherwise the outermost run of
-    loops keeps its order in the signature (the host's threads share its outermost loops)."""
+    loops keeps its order in the signature (the host's threads share its outermost loops), and so does
+    a run holding a loop whose last tile is shorter (`_signature`)."""
 
     def __init__(self, op: BoundOperator, machine: LocalMemoryMachine, commuting: bool = True,
                  call_seconds: Callable[[Call], float] | None = None) -> None:
@@ -196,7 +205,7 @@ class Sketcher:
         placement = self.placement(candidate)
         if placement is None or placement.tiles.partial:
             return None
-        return Sketch(self.module(placement), placement.share, placement.signature)
+        return Sketch(self.module(placement), placement.share, placement.signature, placement.peeled)
 
     def placement(self, candidate: Candidate) -> Placement | None:
         """The placement of `candidate`'s transfers (its sketch without the module), or of its main
@@ -243,7 +252,8 @@ class Sketcher:
             priced = None
             if not bound:
                 try:
-                    priced = model.price(self.module(self._place(rest, candidate)), candidate.double_buffer)
+                    placement = self._place(rest, candidate)
+                    priced = model.price(self.module(placement), candidate.double_buffer, placement.peeled)
                 except Rejected:  # no placement of its own fits (it is lowered to be priced): its least
                     pass
             if priced is None:
@@ -478,7 +488,8 @@ class Sketcher:
     def _signature(self, tiles: _TileClass, loops: tuple[For, ...],
                    placed: tuple[tuple[str | None, _Transfer], ...]) -> tuple:
         """`Sketch.signature`: the class, the transfers outside every loop, then each run of loops (a set,
-        unless it is the outermost and the loops do not commute) with the transfers at its end."""
+        unless the loops do not commute and it is the outermost, or holds a loop whose last tile is
+        shorter: where that loop sits decides which loops the threads share) with the transfers at its end."""
         homed: dict[str | None, list[int]] = {}
         for home, transfer in placed:
             homed.setdefault(home, []).append(id(transfer))  # transfers live as long as their class
@@ -487,13 +498,14 @@ class Sketcher:
         for loop in loops:
             run.append(loop.var)
             if loop.var in homed:
-                runs.append((self._run(run, first=len(runs) == 2), tuple(homed[loop.var])))
+                runs.append((self._run(run, len(runs) == 2, tiles), tuple(homed[loop.var])))
                 run = []
-        runs.append(self._run(run, first=len(runs) == 2))
+        runs.append(self._run(run, len(runs) == 2, tiles))
         return tuple(runs)
 
-    def _run(self, loops: list[str], first: bool) -> tuple[str, ...] | frozenset[str]:
-        return tuple(loops) if first and not self.commuting else frozenset(loops)
+    def _run(self, loops: list[str], first: bool, tiles: _TileClass) -> tuple[str, ...] | frozenset[str]:
+        ordered = not self.commuting and (first or not tiles.peeled.keys().isdisjoint(loops))
+        return tuple(loops) if ordered else frozenset(loops)
 
     @staticmethod
     def _epilogue(call: Call, tile: Access, local: dict[str, Access]) -> list[Call]:

@@ -271,7 +271,8 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
             seconds = prices.get(signature)
             if seconds is None:  # a partial placement's maps besides priced at this candidate's order: the
                 # others of its signature differ at most in the maps' loop order
-                seconds = prices[signature] = (model.price(sketcher.module(placement), candidate.double_buffer)
+                module = sketcher.module(placement)
+                seconds = prices[signature] = (model.price(module, candidate.double_buffer, placement.peeled)
                                                * placement.share + sketcher.rest_seconds(candidate, model))
             heapq.heappush(queue, (seconds, LOWER, place, candidate, signature))
         elif not (payload and payload in seen) and add(place, candidate):
