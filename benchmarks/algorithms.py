@@ -47,9 +47,9 @@ from common import (  # benchmarks/ is on the path when run as a script
     csv_number,
     header,
     machine_name,
+    median_seconds,
     write_tables,
 )
-from operators import median_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

@@ -8,7 +8,9 @@ import csv
 import datetime
 import os
 import platform
+import statistics
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -177,3 +179,23 @@ def box_plot_by_batch(rows: list[Row], batches: Sequence[int], column: str, ylab
     figure.tight_layout()
     figure.savefig(RESULTS / f"{name}.png", dpi=120)
     plt.close(figure)
+
+
+WARMUP = 3  # untimed calls of each function first
+
+
+def median_seconds(*functions, repeat: int) -> list[float]:
+    """The median wall time of `repeat` calls of each function, after WARMUP calls of each. The functions
+    take turns, so that a burst of load on this shared machine hits them alike: each round calls each
+    function twice and times the second call (its data in the caches, as in back-to-back calls)."""
+    for function in functions:
+        for _ in range(WARMUP):
+            function()
+    times: list[list[float]] = [[] for _ in functions]
+    for _ in range(repeat):
+        for function, samples in zip(functions, times, strict=True):
+            function()
+            started = time.perf_counter()
+            function()
+            samples.append(time.perf_counter() - started)
+    return [statistics.median(samples) for samples in times]

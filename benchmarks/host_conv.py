@@ -7,7 +7,7 @@ The operator is examples/conv2d.sw as written. Layers come from ../shared/worklo
 (default: the 3x3 layers of ResNet50 and VGG16); `--all` takes every distinct shape of that file and of
 benchmarks/workloads/networks.csv (ResNet-18, MobileNetV2, Inception-v3: 121 shapes; MobileNetV2's
 depthwise layers from examples/conv2d_depthwise.sw, against PyTorch's grouped conv2d). For each layer,
-batch size and thread count: the median of `--repeat` calls of each implementation, GFLOPS, percent of
+batch size and thread count: the median of `--repeat` calls of each implementation (taking turns), GFLOPS, percent of
 this machine's measured peak (on that many cores), the ratio swauto / PyTorch, and the tuning and
 compile time. swauto runs
 on arrays already in the layouts its kernel wants (`Kernel.run_arranged`): a framework would hand them
@@ -25,11 +25,19 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import RESULTS, conv_example, csv_rows, header, layer_shapes, write_tables, written_out
+from common import (
+    RESULTS,
+    conv_example,
+    csv_rows,
+    header,
+    layer_shapes,
+    median_seconds,
+    write_tables,
+    written_out,
+)
 
 import swauto
 from swauto.models.layers import arranged
-from swauto.tuner.measure import median_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"
@@ -67,12 +75,12 @@ def measure(layer: dict[str, str], batch: int, threads: int, repeat: int) -> dic
     layout_s = time.perf_counter() - started
     out_shape = next(t.shape for t in kernel.module.tensors if t.name == "output")
     ready["output"] = np.zeros(out_shape, np.float32)
-    ours = median_seconds(lambda: kernel.run_arranged(**ready), repeat)
     torch.set_num_threads(threads)
     tx, tw = torch.from_numpy(x), torch.from_numpy(w)
-    with torch.no_grad():
-        theirs = median_seconds(lambda: torch.nn.functional.conv2d(tx, tw, stride=stride, padding=(pad_r, pad_c),
-                                                                   groups=groups), repeat)
+    with torch.no_grad():  # the two take turns: a burst of load on a shared machine hits both alike
+        ours, theirs = median_seconds(lambda: kernel.run_arranged(**ready),
+                                      lambda: torch.nn.functional.conv2d(tx, tw, stride=stride, padding=(pad_r, pad_c),
+                                                                         groups=groups), repeat=repeat)
     flops = kernel.report["flops"]
     return {
         "model": layer["model"], "layer": layer["layer"], "batch": batch, "threads": threads,

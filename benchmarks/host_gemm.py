@@ -55,9 +55,9 @@ def gemm_source(m: int, n: int, k: int) -> str:
 def run_one(shape: tuple[int, int, int], threads: int, repeat: int, tuner: str) -> dict:
     """One shape at one thread count; runs in a child process so the BLAS thread count applies."""
     import numpy as np
+    from common import median_seconds  # benchmarks/ is on the path when run as a script
 
     import swauto
-    from swauto.tuner.measure import median_seconds
 
     m, n, k = shape
     started = time.perf_counter()
@@ -69,20 +69,22 @@ def run_one(shape: tuple[int, int, int], threads: int, repeat: int, tuner: str) 
     b = rng.standard_normal((k, n), dtype=np.float32)
     c = np.zeros((m, n), dtype=np.float32)
     flops = 2 * m * n * k
-    ours = median_seconds(lambda: kernel(A=a, B=b, C=c), repeat)
-    theirs = median_seconds(lambda: np.matmul(a, b, out=c), repeat)
+    peers = [lambda: np.matmul(a, b, out=c)]
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    else:
+        torch.set_num_threads(threads)
+        ta, tb, tc = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c)
+        peers.append(lambda: torch.matmul(ta, tb, out=tc))
+    ours, theirs, *torch_s = median_seconds(lambda: kernel(A=a, B=b, C=c), *peers, repeat=repeat)
     row = {"shape": f"{m}x{n}x{k}", "threads": threads, "candidate": kernel.schedule.describe(),
            "swauto_gflops": round(flops / ours / 1e9, 1), "numpy_gflops": round(flops / theirs / 1e9, 1),
            "torch_gflops": "", "swauto_vs_numpy": round(theirs / ours, 3), "swauto_vs_torch": "",
            "tuning_s": round(kernel.report["tuning_s"], 3), "compile_s": round(compile_s, 3)}
-    try:
-        import torch
-    except ImportError:
-        return row
-    torch.set_num_threads(threads)
-    ta, tb, tc = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c)
-    torch_s = median_seconds(lambda: torch.matmul(ta, tb, out=tc), repeat)
-    row.update(torch_gflops=round(flops / torch_s / 1e9, 1), swauto_vs_torch=round(torch_s / ours, 3))
+    if torch_s:
+        row.update(torch_gflops=round(flops / torch_s[0] / 1e9, 1), swauto_vs_torch=round(torch_s[0] / ours, 3))
     return row
 
 

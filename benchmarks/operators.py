@@ -43,13 +43,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from common import RESULTS, header  # benchmarks/ is on the path when run as a script
+from common import RESULTS, header, median_seconds  # benchmarks/ is on the path when run as a script
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -74,26 +73,6 @@ FIELDS = [
 TOLERANCE = 1e-4
 FUSING = ("fc_bias_relu", "conv2d_bias_relu")  # the examples with `fuse X into Y` (producer/consumer fusion)
 CHANNELS_LAST = ("maxpool", "avgpool", "conv2d_bias_relu")  # also timed in PyTorch's channels-last format
-
-
-WARMUP = 3  # untimed calls of each function first
-
-
-def median_seconds(*functions, repeat: int) -> list[float]:
-    """The median wall time of `repeat` calls of each function, after WARMUP calls of each. The functions
-    take turns, so that a burst of load on this shared machine hits them alike: each round calls each
-    function twice and times the second call (its data in the caches, as in back-to-back calls)."""
-    for function in functions:
-        for _ in range(WARMUP):
-            function()
-    times: list[list[float]] = [[] for _ in functions]
-    for _ in range(repeat):
-        for function, samples in zip(functions, times, strict=True):
-            function()
-            started = time.perf_counter()
-            function()
-            samples.append(time.perf_counter() - started)
-    return [statistics.median(samples) for samples in times]
 
 
 # --- inputs, references and PyTorch ----------------------------------------------------------------

@@ -15,6 +15,7 @@ from swauto.errors import CodegenError
 from swauto.ir.nodes import Call
 from swauto.primitives.elementwise import Scalar
 
+from .layout import innermost_dim
 from .microkernel import OperandMap, check_operand, emit_gemm, operand_map, table_lookup
 from .values import F32, Env, i64
 
@@ -76,6 +77,22 @@ def emit_map(lw: Lowering, call: Call, env: Env) -> None:
                 unroll=depth == len(dims) - 1 and size < lw.isa.width)
 
     level(0, {})
+
+
+def contiguous_lanes(call: Call) -> bool:
+    """Whether `emit_map`'s innermost loop longer than 1 steps every operand that moves along it one
+    element at a time: its dimension is carried by one axis of the operand, the innermost longer than 1,
+    with no step. Then LLVM vectorizes the loop with plain vector loads; otherwise each lane is
+    loaded and computed alone (a depthwise conv's channels with the batch innermost in memory)."""
+    sizes = {dim: int(value) for dim, value in call.sizes}
+    lanes = next((dim for dim in reversed(call.signature.dims) if sizes.get(dim, 1) > 1), None)
+    for _, access in call.operands:
+        steps = access.steps or (1,) * len(access.dims)
+        axes = [(extent, step) for dim, extent, step in zip(access.dims, access.padded_extents(), steps, strict=True)
+                if dim == lanes and extent > 1]
+        if axes and (len(axes) > 1 or axes[0][1] != 1 or innermost_dim(access) != lanes):
+            return False
+    return True
 
 
 def emit_transform(lw: Lowering, call: Call, env: Env) -> None:

@@ -201,13 +201,17 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float,
     """(flops, copied bytes, compute seconds, traffic seconds) of one execution of `node`: a copy, a
     GEMM on register tiles of `tile` (rows, vectors), or a map or reduction on tiles in the caches
     (its operands' bytes at the L2's measured bandwidth, its operations one per lane of a vector FMA
-    slot: a lower bound where it calls a libm function)."""
+    slot, or one per slot where its lanes are not contiguous in memory: a lower bound where it calls a
+    libm function)."""
+    from swauto.backends.host.primitives import contiguous_lanes
+
     if isinstance(node, Dma):
         size = 4 * prod(node.tensor.extents)
         return 0, size, 0.0, size / source_bandwidth
     if node.signature.kind != "gemm":
         touched = 4 * sum(prod(access.extents) for _, access in node.operands)
-        return node.flops, 0, node.flops / (machine.kernel_flops / 2), touched / machine.l2_bandwidth
+        rate = machine.kernel_flops / 2 / (1 if contiguous_lanes(node) else machine.vector_lanes)
+        return node.flops, 0, node.flops / rate, touched / machine.l2_bandwidth
     from swauto.backends.host.knobs import Knobs
     from swauto.backends.host.layout import gemm_roles, whole_vectors
 
