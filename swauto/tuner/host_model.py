@@ -25,7 +25,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from math import ceil, prod
 from pathlib import Path
@@ -114,14 +114,17 @@ class HostEstimate:
     seconds: float
 
 
-def estimate(module: Module, threads: int, machine: Machine, peeled: frozenset[str] = frozenset()) -> HostEstimate:
+def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str, float] | None = None) -> HostEstimate:
     """The predicted time of `module` on `threads` cores of `machine` (see the module docstring).
     Deterministic and cheap: it reads only the IR. Every candidate is priced with the calibration's
     fastest register tile: the tiles the space offers differ by a few percent (`Machine.register_tiles`),
     the model tuner's pick among equals is that tile, and the measuring tuners choose among them.
-    `peeled`, for a sketch (`swauto.tuner.sketch`: every tile whole), names the loops whose last tile
-    the real IR runs in a copy of the loop's body after the loop: the parallel group stops above the
-    first of them below its outermost loop, and the outermost's last iteration runs on one thread."""
+    `peeled`, for a sketch (`swauto.tuner.sketch`: every tile whole, its price multiplied by its mean
+    work per tile), maps the loops whose last tile the real IR runs in a copy of the loop's body after
+    the loop to that tile's work over a whole one's: the parallel group stops above the first of them
+    below its outermost loop, and the last iteration of the outermost, or of a loop around the group,
+    runs on one thread."""
+    peeled = peeled or {}
     from swauto.backends.host.knobs import Knobs
     from swauto.backends.host.layout import read_in_place
     from swauto.backends.host.parallel import split
@@ -142,9 +145,17 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: frozenset[s
         in_group = {id(node) for node, _ in walk(group[-1].body)}
         trips = [trip_count(loop) for loop in group]
         iterations = prod(trips)
-        apart = iterations // trips[0] if first.var in peeled else 0  # the outermost loop's last tile
+        # The outermost loop's last tile (`apart` iterations of the group, each `last` of a whole one's work).
+        apart, last = (iterations // trips[0], peeled[first.var]) if first.var in peeled else (0, 0.0)
         shared = max(1, min(threads, iterations - apart))
-        share = (ceil((iterations - apart) / shared) + apart) / iterations
+        # Of the time of whole tiles on one thread: a sketch's price is multiplied by its mean work per tile.
+        share = (ceil((iterations - apart) / shared) + apart * last) / (iterations - apart + apart * last)
+        # A loop around the group with a shorter last tile runs the group's copy there on one thread.
+        around = next(loops for node, loops in walk(module.body) if node is first) if peeled else ()
+        for loop in around:
+            if loop.var in peeled:
+                whole, last = trip_count(loop) - 1, peeled[loop.var]
+                share = (whole * share + last) / (whole + last)
     level = _source_bandwidth(module, machine)
     # Compute and traffic out of the caches scale with the threads; DRAM traffic only up to its total bandwidth.
     traffic_share = share

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from math import ceil, prod
 
 from swauto.errors import Rejected
@@ -138,22 +138,22 @@ class Sketch:
     module: Module
     share: float
     signature: tuple
-    peeled: frozenset[str] = frozenset()  # the loops whose last tile is shorter (`SketchModel.price`)
+    peeled: Mapping[str, float] = field(default_factory=dict)  # `Placement.peeled`
 
 
 @dataclass(frozen=True)
 class SketchModel:
     """A target's model as ranking before lowering uses it, for one tuning (its machine's constants
     read once): `price`, a sketch's seconds (sketch, double buffered, the loops whose last tile is
-    shorter: the real IR runs that tile in a copy of the loop's body after the loop, where the host's
-    threads do not share it); `bound`, given a tile class's
+    shorter with that tile's share of a whole one's work: the real IR runs that tile in a copy of the
+    loop's body after the loop, where the host's threads do not share it); `bound`, given a tile class's
     nest with no transfer (`Sketcher.compute_nest`), the seconds no sketch of the class that moves a
     number of bytes is priced under (with `Sketcher.least_bytes`, no sketch of the class at all);
     `call_seconds`, one primitive call's time on tiles in local memory, by which a class's shorter
     last tiles are weighed (None: by their volume); `commuting`, whether `price` is unchanged by
     swapping two loops with no transfer between them."""
 
-    price: Callable[[Module, bool, frozenset[str]], float]
+    price: Callable[[Module, bool, Mapping[str, float]], float]
     bound: Callable[[Module], Callable[[int], float]]
     call_seconds: Callable[[Call], float] | None = None
     commuting: bool = True
@@ -174,9 +174,11 @@ class Placement:
     moved: int
 
     @property
-    def peeled(self) -> frozenset[str]:
-        """The loops whose last tile is shorter (`SketchModel.price`)."""
-        return frozenset(self.tiles.peeled)
+    def peeled(self) -> dict[str, float]:
+        """The loops whose last tile is shorter, each with that tile's work over a whole one's (`SketchModel.price`):
+        the least of its operands' boxes' ratios (a GEMM's work scales with each dimension, which one
+        of its operands does not carry)."""
+        return {var: min(ratios.values()) for var, ratios in self.tiles.peeled.items()}
 
 
 class Sketcher:
