@@ -261,6 +261,20 @@ def test_packing_a_transposed_vector_operand_is_predicted_slower():
     assert plain.copy_bytes < transposed.copy_bytes and transposed.seconds > plain.seconds
 
 
+def test_few_rows_against_a_panel_larger_than_l1_are_priced_by_the_panels_stream():
+    """Each row tile of the micro-kernel reads the vector operand's whole panel (K x N). With 2 rows against a
+    384 x 384 panel (590 KB: beyond L1, within half the L2) the panel's stream, at twice the L2's copy
+    bandwidth, bounds the call, not its FMAs: AlexNet conv4 at B = 1 tiled so (2 columns per call) measured
+    7.8 ms on one core where the FMAs alone predicted 4.8; the model now picks a tiling measured at 2.9 ms
+    on two cores. With 64 rows the same panel feeds 32x the flops and the FMAs bound the call."""
+    machine = replace(quiet_machine(), register_tiles=((4, 4),))
+    call = next(node for node, _ in walk(_module(("M_outer", "N_outer", "K_outer")).body) if isinstance(node, Call))
+    narrow, wide = (replace(call, sizes=(("M", m), ("N", 384), ("K", 384))) for m in (2, 64))
+    assert host_model.call_seconds(narrow, machine) == pytest.approx(4 * 384 * 384 / (2 * machine.l2_bandwidth))
+    flops = 2 * 64 * 384 * 384
+    assert host_model.call_seconds(wide, machine) == pytest.approx(flops / machine.kernel_flops, rel=0.05)
+
+
 def test_a_map_whose_lanes_are_not_contiguous_is_predicted_slower():
     """A depthwise conv's multiply-accumulate vectorizes its innermost loop, over channels: with the batch
     innermost in memory its lanes are 8 floats apart and each is computed alone (measured here at B = 8,

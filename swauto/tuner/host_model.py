@@ -244,6 +244,14 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float,
             if accumulators and row_tiles and column_tiles:
                 step = max(accumulators, machine.latency_accumulators) * fma
                 compute += row_tiles * column_tiles * (sizes["K"] * step + accumulators * machine.accumulator_seconds)
+    # Each row tile reads the vector operand's whole panel (K x the vectorized dimension). A panel larger
+    # than the L1 cache comes from L2, or L3 where it outgrows half the L2, at a read stream's rate (a
+    # measured copy's bandwidth counts each byte once, read and written): with few rows per panel the
+    # stream, not the FMAs, is the limit (M = 2 columns against a 384 x 384 weight: measured 1.6x the FMAs' time).
+    panel = 4 * sizes["K"] * sizes[v]
+    if panel > machine.l1_bytes:
+        bandwidth = machine.l2_bandwidth if panel <= machine.l2_bytes // 2 else machine.l3_bandwidth
+        compute = max(compute, -(-sizes[u] // rows) * panel / (2 * bandwidth))
     return node.flops, 0, compute, 0.0
 
 
