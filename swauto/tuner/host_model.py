@@ -123,15 +123,15 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     work per tile), maps the loops whose last tile the real IR runs in a copy of the loop's body after
     the loop to that tile's work over a whole one's: the parallel group stops above the first of them
     below its outermost loop, and the last iteration of the outermost, or of a loop around the group,
-    runs on one thread."""
-    peeled = peeled or {}
+    runs on one thread. A sketch is not verified as a program (`parallel.split`)."""
+    sketch, peeled = peeled is not None, peeled or {}
     from swauto.backends.host.knobs import Knobs
     from swauto.backends.host.layout import read_in_place
     from swauto.backends.host.parallel import split
 
     tile = machine.register_tiles[0]
     # On one thread, where the parallel phases would start changes nothing: they are not looked for.
-    phases = split(module) if threads > 1 else None
+    phases = split(module, verify=not sketch) if threads > 1 else None
     # The backend reads some vector operands in place instead of packing them: the micro-kernel reads
     # their bytes once from where they are, half the traffic of a copy (which reads and writes them).
     in_place = read_in_place(module, Knobs(*tile), machine.vector_lanes, _cache_resident(module, machine))

@@ -489,9 +489,10 @@ class Sketcher:
 
     def _signature(self, tiles: _TileClass, loops: tuple[For, ...],
                    placed: tuple[tuple[str | None, _Transfer], ...]) -> tuple:
-        """`Sketch.signature`: the class, the transfers outside every loop, then each run of loops (a set,
-        unless the loops do not commute and it is the outermost, or holds a loop whose last tile is
-        shorter: where that loop sits decides which loops the threads share) with the transfers at its end."""
+        """`Sketch.signature`: the class, the transfers outside every loop, then each run of loops (a set;
+        where the loops do not commute, the outermost in order, and one holding loops whose last tile is
+        shorter as those in order with the sets between them: where they sit decides which loops the
+        threads share) with the transfers at its end."""
         homed: dict[str | None, list[int]] = {}
         for home, transfer in placed:
             homed.setdefault(home, []).append(id(transfer))  # transfers live as long as their class
@@ -505,9 +506,22 @@ class Sketcher:
         runs.append(self._run(run, len(runs) == 2, tiles))
         return tuple(runs)
 
-    def _run(self, loops: list[str], first: bool, tiles: _TileClass) -> tuple[str, ...] | frozenset[str]:
-        ordered = not self.commuting and (first or not tiles.peeled.keys().isdisjoint(loops))
-        return tuple(loops) if ordered else frozenset(loops)
+    def _run(self, loops: list[str], first: bool, tiles: _TileClass) -> tuple | frozenset[str]:
+        if not self.commuting and first:
+            return tuple(loops)
+        if self.commuting or tiles.peeled.keys().isdisjoint(loops):
+            return frozenset(loops)
+        # Where the threads' group stops depends on where each loop with a shorter last tile sits among
+        # the others: those in order, the sets of loops between them.
+        between: list[str] = []
+        segments: list[object] = []
+        for var in loops:
+            if var in tiles.peeled:
+                segments += [frozenset(between), var]
+                between = []
+            else:
+                between.append(var)
+        return (*segments, frozenset(between))
 
     @staticmethod
     def _epilogue(call: Call, tile: Access, local: dict[str, Access]) -> list[Call]:
