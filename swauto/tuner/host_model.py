@@ -124,10 +124,11 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     the loop to that tile's work over a whole one's: the parallel group stops above the first of them
     below its outermost loop, and the last iteration of the outermost, or of a loop around the group,
     runs on one thread. A sketch is not verified as a program (`parallel.split`)."""
-    sketch, peeled = peeled is not None, peeled or {}
     from swauto.backends.host.knobs import Knobs
     from swauto.backends.host.layout import read_in_place
     from swauto.backends.host.parallel import split
+
+    sketch, peeled = peeled is not None, peeled or {}
 
     tile = machine.register_tiles[0]
     # On one thread, where the parallel phases would start changes nothing: they are not looked for.
@@ -191,7 +192,7 @@ def least_seconds(nest: Module, threads: int, machine: Machine) -> Callable[[int
     from swauto.backends.host.knobs import Knobs
     from swauto.backends.host.layout import one_row_tile
 
-    compute = min(estimate(nest, count, machine).seconds for count in {1, threads})
+    compute = min(estimate(nest, count, machine, peeled={}).seconds for count in {1, threads})  # priced as sketches are
     bandwidth = max(_source_bandwidth(nest, machine), machine.transpose_bandwidth) * threads
     tile = Knobs(*machine.register_tiles[0])
     if _cache_resident(nest, machine) and any(one_row_tile(node, tile) for node, _ in walk(nest.body)
