@@ -73,7 +73,7 @@ def run_one(shape: tuple[int, int, int], threads: int, repeat: int, tuner: str) 
     try:
         import torch
     except ImportError:
-        torch = None
+        pass  # NumPy alone
     else:
         torch.set_num_threads(threads)
         ta, tb, tc = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c)
