@@ -278,7 +278,7 @@ def test_few_rows_against_a_panel_larger_than_l1_are_priced_by_the_panels_stream
 def test_a_map_whose_lanes_are_not_contiguous_is_predicted_slower():
     """A depthwise conv's multiply-accumulate vectorizes its innermost loop, over channels: with the batch
     innermost in memory its lanes are 8 floats apart and each is computed alone (measured here at B = 8,
-    MobileNetV2's 144 channels at 28 x 28: 9.5 ms against 1.3 ms with the channels innermost). The model
+    MobileNetV2's 192 channels at 28 x 28: 9.5 ms against 1.3 ms with the channels innermost). The model
     prices it so, and ranks the channels-innermost layouts first (it had priced every layout alike and
     picked the slowest)."""
     from swauto.backends.host.primitives import contiguous_lanes

@@ -58,6 +58,16 @@ class Phases:
         """Flattened iterations of the group (0 without one)."""
         return prod(self.trips) if self.loops else 0
 
+    @property
+    def around(self) -> tuple[For, ...]:
+        """The loops around the group, outermost first: every thread runs them in full."""
+        loops: list[For] = []
+        current = self.nest
+        while self.loops and current is not None and current is not self.loops[0]:
+            loops.append(current)
+            current = _single_loop(current.body)
+        return tuple(loops)
+
 
 def split(module: Module, verify: bool = True) -> Phases:
     """The phases of `module` (see the module docstring); without `verify`, as if the IR verifier agreed

@@ -49,7 +49,8 @@ def sketch_model(threads: int) -> SketchModel:
     order of those matters)."""
     calibrated = host_model.machine()
     return SketchModel(
-        price=lambda sketch, double_buffered, peeled: host_model.estimate(sketch, threads, calibrated, peeled).seconds,
+        price=lambda sketch, double_buffered, peeled: host_model.estimate(sketch, threads, calibrated, peeled,
+                                                                          verify=False).seconds,
         bound=lambda nest: host_model.least_seconds(nest, threads, calibrated),
         call_seconds=lambda call: host_model.call_seconds(call, calibrated),
         commuting=threads == 1)

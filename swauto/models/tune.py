@@ -233,10 +233,7 @@ def tune_layers(layers: list[Layer], target: str, threads: int, tuner: str, jobs
     distinct = list({layer.key: layer for layer in layers}.values())
     if not distinct or cluster is None and (jobs <= 1 or len(distinct) == 1):
         return {}
-    if target == "host":
-        from swauto.tuner import host_model
-
-        host_model.machine()  # calibrated here once, not in every local worker
+    calibration = targets.get(target).calibration()  # the host calibrates here once, not in every local worker
     tasks = [(library(layer.operator).read_text(), dict(layer.params), target, threads, tuner, dict(layer.layouts))
              for layer in distinct]
     results = (_on_cluster if cluster is not None else _on_pool)(worker or _tune_one, tasks, cluster or jobs)
@@ -246,8 +243,7 @@ def tune_layers(layers: list[Layer], target: str, threads: int, tuner: str, jobs
             continue
         choice, seconds[layer.key] = result
         op = load(task[0], task[1], task[5])
-        key = database.request_key(op.source.text, op.params, target, tuner, threads, op.space.layouts,
-                                   targets.get(target).calibration())
+        key = database.request_key(op.source.text, op.params, target, tuner, threads, op.space.layouts, calibration)
         if database.lookup(key) is None:  # a local worker recorded it already
             database.record(key, Candidate.from_json(choice), {"operator": op.name, "params": op.params,
                                                                "target": target, "tuner": tuner,

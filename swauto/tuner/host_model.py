@@ -114,7 +114,8 @@ class HostEstimate:
     seconds: float
 
 
-def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str, float] | None = None) -> HostEstimate:
+def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str, float] | None = None,
+             verify: bool = True) -> HostEstimate:
     """The predicted time of `module` on `threads` cores of `machine` (see the module docstring).
     Deterministic and cheap: it reads only the IR. Every candidate is priced with the calibration's
     fastest register tile: the tiles the space offers differ by a few percent (`Machine.register_tiles`),
@@ -123,16 +124,17 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     work per tile), maps the loops whose last tile the real IR runs in a copy of the loop's body after
     the loop to that tile's work over a whole one's: the parallel group stops above the first of them
     below its outermost loop, and the last iteration of the outermost, or of a loop around the group,
-    runs on one thread. A sketch is not verified as a program (`parallel.split`)."""
+    runs on one thread. Without `verify` (a sketch: an estimate's input, not a program) the thread
+    phases are taken as the IR verifier would agree (`parallel.split`)."""
     from swauto.backends.host.knobs import Knobs
     from swauto.backends.host.layout import read_in_place
     from swauto.backends.host.parallel import split
 
-    sketch, peeled = peeled is not None, peeled or {}
+    peeled = peeled or {}
 
     tile = machine.register_tiles[0]
     # On one thread, where the parallel phases would start changes nothing: they are not looked for.
-    phases = split(module, verify=not sketch) if threads > 1 else None
+    phases = split(module, verify) if threads > 1 else None
     # The backend reads some vector operands in place instead of packing them: the micro-kernel reads
     # their bytes once from where they are, half the traffic of a copy (which reads and writes them).
     in_place = read_in_place(module, Knobs(*tile), machine.vector_lanes, _cache_resident(module, machine))
@@ -152,8 +154,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
         # Of the time of whole tiles on one thread: a sketch's price is multiplied by its mean work per tile.
         share = (ceil((iterations - apart) / shared) + apart * last) / (iterations - apart + apart * last)
         # A loop around the group with a shorter last tile runs the group's copy there on one thread.
-        around = next(loops for node, loops in walk(module.body) if node is first) if peeled else ()
-        for loop in around:
+        for loop in phases.around:
             if loop.var in peeled:
                 whole, last = trip_count(loop) - 1, peeled[loop.var]
                 share = (whole * share + last) / (whole + last)
@@ -192,7 +193,7 @@ def least_seconds(nest: Module, threads: int, machine: Machine) -> Callable[[int
     from swauto.backends.host.knobs import Knobs
     from swauto.backends.host.layout import one_row_tile
 
-    compute = min(estimate(nest, count, machine, peeled={}).seconds for count in {1, threads})  # priced as sketches are
+    compute = min(estimate(nest, count, machine, verify=False).seconds for count in {1, threads})  # as sketches
     bandwidth = max(_source_bandwidth(nest, machine), machine.transpose_bandwidth) * threads
     tile = Knobs(*machine.register_tiles[0])
     if _cache_resident(nest, machine) and any(one_row_tile(node, tile) for node, _ in walk(nest.body)
