@@ -12,6 +12,7 @@ from swauto.api import load
 from swauto.backends.sw26010 import emit_program, simulate
 from swauto.errors import SimulationError
 from swauto.ir import expr as ex
+from swauto.ir.memory import gather_window
 from swauto.ir.nodes import Access, Call, Dma, DmaWait, LocalBuffer, Module, Seq, Tensor
 from swauto.ir.visitor import Rewriter, walk
 from swauto.machine import SUNWAY
@@ -202,3 +203,14 @@ def test_a_zero_filled_get_from_wholly_outside_the_tensor_writes_its_tile():
     arrays = {"X": np.arange(1, 9, dtype=np.float32), "Y": np.full(8, -1, np.float32)}
     simulate(module, arrays, SUNWAY)
     np.testing.assert_array_equal(arrays["Y"], [1, 2, 3, 4, 0, 0, 0, 0])
+
+
+def test_a_window_get_gathers_overlapping_rows_and_zeroes_what_lies_outside():
+    """A box whose axes 1 and 2 both walk the array's axis 1 (index = 2 i + j - 1): NumPy's own
+    sliding windows of the zero-padded array, and the mask of the elements inside."""
+    array = np.arange(4 * 7, dtype=np.float32).reshape(4, 7)
+    values, inside = gather_window(array, (1, -1, 0), (2, 4, 3), (1, 2, 1), (0, 1, 1))
+    padded = np.pad(array, ((0, 0), (1, 2)))
+    expected = np.lib.stride_tricks.sliding_window_view(padded, 3, axis=1)[1:3, ::2][:, :4]
+    assert values.shape == (2, 4, 3) and (values == expected).all()
+    assert inside.sum() == 2 * (4 * 3 - 1 - 1)  # the first window's first tap and the last one's last fall outside

@@ -315,17 +315,19 @@ class Lowering(Visitor):
             self._fill_zero(follower, f_store, f_starts, f_axes, name)
             inside = ir.Constant(ir.IntType(1), 1)
             for a, (start, extent) in enumerate(zip(d_starts, driver.extents, strict=True)):
+                if driver.walks and driver.walks.count(driver.walks[a]) > 1:
+                    continue  # a window's axis: clipped in the copy's loops (`_window_bounds`)
                 # The box's indices i with 0 <= start + i * step < size: ceil(-start / step) up to
                 # ceil((size - start) / step), both clamped to 0..extent.
                 step = i64(driver.step(a))
                 lo = self._clamp(self.builder.neg(self._floor_divmod(start, step, "/")), extent)
-                beyond = self.builder.sub(start, i64(d_store.shape[a]))
+                beyond = self.builder.sub(start, i64(d_store.shape[driver.walked(a)]))
                 hi = self._clamp(self.builder.neg(self._floor_divmod(beyond, step, "/")), extent)
                 inside = self.builder.and_(inside, self.builder.icmp_signed("<", lo, hi))
                 bounds[a] = (lo, hi)
             with self.builder.if_then(inside):
                 self._copy_nest(driver, follower, d_store, f_store, d_starts, f_starts, d_axes, f_axes, paired,
-                                bounds, into_driver, name)
+                                bounds, into_driver, name, clip=True)
         else:
             self._copy_nest(driver, follower, d_store, f_store, d_starts, f_starts, d_axes, f_axes, paired,
                             bounds, into_driver, name)
@@ -333,16 +335,15 @@ class Lowering(Visitor):
     def _copy_nest(self, driver: Access, follower: Access, d_store: Storage, f_store: Storage,
                    d_starts: list[ir.Value], f_starts: list[ir.Value], d_axes: list[int], f_axes: list[int],
                    paired: bool, bounds: Mapping[int, tuple[ir.Value, ir.Value]], into_driver: bool,
-                   name: str) -> None:
+                   name: str, clip: bool = False) -> None:
         builder = self.builder
         d_suffix = [prod(driver.extents[a] for a in d_axes[i + 1:]) for i in range(len(d_axes))]
+        # A window's array axis is clipped on the innermost loop walking it, once the others are known.
+        innermost_walker = {driver.walks[a]: a for a in d_axes} if driver.walks else {}
         f_suffix = [prod(follower.extents[b] for b in f_axes[i + 1:]) for i in range(len(f_axes))]
 
         def body(local: dict[int, ir.Value], f_override: dict[int, ir.Value]) -> None:
-            d_index = [builder.add(start, local[a] if driver.step(a) == 1 else
-                                   builder.mul(local[a], i64(driver.step(a)), flags=_NSW), flags=_NSW)
-                       if a in local else start for a, start in enumerate(d_starts)]
-            d_offset = self.layout_offset(d_store, d_index)
+            d_offset = self.layout_offset(d_store, self._walked_index(driver, d_starts, local))
             if paired:
                 f_local = {b: local[a] for a, b in zip(d_axes, f_axes, strict=True)}
             else:
@@ -364,9 +365,13 @@ class Lowering(Visitor):
                 body(local, f_override)
                 return
             a = d_axes[depth]
-            split = self._aligned_split(follower, f_store, f_axes[depth]) if paired and a not in bounds else None
+            window = bool(driver.walks) and driver.walks.count(driver.walks[a]) > 1
+            split = self._aligned_split(follower, f_store, f_axes[depth]) \
+                if paired and a not in bounds and not window else None
             if split is None:
                 lo, hi = bounds.get(a, (i64(0), i64(driver.extents[a])))
+                if window and clip and a == innermost_walker[driver.walks[a]]:
+                    lo, hi = self._window_bounds(driver, d_store, d_starts, local, a)
                 self.loop(lo, hi, 1, f"{name}.{depth}",
                           lambda i: level(depth + 1, {**local, a: i}, f_override), unroll=False)
                 return
@@ -385,6 +390,42 @@ class Lowering(Visitor):
             self.loop(i64(0), i64(driver.extents[a] // panel), 1, f"{name}.{depth}.panel", panels, unroll=False)
 
         level(0, {}, {})
+
+    def _walked_index(self, box: Access, starts: list[ir.Value], local: Mapping[int, ir.Value]) -> list[ir.Value]:
+        """The array index of the box's element at `local` (box axis -> index; the others at 0): per
+        box axis start + index x step, summed over the axes that walk one array axis (a window)."""
+        builder = self.builder
+        index = [builder.add(start, local[a] if box.step(a) == 1 else
+                             builder.mul(local[a], i64(box.step(a)), flags=_NSW), flags=_NSW)
+                 if a in local else start for a, start in enumerate(starts)]
+        if not box.walks:
+            return index
+        walked: list[ir.Value | None] = [None] * (max(box.walks) + 1)
+        for a, value in enumerate(index):
+            t = box.walks[a]
+            walked[t] = value if walked[t] is None else builder.add(walked[t], value, flags=_NSW)
+        return walked  # type: ignore[return-value]
+
+    def _window_bounds(self, box: Access, storage: Storage, starts: list[ir.Value], local: Mapping[int, ir.Value],
+                       axis: int) -> tuple[ir.Value, ir.Value]:
+        """The indices i of window axis `axis` whose element lies inside the array, given the indices
+        of the loops around it (`local`): the other axes walking its array axis add to their starts
+        (`axis` is the innermost loop walking it; one without a loop, of extent 1, adds its start)."""
+        builder = self.builder
+        walked = box.walks[axis]
+        start: ir.Value = i64(0)
+        for other, value in enumerate(starts):
+            if box.walks[other] != walked:
+                continue
+            term = value if other not in local else builder.add(
+                value, builder.mul(local[other], i64(box.step(other)), flags=_NSW), flags=_NSW)
+            start = builder.add(start, term, flags=_NSW)
+        step = i64(box.step(axis))
+        # The box's indices i with 0 <= start + i * step < size, clamped to 0..extent.
+        lo = self._clamp(builder.neg(self._floor_divmod(start, step, "/")), box.extents[axis])
+        beyond = builder.sub(start, i64(storage.shape[walked]))
+        hi = self._clamp(builder.neg(self._floor_divmod(beyond, step, "/")), box.extents[axis])
+        return lo, hi
 
     def _aligned_split(self, box: Access, storage: Storage, axis: int) -> tuple[int, int, int, int, int] | None:
         """For a packed axis the box covers in whole panels from a constant panel boundary:
@@ -430,10 +471,12 @@ class Lowering(Visitor):
         if storage.view_of is not None:
             storage = replace(storage, base=self.builder.load(storage.base))
         rank = len(storage.shape)
-        if not len(access.starts) == len(access.extents) == len(access.dims) == rank:
+        axes = len(access.walks) if access.walks else rank
+        if not len(access.starts) == len(access.extents) == len(access.dims) == axes:
             raise CodegenError(f"the access {_box(access)} does not have one start, extent and dim per axis "
                                f"of {access.name}, which has rank {rank}")
-        for start, extent, size in zip(access.starts, access.spans(), storage.shape, strict=True):
+        box = access.bounding_box()
+        for start, extent, size in zip(box.starts, box.spans(), storage.shape, strict=True):
             if extent < 1:
                 raise CodegenError(f"the access {_box(access)} has an empty axis")
             if not allow_outside and isinstance(start, Const) and not 0 <= start.value <= size - extent:

@@ -202,7 +202,7 @@ def _tensor_accesses(stmt: Stmt, written: set[str]) -> list[Access]:
     found = []
     for node, _ in walk(stmt):
         if isinstance(node, Dma) and node.tensor.name in written:
-            found.append(node.tensor)
+            found.append(node.tensor.bounding_box())
         elif isinstance(node, Call):
             found.extend(access for _, access in node.operands if access.name in written)
     return found

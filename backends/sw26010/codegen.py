@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from swauto.ir import expr as ex
-from swauto.ir.memory import dma_pattern, row_major_strides
+from swauto.ir.memory import dma_pattern, walked_strides
 from swauto.ir.nodes import Access, Alloc, Call, Dma, DmaWait, For, If, Let, Module, Seq, Stmt, Zero
 from swauto.ir.printer import format_access
 from swauto.ir.visitor import Visitor
@@ -16,7 +16,7 @@ C_TYPES = {"float32": "float", "float64": "double"}
 def _address(access: Access, shape: tuple[int, ...]) -> str:
     """C expression of the element offset of the box's first element."""
     offset = ex.Const(0)
-    for start, stride in zip(access.starts, row_major_strides(shape), strict=True):
+    for start, stride in zip(access.starts, walked_strides(shape, access.walks), strict=True):
         offset = offset + start * stride
     return str(offset)
 
@@ -52,7 +52,7 @@ class _Lines(Visitor):
         pad = "  " * indent
         tensor = self.module.tensor(stmt.tensor.name)
         size = DTYPE_BYTES[tensor.dtype]
-        pattern = dma_pattern(tensor.shape, stmt.tensor.extents, stmt.tensor.steps)
+        pattern = dma_pattern(tensor.shape, stmt.tensor.extents, stmt.tensor.steps, stmt.tensor.walks)
         stride = 0 if pattern.stride is None else pattern.stride * size
         memory = f"{tensor.name} + {_address(stmt.tensor, tensor.shape)}"
         if stmt.zero_fill:  # the CPEs clip the box to the tensor and zero what lies outside

@@ -29,7 +29,7 @@ def block_waste(first_byte: int, size: int, line: int = 128) -> int:
 
 def mesh_blocks(starts: tuple[int, ...], extents: tuple[int, ...], shape: tuple[int, ...],
                 element_bytes: int, mesh_columns: int, steps: tuple[int, ...] = (), flat: bool = False,
-                cpes: int = 64) -> tuple[np.ndarray, int]:
+                cpes: int = 64, walks: tuple[int, ...] = ()) -> tuple[np.ndarray, int]:
     """The first byte of every block the CPEs move for this box (stepping by `steps`), and the (common)
     block size in bytes.
 
@@ -41,9 +41,9 @@ def mesh_blocks(starts: tuple[int, ...], extents: tuple[int, ...], shape: tuple[
     """
     if flat:
         assert not any(starts), "merged rows are relative to the box's first element"
-        shape, extents, steps = merged_rows(shape, extents, steps)
-        starts = (0,) * len(shape)
-    strides, extents = strided_box(shape, extents, steps)
+        shape, extents, steps = merged_rows(shape, extents, steps, walks)
+        starts = (0,) * len(extents)
+    strides, extents = strided_box(shape, extents, steps, walks)
     starts = starts + (0,) * (len(extents) - len(starts))
     row_starts = np.zeros(1, dtype=np.int64)
     for start, extent, stride in zip(starts[:-1], extents[:-1], strides[:-1], strict=True):
@@ -80,14 +80,15 @@ def service_cycles(transactions: int, blocks: int, nbytes: int, machine: SW26010
 
 @lru_cache(maxsize=1 << 16)
 def transfer_cost(shape: tuple[int, ...], extents: tuple[int, ...], base_residue: int, element_bytes: int,
-                  machine: SW26010, steps: tuple[int, ...] = (), flat: bool = False) -> TransferCost:
+                  machine: SW26010, steps: tuple[int, ...] = (), flat: bool = False,
+                  walks: tuple[int, ...] = ()) -> TransferCost:
     """Cost of moving a box with `extents` of a row-major tensor of `shape` whose first element sits
     `base_residue` bytes past a 128-byte boundary (every block's alignment follows from it).
 
     Cached: the loop nest repeats the same few (shape, extents, alignment) many times."""
     # Offsets relative to the box's first element, shifted by its residue in bytes.
-    first, size = mesh_blocks((0,) * len(shape), extents, shape, element_bytes, machine.mesh_columns, steps, flat,
-                              machine.cpes)
+    first, size = mesh_blocks((0,) * len(extents), extents, shape, element_bytes, machine.mesh_columns, steps, flat,
+                              machine.cpes, walks)
     first = first + base_residue
     transactions = int(lines_touched(first, size, machine.dma_transaction_bytes).sum())
     nbytes = int(first.size) * size

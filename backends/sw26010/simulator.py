@@ -21,7 +21,7 @@ import numpy as np
 from swauto.backends.sw26010.timing import Statements, Timeline, check_local_memory
 from swauto.errors import SimulationError
 from swauto.ir import expr as ex
-from swauto.ir.memory import box_slices, clip_box, strided_slices
+from swauto.ir.memory import box_slices, clip_box, gather_window, strided_slices
 from swauto.ir.nodes import Access, Alloc, Call, Dma, DmaWait, For, If, Let, Module, Seq, Stmt, Zero
 from swauto.ir.printer import format_stmt
 from swauto.ir.visitor import Visitor
@@ -189,6 +189,9 @@ class _Machine(Visitor):
         self.statements.visit(stmt, env, state.timeline)
         local = buffer[box_slices(buffer_starts, stmt.buffer.extents)].reshape(stmt.tensor.extents)
         steps = stmt.tensor.steps
+        if stmt.tensor.walks:
+            self.window(stmt, env, state, array, local, local_box)
+            return
         if stmt.zero_fill and stmt.direction == "get":
             # Only the part inside the tensor moves; the CPEs zero the rest of their tile.
             starts = tuple(ex.compiled(s)(env) for s in stmt.tensor.starts)
@@ -231,6 +234,31 @@ class _Machine(Visitor):
             memory[...] = local
             state.counters.dma_put_bytes += memory.nbytes
         state.in_flight[stmt.reply].append(flight)
+
+    def window(self, stmt: Dma, env: dict[str, int], state: _State, array: np.ndarray, local: np.ndarray,
+               local_box: Box) -> None:
+        """A get of a window box (`Access.walks`): its rows overlap, so it is gathered element by
+        element; overlap checks against puts in flight see the box around it."""
+        if stmt.direction != "get":
+            raise SimulationError(f"a window box can only be read: {format_stmt(stmt)[0]}")
+        around = stmt.tensor.bounding_box()
+        if not stmt.zero_fill:
+            self.box(around, env, array.shape, f"tensor {stmt.tensor.name}", stmt)
+        starts = tuple(ex.compiled(s)(env) for s in stmt.tensor.starts)
+        values, inside = gather_window(array, starts, stmt.tensor.extents, stmt.tensor.steps, stmt.tensor.walks)
+        first = tuple(ex.compiled(s)(env) for s in around.starts)
+        low = tuple(max(start, 0) for start in first)
+        spans = tuple(max(min(start + span, size) - lo, 0)
+                      for start, span, size, lo in zip(first, around.extents, array.shape, low, strict=True))
+        memory_box = (stmt.tensor.name, low, spans)
+        other = state.conflict("get", memory_box)
+        if other is not None:
+            raise SimulationError(f"a get of {stmt.tensor.name} is issued while an overlapping {other.direction} "
+                                  f"({other.local[0]}) is in flight: {format_stmt(stmt)[0]}")
+        local[...] = values
+        self.write(stmt.buffer.name, state)
+        state.counters.dma_get_bytes += int(inside.sum()) * array.itemsize
+        state.in_flight.setdefault(stmt.reply, []).append(_Flight("get", local_box, memory_box))
 
     @staticmethod
     def versions(state: _State, tensor: str) -> np.ndarray:

@@ -25,7 +25,7 @@ from math import prod
 from swauto.backends.sw26010.dma import TransferCost, transfer_cost
 from swauto.errors import SimulationError
 from swauto.ir import expr as ex
-from swauto.ir.memory import clip_box, row_major_strides
+from swauto.ir.memory import clip_box, row_major_strides, walked_strides
 from swauto.ir.nodes import Call, Dma, DmaWait, For, If, Let, Module, Seq, Stmt, Zero
 from swauto.ir.verify import VerificationError, verify
 from swauto.ir.visitor import Visitor, walk
@@ -175,7 +175,13 @@ class Statements(Visitor):
         starts = [ex.compiled(s)(env) for s in stmt.tensor.starts]
         extents = stmt.tensor.extents
         local = 0.0
-        if stmt.zero_fill and stmt.direction == "get":
+        strides = self.strides[tensor.name]
+        if stmt.tensor.walks:
+            # A window (rows overlapping along an axis two of its axes walk) moves whole: at the image's
+            # edge the CPEs would skip a few of its rows, which this counts as moved.
+            strides = walked_strides(tensor.shape, stmt.tensor.walks)
+            local = self.zero_cycles(extents) if stmt.zero_fill else 0.0
+        elif stmt.zero_fill and stmt.direction == "get":
             _, inside, clipped = clip_box(tuple(starts), extents, tensor.shape, stmt.tensor.steps)
             if clipped != extents:  # the CPEs zero their part of the tile, then the inside moves
                 local = self.zero_cycles(extents)
@@ -184,9 +190,9 @@ class Statements(Visitor):
                 timeline.transfer(stmt.direction, None, stmt.reply, local)
                 return
         element = DTYPE_BYTES[tensor.dtype]
-        base = sum(s * t for s, t in zip(starts, self.strides[tensor.name], strict=True)) * element
+        base = sum(s * t for s, t in zip(starts, strides, strict=True)) * element
         cost = transfer_cost(tensor.shape, tuple(extents), base % self.machine.dma_transaction_bytes, element,
-                             self.machine, stmt.tensor.steps, stmt.buffer.name in self.flat)
+                             self.machine, stmt.tensor.steps, stmt.buffer.name in self.flat, stmt.tensor.walks)
         timeline.transfer(stmt.direction, cost, stmt.reply, local)
 
 
@@ -280,7 +286,8 @@ def _loop_facts(loop: For, module: Module, machine: SW26010) -> _LoopFacts:
         element = DTYPE_BYTES[tensor.dtype]
         step = 0
         for axis, (start, extent, stride) in enumerate(zip(node.tensor.starts, node.tensor.extents,
-                                                           row_major_strides(tensor.shape), strict=True)):
+                                                           walked_strides(tensor.shape, node.tensor.walks),
+                                                           strict=True)):
             form = ex.linear_form(start)
             coefficient = form[0].get(loop.var, 0) * loop.stride if form is not None else 1
             step += coefficient * stride * element

@@ -29,22 +29,33 @@ class DmaPattern:
     stride: int | None
 
 
-def strided_box(shape: tuple[int, ...], extents: tuple[int, ...],
-                steps: tuple[int, ...] = ()) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(element strides, extents) of a box of a row-major array of `shape` stepping by `steps` along
-    its axes: each axis's stride times its step. A strided last axis is written as rows of one element
-    (a trailing axis of extent 1), so the last axis is always a contiguous run."""
+def walked_strides(shape: tuple[int, ...], walks: tuple[int, ...] = ()) -> tuple[int, ...]:
+    """Element strides of the axes of a box of a row-major array of `shape`: the stride of the array
+    axis each walks (`Access.walks`; empty: its own)."""
     strides = row_major_strides(shape)
+    return tuple(strides[axis] for axis in walks) if walks else strides
+
+
+def strided_box(shape: tuple[int, ...], extents: tuple[int, ...], steps: tuple[int, ...] = (),
+                walks: tuple[int, ...] = ()) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(element strides, extents) of a box of a row-major array of `shape` stepping by `steps` along
+    its axes (which walk the array's axes `walks`): each axis's stride times its step. A strided last
+    axis is written as rows of one element (a trailing axis of extent 1), so the last axis is always a
+    contiguous run."""
+    strides = walked_strides(shape, walks)
     if not steps or all(step == 1 for step in steps):
         return strides, extents
     strides = tuple(stride * step for stride, step in zip(strides, steps, strict=True))
     return (strides + (1,), extents + (1,)) if steps[-1] != 1 else (strides, extents)
 
 
-def merged_rows(shape: tuple[int, ...], extents: tuple[int, ...], steps: tuple[int, ...] = ()
-                ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+def merged_rows(shape: tuple[int, ...], extents: tuple[int, ...], steps: tuple[int, ...] = (),
+                walks: tuple[int, ...] = ()) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """The same box (shape, extents, steps) with the trailing axes it spans entirely merged into
-    the axis before them: its rows become its longest contiguous runs."""
+    the axis before them: its rows become its longest contiguous runs. A window (`walks`) is left
+    as it is: its rows are counted one per last-axis run."""
+    if walks:
+        return shape, extents, steps
     axis = len(shape) - 1
     while axis > 0 and extents[axis] == shape[axis] and not (steps and (steps[axis] != 1 or steps[axis - 1] != 1)):
         axis -= 1
@@ -65,20 +76,17 @@ def row_pieces(run: int, rows: int, flat: bool, mesh_columns: int, cpes: int) ->
     return next(p for p in range(most, 0, -1) if run % p == 0)
 
 
-def dma_pattern(shape: tuple[int, ...], extents: tuple[int, ...], steps: tuple[int, ...] = ()) -> DmaPattern:
-    """The contiguous blocks of a box with `extents` (stepping by `steps`) inside a row-major array of
-    `shape`."""
-    block = 1
-    axis = len(shape) - 1
-    strides = strided_box(shape, extents, steps)[0]
-    # Merge trailing axes while the box spans them entirely: they form one contiguous run.
-    while axis >= 0:
-        if steps and steps[axis] != 1:
-            break  # a strided axis starts a new block at every index
+def dma_pattern(shape: tuple[int, ...], extents: tuple[int, ...], steps: tuple[int, ...] = (),
+                walks: tuple[int, ...] = ()) -> DmaPattern:
+    """The contiguous blocks of a box with `extents` (stepping by `steps`, walking axes `walks`) inside
+    a row-major array of `shape`."""
+    strides, extents = strided_box(shape, extents, steps, walks)
+    # Merge trailing axes while each continues the run inside it: they form one contiguous block.
+    axis = len(extents) - 1
+    block = extents[axis]
+    axis -= 1
+    while axis >= 0 and (extents[axis] == 1 or strides[axis] == block):
         block *= extents[axis]
-        if extents[axis] != shape[axis]:
-            axis -= 1
-            break
         axis -= 1
     outer = [(extents[a], strides[a]) for a in range(axis + 1) if extents[a] > 1]
     count = prod(e for e, _ in outer) if outer else 1
@@ -143,3 +151,23 @@ def strided_slices(starts: tuple[int, ...], extents: tuple[int, ...], steps: tup
     if not steps:
         return box_slices(starts, extents)
     return tuple(slice(s, s + (e - 1) * t + 1, t) for s, e, t in zip(starts, extents, steps, strict=True))
+
+
+def gather_window(array: np.ndarray, starts: tuple[int, ...], extents: tuple[int, ...], steps: tuple[int, ...],
+                  walks: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The elements of a window box (`Access.walks`: several axes of the box may walk one axis of
+    `array`, whose index there is the sum of theirs) as an array of `extents`, 0 where the box leaves
+    `array`, and the mask of the elements inside it."""
+    index = [np.zeros((1,) * len(extents), dtype=np.int64) for _ in array.shape]
+    for axis, (start, extent) in enumerate(zip(starts, extents, strict=True)):
+        shape = [1] * len(extents)
+        shape[axis] = extent
+        step = steps[axis] if steps else 1
+        index[walks[axis]] = index[walks[axis]] + (start + step * np.arange(extent, dtype=np.int64)).reshape(shape)
+    inside = np.ones(extents, dtype=bool)
+    for walked, size in zip(index, array.shape, strict=True):
+        inside &= (walked >= 0) & (walked < size)
+    clipped = tuple(np.broadcast_to(np.clip(walked, 0, size - 1), extents)
+                    for walked, size in zip(index, array.shape, strict=True))
+    return np.where(inside, array[clipped], 0).astype(array.dtype), inside
+

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from swauto import primitives
-from swauto.ir.expr import Expr, compiled
+from swauto.ir.expr import Const, Expr, compiled
 from swauto.primitives import Primitive
 
 # --- tensors, buffers and the boxes of them that statements touch ---------------------------------
@@ -81,6 +81,11 @@ class Access:
     # may step through an axis (a stride-2 convolution's columns fused into a primitive dimension);
     # a strided DMA gathers it into a dense buffer box.
     steps: tuple[int, ...] = ()
+    # The array axis each axis walks (empty: axis i walks axis i). Several axes may walk one axis of a
+    # tensor: its index there is the sum of theirs (start + index x step each), so the box is a
+    # window whose rows overlap (a kernel column fused into K beside output columns in M reads the
+    # input's columns as columns x taps). Only input boxes of tensors are windows; buffers never.
+    walks: tuple[int, ...] = ()
 
     def padded_extents(self) -> tuple[int, ...]:
         return tuple(e + p for e, p in zip(self.extents, self.pad, strict=True)) if self.pad else self.extents
@@ -95,6 +100,28 @@ class Access:
 
     def step(self, axis: int) -> int:
         return self.steps[axis] if self.steps else 1
+
+    def walked(self, axis: int) -> int:
+        """The array axis that axis `axis` of the box walks."""
+        return self.walks[axis] if self.walks else axis
+
+    def bounding_box(self) -> Access:
+        """The dense box over the array's own axes that holds every element of this one (itself when
+        every axis walks its own): per array axis, the sum of its walkers' starts and their spans
+        joined. What bounds checks and overlap proofs look at."""
+        if not self.walks:
+            return self
+        rank = max(self.walks) + 1
+        starts: list[Expr | None] = [None] * rank
+        spans: list[int | Expr] = [1] * rank
+        dims: list[str | None] = [None] * rank
+        for axis, (start, span, dim) in enumerate(zip(self.starts, self.spans(), self.dims, strict=True)):
+            walked = self.walks[axis]
+            first = starts[walked]
+            starts[walked] = start if first is None else first + start
+            spans[walked] = spans[walked] + span - 1
+            dims[walked] = dim if self.walks.count(walked) == 1 else None
+        return Access(self.name, tuple(s if s is not None else Const(0) for s in starts), tuple(spans), tuple(dims))
 
 
 # --- statements -----------------------------------------------------------------------------------

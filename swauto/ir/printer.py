@@ -29,6 +29,7 @@ def format_access(access: Access, with_dims: bool = True) -> str:
                                                           strict=True)):
         text = str(start) if dim is None and extent == 1 else f"{start}:+{extent}"
         text += f":{access.step(axis)}" if access.step(axis) != 1 else ""
+        text += f"@{access.walks[axis]}" if access.walks else ""  # the tensor axis it walks
         axes.append(text + (f"(+{pad} zeros)" if pad else ""))
     dims = ", ".join(d for d in access.dims if d is not None)
     return f"{access.name}[{', '.join(axes)}]" + (f" ({dims})" if dims and with_dims else "")
@@ -41,7 +42,7 @@ def _format_dma(stmt: Dma, module: Module | None) -> str:
     if module is not None:
         tensor = module.tensor(stmt.tensor.name)
         size = _DTYPE_BYTES[tensor.dtype]
-        pattern = dma_pattern(tensor.shape, stmt.tensor.extents, stmt.tensor.steps)
+        pattern = dma_pattern(tensor.shape, stmt.tensor.extents, stmt.tensor.steps, stmt.tensor.walks)
         shape = f"{pattern.count} x {pattern.block * size} B"
         if pattern.stride is not None:
             shape += f", stride {pattern.stride * size} B"

@@ -118,9 +118,13 @@ class _Checker(Visitor):
                 if access.name not in shapes:
                     raise self.error(node, f"names {access.name}, which is not a {kind or 'tensor or buffer'}")
                 rank = len(shapes[access.name])
-                if not len(access.starts) == len(access.extents) == len(access.dims) == rank or \
-                        access.pad and len(access.pad) != rank or access.steps and len(access.steps) != rank:
+                axes = len(access.walks) if access.walks else rank
+                if not len(access.starts) == len(access.extents) == len(access.dims) == axes or \
+                        access.pad and len(access.pad) != axes or access.steps and len(access.steps) != axes:
                     raise self.error(node, f"does not give one start, extent and dimension per axis of {access.name}")
+                if access.walks and (access.name in self.buffers or sorted(set(access.walks)) != list(range(rank))):
+                    raise self.error(node, f"walks axes {list(access.walks)} of {access.name}, which is not a window "
+                                           f"of a tensor of rank {rank}")
                 if any(isinstance(extent, int) and extent < 1 for extent in access.extents):
                     raise self.error(node, f"has an empty axis of {access.name}")
 
@@ -246,6 +250,7 @@ class _Checker(Visitor):
                outside_ok: bool = False) -> None:
         if outside_ok or not all(isinstance(extent, int) for extent in access.extents):
             return
+        access = access.bounding_box()
         for axis, (start, extent, size) in enumerate(zip(access.starts, access.spans(), shape, strict=True)):
             low, high = self.bounds(start, ranges, stmt)
             if low < 0 or high + extent > size:
@@ -274,6 +279,7 @@ def _apart(flight: _InFlight, in_flight: Access, access: Access, ranges: Ranges)
     """True when the box `in_flight` of a transfer in flight provably shares no element with
     `access` (both of one array), given the ranges where each was issued."""
     issued = dict(flight.ranges)
+    in_flight, access = in_flight.bounding_box(), access.bounding_box()
     if flight.earlier:
         return disjoint_anywhere(in_flight.starts, in_flight.spans(), issued, access.starts, access.spans(), ranges)
     both = dict(ranges)

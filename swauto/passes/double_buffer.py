@@ -116,10 +116,10 @@ def _others_disjoint(get: Dma, chain: list[For]) -> bool:
     no tile of `get` meets: a prefetched tile crosses the statements between two iterations, which
     must not write what it reads."""
     ranges = loop_ranges(chain)
-    box = get.tensor
+    box = get.tensor.bounding_box()
     for node, loops in walk(chain[0]):
         if isinstance(node, Dma) and node.tensor.name == box.name and node.buffer.name != get.buffer.name:
-            other = node.tensor
+            other = node.tensor.bounding_box()
             if not disjoint_anywhere(box.starts, box.spans(), ranges, other.starts, other.spans(),
                                      loop_ranges(loops)):
                 return False

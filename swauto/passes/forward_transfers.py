@@ -341,7 +341,7 @@ class _Forwarding:
         after = top[next(i for i, s in enumerate(top) if s is loop) + 1:]
         if any(isinstance(n, Dma) and n.tensor.name == tensor for s in after for n, _ in walk(s)):
             return False
-        boxes = [n.tensor for n, _ in walk(loop.body) if isinstance(n, Dma) and n.tensor.name == tensor]
+        boxes = [n.tensor.bounding_box() for n, _ in walk(loop.body) if isinstance(n, Dma) and n.tensor.name == tensor]
         own = ex.Var(loop.var)
         return any(all(box.starts[axis] == own and box.extents[axis] == 1 for box in boxes)
                    for axis in range(len(boxes[0].starts)))
@@ -365,12 +365,14 @@ def _respreadable(module: Module, kinds: dict[int, set[str]]) -> dict[int, list[
 
 
 def _plain(dma: Dma) -> bool:
-    return not (dma.zero_fill or dma.tensor.pad or dma.tensor.steps or dma.buffer.pad or dma.buffer.steps)
+    return not (dma.zero_fill or dma.tensor.pad or dma.tensor.steps or dma.tensor.walks or dma.buffer.pad
+                or dma.buffer.steps)
 
 
 def _apart(a: Access, b: Access, loops: tuple[For, ...]) -> bool:
     """Whether two boxes of one tensor provably share no element, for every value of the variables
     (those of `loops` in their ranges; `b` uses none of them)."""
+    a, b = a.bounding_box(), b.bounding_box()
     if a.steps or b.steps or not all(isinstance(e, int) for e in a.extents + b.extents):
         return False
     return disjoint(a.starts, a.extents, b.starts, b.extents, loop_ranges(loops))  # type: ignore[arg-type]

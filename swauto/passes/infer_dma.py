@@ -159,12 +159,13 @@ def place(access: Access, loops: tuple[For, ...], hoist: int, buffer: str, reads
     outer = {var: (first, last) for var, first, last in context}
     outer.update({loop.var: (ex.evaluate(loop.start, {}), ex.evaluate(loop.stop, {}) - 1)
                   for loop in loops if loop.var not in crossed})
-    spans = replace(access, starts=starts, extents=extents, pad=()).spans()
+    tensor_box = Access(access.name, starts, extents, access.dims, steps=access.steps, walks=access.walks)
+    around = tensor_box.bounding_box()
     inside = all(
         low >= 0 and high + span <= size
-        for (low, high), span, size in zip((ex.bounds(s, outer) for s in starts), spans, tensor_shape, strict=True)
+        for (low, high), span, size in zip((ex.bounds(s, outer) for s in around.starts), around.spans(), tensor_shape,
+                                           strict=True)
     )
-    tensor_box = Access(access.name, starts, extents, access.dims, steps=access.steps)
     local_box = Access(buffer, tuple(ex.Const(0) for _ in extents), extents, access.dims)
     ready, written = f"{buffer}_ready", f"{buffer}_written"
     zero = (Zero(Access(buffer, tuple(ex.Const(0) for _ in shape), shape, access.dims)),) if any(pad) or zeroed \

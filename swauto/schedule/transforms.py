@@ -140,17 +140,35 @@ def _fuse_into_primitive(loops: list[For], call: Call, var: str, dim: str) -> Ne
             raise Rejected("fusion not expressible", f"{var} strides through axis {axis} of {access.name}")
         carriers = [a for a, d in enumerate(access.dims) if d == dim]
         side = "outer" if axis < carriers[0] else "inner" if axis > carriers[-1] else None
-        if access.dims[axis] is not None or side is None:
+        if side is None or access.dims[axis] == dim:
             raise Rejected("fusion not expressible", f"axis {axis} of {access.name} is not outside its {dim} axes")
         sides.add(side)
         starts = list(access.starts)
         starts[axis] = ex.substitute(starts[axis], {var: ex.Const(0)})
         extents, dims = list(access.extents), list(access.dims)
-        extents[axis], dims[axis] = extent, dim
         steps = list(access.steps or (1,) * len(extents))
-        steps[axis] = step if extent != 1 else 1  # a strided input: its transfer gathers every step-th index
+        walks = list(access.walks or range(len(extents)))
+        if access.dims[axis] is not None and extent == 1:
+            pass  # nothing joins `dim`: the axis keeps the dimension it carries
+        elif access.dims[axis] is not None and (access.extents[axis] != 1 or access.dims.count(access.dims[axis]) == 1):
+            # The axis carries another dimension already (output columns in M): a new axis beside it,
+            # on the side of `dim`'s axes, walks the same tensor axis (a window: the input's columns as
+            # columns x taps). An output is never a window: its tiles must not overlap.
+            if role == call.output_role or access.pad:
+                raise Rejected("fusion not expressible", f"{var} indexes axis {axis} of {access.name}, which "
+                                                         f"carries {access.dims[axis]}")
+            axis += side == "outer"
+            starts.insert(axis, ex.Const(0))
+            extents.insert(axis, extent)
+            dims.insert(axis, dim)
+            steps.insert(axis, step if extent != 1 else 1)
+            walks.insert(axis, walks[axis - (side == "outer")])
+        else:
+            extents[axis], dims[axis] = extent, dim
+            steps[axis] = step if extent != 1 else 1  # a strided input: its transfer gathers every step-th index
         return replace(access, starts=tuple(starts), extents=tuple(extents), dims=tuple(dims),
-                       steps=tuple(steps) if any(s != 1 for s in steps) else ())
+                       steps=tuple(steps) if any(s != 1 for s in steps) else (),
+                       walks=tuple(walks) if walks != list(range(len(walks))) else ())
 
     # The loop's index becomes the outer digit of `dim` where its axis comes before the axes carrying
     # `dim`, the inner digit where it comes after: every operand must agree.
@@ -241,14 +259,20 @@ def set_layout(module: Module, tensor_name: str, permutation: tuple[int, ...]) -
         return module
     tensor = module.tensor(tensor_name)
 
+    position = {declared: memory for memory, declared in enumerate(permutation)}
+
     def permute(_: str, access: Access) -> Access:
         if access.name != tensor_name:
             return access
+        # The box's axes follow the memory order of the axes they walk (a window's walk one twice).
+        order = sorted(range(len(access.starts)), key=lambda a: position[access.walked(a)])
         return replace(
             access,
-            starts=tuple(access.starts[a] for a in permutation),
-            extents=tuple(access.extents[a] for a in permutation),
-            dims=tuple(access.dims[a] for a in permutation),
+            starts=tuple(access.starts[a] for a in order),
+            extents=tuple(access.extents[a] for a in order),
+            dims=tuple(access.dims[a] for a in order),
+            steps=tuple(access.steps[a] for a in order) if access.steps else (),
+            walks=tuple(position[access.walks[a]] for a in order) if access.walks else (),
         )
 
     stored = replace(tensor, shape=tuple(tensor.shape[a] for a in permutation), layout=permutation)

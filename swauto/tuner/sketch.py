@@ -449,7 +449,8 @@ class Sketcher:
         operand, access = transfer.operand, transfer.operand.access
         box = transfer_box(access, transfer.loops, len(transfer.crossed))
         shape = tuple(e + p for e, p in zip(box.extents, access.pad or (0,) * len(box.extents), strict=True))
-        tensor_box = Access(access.name, box.starts, box.extents, access.dims, steps=access.steps)
+        tensor_box = Access(access.name, box.starts, box.extents, access.dims, steps=access.steps,
+                            walks=access.walks)
         buffer_box = Access(operand.buffer, tuple(ex.Const(0) for _ in shape), box.extents, access.dims)
         transfer.ir = _TransferIR(
             buffer=LocalBuffer(operand.buffer, shape, spread=tiles.spread),

@@ -40,7 +40,7 @@ from math import gcd, prod
 import numpy as np
 
 from swauto.ir import expr as ex
-from swauto.ir.memory import merged_rows, row_major_strides, row_pieces, strided_box
+from swauto.ir.memory import merged_rows, row_major_strides, row_pieces, strided_box, walked_strides
 from swauto.ir.nodes import Alloc, Call, Dma, DmaWait, For, If, Module, Seq, Stmt
 from swauto.ir.visitor import walk
 from swauto.machine import DTYPE_BYTES, SW26010
@@ -76,7 +76,7 @@ def measured_bandwidth(block_bytes: int, machine: SW26010) -> float:
 @lru_cache(maxsize=1 << 14)
 def transfer_bytes(shape: tuple[int, ...], extents: tuple[int, ...], base_residue: int, element_bytes: int,
                    mesh_columns: int, line: int, steps: tuple[int, ...] = (), flat: bool = False,
-                   cpes: int = 64) -> tuple[int, int, int]:
+                   cpes: int = 64, walks: tuple[int, ...] = ()) -> tuple[int, int, int]:
     """Sum over the blocks of a box of (block size + waste), the bytes the memory system fetches; the
     block size in bytes; the number of blocks.
 
@@ -88,8 +88,8 @@ def transfer_bytes(shape: tuple[int, ...], extents: tuple[int, ...], base_residu
     A data-parallel (`flat`) buffer's rows are the box's contiguous runs, cut as
     `swauto.ir.memory.row_pieces` says."""
     if flat:
-        shape, extents, steps = merged_rows(shape, extents, steps)
-    strides, extents = strided_box(shape, extents, steps)
+        shape, extents, steps = merged_rows(shape, extents, steps, walks)
+    strides, extents = strided_box(shape, extents, steps, walks)
     counts = {0: 1}  # first byte of a row (relative to the box's) modulo `line` -> rows
     for extent, stride in zip(extents[:-1], strides[:-1], strict=True):
         step = stride * element_bytes % line
@@ -222,16 +222,18 @@ class _Model:
         (`body` inlines the rest of this)."""
         access = dma.tensor
         shape, strides, element = self.tensors[access.name]
+        if access.walks:
+            strides = walked_strides(shape, access.walks)
         key = (shape, access.extents, _offset(access.starts, strides, env) * element % self.line, element,
-               access.steps, dma.buffer.name in self.flat)
+               access.steps, dma.buffer.name in self.flat, access.walks)
         seconds = self.moving.get(key)
         return self.latency + (self.moving_seconds(key) if seconds is None else seconds)
 
     def moving_seconds(self, key: tuple) -> float:
-        shape, extents, residue, element, steps, flat = key
+        shape, extents, residue, element, steps, flat, walks = key
         machine = self.machine
         fetched, block, blocks = transfer_bytes(shape, extents, residue, element, machine.mesh_columns, self.line,
-                                                steps, flat, machine.cpes)
+                                                steps, flat, machine.cpes, walks)
         seconds = self.moving[key] = moving_seconds(fetched, block, blocks, machine)
         return seconds
 
@@ -254,9 +256,11 @@ class _Model:
             if kind is Dma:
                 access = stmt.tensor
                 shape, strides, element = tensors[access.name]
+                if access.walks:
+                    strides = walked_strides(shape, access.walks)
                 extents = access.extents
                 key = (shape, extents, _offset(access.starts, strides, env) * element % line, element, access.steps,
-                       stmt.buffer.name in flat)
+                       stmt.buffer.name in flat, access.walks)
                 seconds = moving.get(key)
                 if seconds is None:
                     seconds = self.moving_seconds(key)
