@@ -16,10 +16,12 @@ import swauto
 from conftest import assert_golden_stages
 from swauto.api import load
 from swauto.errors import Rejected, ScheduleError
+from swauto.ir.nests import loop_nest
 from swauto.ir.nodes import Dma, For
 from swauto.ir.visitor import walk
 from swauto.machine import SUNWAY, HostScratchpad, local_memory_machine
 from swauto.pipeline import lower
+from swauto.schedule import transforms
 from swauto.schedule.candidate import Candidate
 from swauto.schedule.space import candidates
 from swauto.tuner.space import count, explore
@@ -337,3 +339,23 @@ def test_the_space_is_counted_as_it_is_enumerated(name):
     the candidates enumerated, also where a fused statement's own tiles and orders are not chosen."""
     op = load(Path(__file__).parent.parent / "examples" / name, {})
     assert count(op, SUNWAY)[0] == sum(1 for _ in candidates(op))
+
+
+def test_a_loop_fused_into_k_beside_columns_in_m_makes_a_window_that_layouts_keep():
+    """conv2d.sw at Ni = 3: output columns joined M, then kernel columns K. The input's box walks its
+    column axis twice (the columns at the stride's step in M, the taps in K), beside the channels in K;
+    a layout moves the box's axes with the axes they walk, and the box around it is the columns'
+    span: (columns - 1) x stride + taps."""
+    op = load(Path(__file__).parent.parent / "examples" / "conv2d.sw",
+              {"B": 2, "Ni": 3, "No": 8, "Ri": 6, "Ci": 7, "Kr": 3, "Kc": 3, "stride": 2, "pad": 1})
+    module = transforms.split_loop(op.seed, "cCo", 2, "cCo_outer", "cCo_inner")
+    module = transforms.fuse_into_primitive(module, "cCo_inner", "M")
+    module = transforms.fuse_into_primitive(module, "cKc", "K")
+    box = loop_nest(module.body)[1].operand("A")
+    assert box.walks == (0, 1, 1, 2, 3) and box.dims == (None, "M", "K", "K", "M")
+    assert box.steps == (1, 2, 1, 1, 1) and box.extents == (1, 2, 3, 3, 2)
+    around = box.bounding_box()
+    assert around.extents == (1, (2 - 1) * 2 + 3, 3, 2) and around.steps == ()
+    laid_out = loop_nest(transforms.set_layout(module, "input", (0, 1, 3, 2)).body)[1].operand("A")
+    assert laid_out.walks == (0, 1, 1, 2, 3) and laid_out.dims == (None, "M", "K", "M", "K")
+    assert laid_out.steps == (1, 2, 1, 1, 1)
