@@ -315,7 +315,7 @@ class Lowering(Visitor):
             self._fill_zero(follower, f_store, f_starts, f_axes, name)
             inside = ir.Constant(ir.IntType(1), 1)
             for a, (start, extent) in enumerate(zip(d_starts, driver.extents, strict=True)):
-                if driver.walks and driver.walks.count(driver.walks[a]) > 1:
+                if driver.in_window(a):
                     continue  # a window's axis: clipped in the copy's loops (`_window_bounds`)
                 # The box's indices i with 0 <= start + i * step < size: ceil(-start / step) up to
                 # ceil((size - start) / step), both clamped to 0..extent.
@@ -365,7 +365,7 @@ class Lowering(Visitor):
                 body(local, f_override)
                 return
             a = d_axes[depth]
-            window = bool(driver.walks) and driver.walks.count(driver.walks[a]) > 1
+            window = driver.in_window(a)
             split = self._aligned_split(follower, f_store, f_axes[depth]) \
                 if paired and a not in bounds and not window else None
             if split is None:

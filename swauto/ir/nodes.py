@@ -105,6 +105,10 @@ class Access:
         """The array axis that axis `axis` of the box walks."""
         return self.walks[axis] if self.walks else axis
 
+    def in_window(self, axis: int) -> bool:
+        """Whether another axis of the box walks the array axis that axis `axis` walks."""
+        return bool(self.walks) and self.walks.count(self.walks[axis]) > 1
+
     def bounding_box(self) -> Access:
         """The dense box over the array's own axes that holds every element of this one (itself when
         every axis walks its own): per array axis, the sum of its walkers' starts and their spans
