@@ -338,10 +338,18 @@ class Kernel:
         """The final IR, printed."""
         return format_module(self.module)
 
-    @property
+    @cached_property  # read at every call
     def tensors(self) -> tuple[str, ...]:
         """The names of the arrays a call takes, in declaration order (not the operator's local tensors)."""
         return tuple(t.name for t in self.operator.seed.tensors if not t.is_local)
+
+    @cached_property  # a call checks its arrays against these: a small kernel feels every microsecond
+    def _expected(self) -> dict[bool, tuple[tuple[str, np.dtype, tuple[int, ...], bool], ...]]:
+        """Per `arranged`: (name, dtype, shape, is_output) of each array a call takes, in the declared
+        layouts (False) or in the kernel's (True)."""
+        return {arranged: tuple((t.name, np.dtype(t.dtype), t.shape, t.is_output)
+                                for t in (self.module if arranged else self.operator.seed).tensors if not t.is_local)
+                for arranged in (False, True)}
 
     @cached_property  # read at every call of a model's layers
     def layouts(self) -> dict[str, tuple[int, ...]]:
@@ -356,35 +364,38 @@ class Kernel:
         if unknown:
             raise ArgumentError(f"{self.operator.name} has no tensor {unknown[0]}; it takes {', '.join(names)}")
         checked: dict[str, np.ndarray] = {}
-        for tensor in (self.module if arranged else self.operator.seed).tensors:
-            if tensor.is_local:
-                continue
-            if tensor.name not in arrays:
-                raise ArgumentError(f"missing array for tensor {tensor.name} (the kernel takes {', '.join(names)})")
-            array = as_array(arrays[tensor.name], f"tensor {tensor.name}")
-            if array.dtype != np.dtype(tensor.dtype):
+        outputs = []
+        for name, dtype, shape, is_output in self._expected[arranged]:
+            if name not in arrays:
+                raise ArgumentError(f"missing array for tensor {name} (the kernel takes {', '.join(names)})")
+            array = as_array(arrays[name], f"tensor {name}")
+            if array.dtype != dtype:
                 raise ArgumentError(
-                    f"tensor {tensor.name} is {array.dtype}; this kernel takes {tensor.dtype} "
-                    f"(convert with .astype(numpy.{tensor.dtype}))"
+                    f"tensor {name} is {array.dtype}; this kernel takes {dtype} (convert with .astype(numpy.{dtype}))"
                 )
-            if array.shape != tensor.shape:
-                raise ArgumentError(f"tensor {tensor.name} has shape {array.shape}; expected {tensor.shape}")
-            if not array.flags.c_contiguous:
-                raise ArgumentError(
-                    f"tensor {tensor.name} is not C-contiguous; pass numpy.ascontiguousarray(...) of it"
-                )
-            if tensor.is_output and not array.flags.writeable:
-                raise ArgumentError(f"output tensor {tensor.name} is read-only")
-            checked[tensor.name] = array
-        for output in (t for t in self.module.tensors if t.is_output):
+            if array.shape != shape:
+                raise ArgumentError(f"tensor {name} has shape {array.shape}; expected {shape}")
+            flags = array.flags
+            if not flags.c_contiguous:
+                raise ArgumentError(f"tensor {name} is not C-contiguous; pass numpy.ascontiguousarray(...) of it")
+            if is_output:
+                if not flags.writeable:
+                    raise ArgumentError(f"output tensor {name} is read-only")
+                outputs.append(name)
+            checked[name] = array
+        for output in outputs:
             for name, array in checked.items():
-                if name != output.name and np.shares_memory(array, checked[output.name]):
-                    raise ArgumentError(f"output {output.name} shares memory with {name}; pass separate arrays")
+                if name != output and np.shares_memory(array, checked[output]):
+                    raise ArgumentError(f"output {output} shares memory with {name}; pass separate arrays")
         return checked
 
     def __call__(self, **arrays: np.ndarray) -> None:
         """Run on arrays in their declared layouts (outputs updated in place)."""
         checked = self._validate(arrays)
+        if not self.layouts:
+            self._run(checked)
+            self.report["layout_conversion_s"] = 0.0
+            return
         started = time.perf_counter()
         # Tensors kept in another layout are converted here; that time is reported apart.
         arranged = {
@@ -408,7 +419,8 @@ class Kernel:
         started = time.perf_counter()
         if self._locals is None:
             self._locals = {t.name: np.zeros(t.shape, t.dtype) for t in self.module.tensors if t.is_local}
-        self.report.update(self.program.run({**checked, **self._locals}, threads=self.threads) or {})
+        self.report.update(self.program.run({**checked, **self._locals} if self._locals else checked,
+                                            threads=self.threads) or {})
         self.report["last_call_s"] = time.perf_counter() - started
 
     def __repr__(self) -> str:

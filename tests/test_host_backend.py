@@ -562,3 +562,16 @@ def test_a_map_is_vectorized_along_its_contiguous_innermost_dimension():
     kernel = swauto_compile(EXAMPLES / "conv2d_depthwise.sw", {"B": 1, "C": 32, "Ri": 12, "Ci": 12}, target="host",
                             threads=1)
     assert "gather" not in kernel.code and f"<{select().width} x float>" in kernel.code
+
+
+def test_read_only_inputs_and_views_are_read_where_they_are():
+    """A call finds each array's first element through the buffer protocol, and through NumPy where the
+    array is read-only; a C-contiguous view that starts inside a larger array starts at its own element."""
+    kernel = swauto_compile(GEMM_SW, {"M": 24, "N": 40, "K": 16}, target="host")
+    arrays = gemm_inputs(24, 40, 16, seed=3)
+    expected = gemm_reference(arrays)
+    arrays["A"].flags.writeable = False
+    rows = np.zeros((20, 40), np.float32)
+    rows[4:] = arrays["B"]
+    kernel(A=arrays["A"], B=rows[4:], C=arrays["C"])
+    assert relative_error(arrays["C"], expected) <= 1e-5
