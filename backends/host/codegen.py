@@ -2,7 +2,7 @@
 
 The generated module defines up to three functions (`Plan.symbols`), one per phase of
 `parallel.split`: 'before', 'loop' and 'after' (and, on the native thread pool, 'parallel', which
-runs 'loop' on the threads: `threads`). Each takes one `noalias float*` per tensor in
+runs the three, 'loop' on the threads: `threads`). Each takes one `noalias float*` per tensor in
 `module.tensors` order, a `float*` to a per-thread workspace holding the local buffers at
 `Plan.offsets`, and an i64 range `lo, hi`: 'loop' runs those flattened iterations of the parallel
 nest, the others ignore it. Buffers live in the layouts of `layout.plan`; a DMA is a copy loop nest
@@ -118,13 +118,16 @@ def generate(module: Module, isa: Isa, knobs: Knobs) -> ir.Module:
     ir_module = ir.Module(name=module.name)
     phases = plan.phases
     lets = phases.lets
-    Lowering(module, plan, isa, knobs, ir_module, plan.symbols["before"]).emit(phases.before)
+    before = Lowering(module, plan, isa, knobs, ir_module, plan.symbols["before"])
+    before.emit(phases.before)
     if phases.loops:
         loop = Lowering(module, plan, isa, knobs, ir_module, plan.symbols["loop"], parallel=True)
         loop.emit_parallel(lets)
-        Lowering(module, plan, isa, knobs, ir_module, plan.symbols["after"]).emit(lets + phases.after)
+        after = Lowering(module, plan, isa, knobs, ir_module, plan.symbols["after"])
+        after.emit(lets + phases.after)
         if "parallel" in plan.symbols:
-            threads.emit_parallel_entry(ir_module, loop.function, len(module.tensors), plan.symbols["parallel"])
+            threads.emit_parallel_entry(ir_module, before.function, loop.function, after.function, len(module.tensors),
+                                        plan.symbols["parallel"])
     return ir_module
 
 

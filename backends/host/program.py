@@ -1,9 +1,9 @@
 """A compiled host kernel and its runtime: per-thread workspaces and the thread pools.
 
 A call runs the 'before' phase on the calling thread, the parallel nest's flattened iterations split
-into one contiguous range per thread, then 'after'. The ranges run on the native pool (`threads`:
-one call into the kernel's 'parallel' function) or, where it is not available, on a Python pool
-(ctypes releases the GIL while native code runs).
+into one contiguous range per thread, then 'after'. On the native pool (`threads`) that is one call
+into the kernel's 'parallel' function, which runs all three; where it is not available, Python calls
+each phase and a Python pool runs the ranges (ctypes releases the GIL while native code runs).
 """
 
 from __future__ import annotations
@@ -132,17 +132,20 @@ class HostProgram:
         if ranges is None:
             ranges = self._ranges[threads] = split_range(self._iterations, threads)
         with self._run_lock:
-            workspaces = self._workspace_pointers(max(len(ranges), 1))
+            count = max(len(ranges), 1)
+            workspaces = self._workspace_pointers(count)
+            if "parallel" in self._functions and threads_module.native():
+                # One call runs every phase ('before', 'loop' on the threads, 'after').
+                array = self._workspace_arrays.get(count)
+                if array is None:
+                    array = self._workspace_arrays[count] = (ctypes.c_void_p * count)(*workspaces)
+                self._functions["parallel"](*pointers, ctypes.addressof(array), self._iterations, count)
+                return
             self._functions["before"](*pointers, workspaces[0], 0, 0)
             if "loop" in self._functions:
                 loop = self._functions["loop"]
                 if len(ranges) == 1:
                     loop(*pointers, workspaces[0], *ranges[0])
-                elif "parallel" in self._functions and threads_module.native():
-                    array = self._workspace_arrays.get(len(ranges))
-                    if array is None:
-                        array = self._workspace_arrays[len(ranges)] = (ctypes.c_void_p * len(ranges))(*workspaces)
-                    self._functions["parallel"](*pointers, ctypes.addressof(array), self._iterations, len(ranges))
                 else:
                     # The calling thread runs the first range itself (ctypes releases the GIL):
                     # one hand-over fewer, which small kernels feel.

@@ -4,9 +4,11 @@ woken per range.
 
 A kernel with a parallel group gets one more function, 'parallel' (`emit_parallel_entry`): its
 arguments are the tensors' pointers, an array of per-thread workspace pointers, the group's iteration
-count and the number of threads; it calls `GOMP_parallel` on an outlined function, in which each
-thread of the team runs the 'loop' function on its own workspace and its contiguous share of the
-iterations (the shares `program.split_range` makes). libgomp keeps its team between calls.
+count and the number of threads. It runs the whole call: 'before' on the first workspace, then, on more
+than one thread, `GOMP_parallel` on an outlined function, in which each thread of the team runs the
+'loop' function on its own workspace and its contiguous share of the iterations (the shares
+`program.split_range` makes), else 'loop' over every iteration, then 'after'. So a call crosses from
+Python once. libgomp keeps its team between calls.
 
 Where libgomp cannot be loaded, or `$SWAUTO_HOST_THREADS` is `python`, kernels are generated
 without 'parallel' and the Python pool of `program` shares the ranges instead. libgomp's team does not
@@ -59,10 +61,11 @@ def _libgomp_loaded() -> bool:
     return True
 
 
-def emit_parallel_entry(ir_module: ir.Module, loop: ir.Function, tensors: int, symbol: str) -> None:
+def emit_parallel_entry(ir_module: ir.Module, before: ir.Function, loop: ir.Function, after: ir.Function,
+                        tensors: int, symbol: str) -> None:
     """Define `symbol` in `ir_module`: (tensor pointers..., workspace pointers, iterations, threads),
-    which runs `loop` on `threads` threads of the OpenMP team, each on its own workspace and its share
-    of the iterations (see the module docstring)."""
+    which runs `before`, then `loop` on `threads` threads of the OpenMP team, each on its own workspace
+    and its share of the iterations (on one thread, directly), then `after` (see the module docstring)."""
     pointer = F32.as_pointer()
     arguments = ir.LiteralStructType([ir.ArrayType(pointer, tensors), pointer.as_pointer(), I64])
     bytes_pointer = ir.IntType(8).as_pointer()
@@ -95,10 +98,18 @@ def emit_parallel_entry(ir_module: ir.Module, loop: ir.Function, tensors: int, s
     entry.attributes.add("nounwind")
     builder = ir.IRBuilder(entry.append_basic_block("entry"))
     *tensor_arguments, workspaces, iterations, threads = entry.args
-    packed = builder.alloca(arguments)
-    for index, argument in enumerate(tensor_arguments):
-        builder.store(argument, builder.gep(packed, [I32(0), I32(0), I32(index)]))
-    builder.store(workspaces, builder.gep(packed, [I32(0), I32(1)]))
-    builder.store(iterations, builder.gep(packed, [I32(0), I32(2)]))
-    builder.call(gomp_parallel, [outlined, builder.bitcast(packed, bytes_pointer), builder.trunc(threads, I32), I32(0)])
+    first = builder.load(workspaces)
+    builder.call(before, [*tensor_arguments, first, I64(0), I64(0)])
+    with builder.if_else(builder.icmp_signed(">", threads, I64(1))) as (shared, alone):
+        with shared:
+            packed = builder.alloca(arguments)
+            for index, argument in enumerate(tensor_arguments):
+                builder.store(argument, builder.gep(packed, [I32(0), I32(0), I32(index)]))
+            builder.store(workspaces, builder.gep(packed, [I32(0), I32(1)]))
+            builder.store(iterations, builder.gep(packed, [I32(0), I32(2)]))
+            builder.call(gomp_parallel, [outlined, builder.bitcast(packed, bytes_pointer), builder.trunc(threads, I32),
+                                         I32(0)])
+        with alone:
+            builder.call(loop, [*tensor_arguments, first, I64(0), iterations])
+    builder.call(after, [*tensor_arguments, first, I64(0), I64(0)])
     builder.ret_void()
