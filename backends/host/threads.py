@@ -98,11 +98,11 @@ def emit_parallel_entry(ir_module: ir.Module, before: ir.Function, loop: ir.Func
     entry.attributes.add("nounwind")
     builder = ir.IRBuilder(entry.append_basic_block("entry"))
     *tensor_arguments, workspaces, iterations, threads = entry.args
+    packed = builder.alloca(arguments)
     first = builder.load(workspaces)
     builder.call(before, [*tensor_arguments, first, I64(0), I64(0)])
     with builder.if_else(builder.icmp_signed(">", threads, I64(1))) as (shared, alone):
         with shared:
-            packed = builder.alloca(arguments)
             for index, argument in enumerate(tensor_arguments):
                 builder.store(argument, builder.gep(packed, [I32(0), I32(0), I32(index)]))
             builder.store(workspaces, builder.gep(packed, [I32(0), I32(1)]))
