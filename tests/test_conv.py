@@ -409,3 +409,17 @@ def test_a_first_layer_and_its_relu6_join_taps_to_k_as_conv2d_sw_does():
             swauto.compile(source, params, target=target, schedule=candidate)(
                 input=arrays["input"], weight=arrays["weight"], output=output)
             assert relative_error(output, expected) <= 1e-5, (target, candidate)
+
+
+def test_a_first_layer_window_golden_ir():
+    """ResNet's first layer in small (3 channels, 7 x 7, stride 2, pad 3): 4 output columns in M, the
+    kernel's columns and rows in K. The input's transfer is a window (`@axis`: the tensor axis each of
+    its axes walks), zero-filled at the image's edge; the SW26010's stages, double buffered."""
+    params = {"B": 1, "Ni": 3, "No": 16, "Ri": 11, "Ci": 11, "Kr": 7, "Kc": 7, "stride": 2, "pad": 3}
+    op = load(CONV_SW, params)
+    candidate = Candidate(
+        (("cCo", 4), ("cRo", 1), ("cKc", 7), ("cKr", 7), ("N", 16), ("K", 3)),
+        ("cKr_outer", "cKc_outer", "N_outer", "K_outer", "cRo_outer", "cCo_outer"), "M",
+        (("input", (0, 1, 2, 3)), ("output", (0, 1, 2, 3)), ("weight", (0, 1, 3, 2))), True,
+    )
+    assert_golden_stages(op, candidate, "conv2d_first_layer_window.txt")
