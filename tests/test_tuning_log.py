@@ -185,5 +185,5 @@ def test_a_new_host_calibration_tunes_a_request_again(tmp_path, monkeypatch, gem
     first = swauto.compile(gemm_source, params, target="host", threads=1)
     second = swauto.compile(gemm_source, params, target="host", threads=1)
     assert not first.report["from_tuning_log"] and second.report["from_tuning_log"]
-    _write_calibration(tmp_path, _stored_fields(parallel_call_seconds=4e-3))
+    _write_calibration(tmp_path, _stored_fields(parallel_call_seconds=4e-5))
     assert not swauto.compile(gemm_source, params, target="host", threads=1).report["from_tuning_log"]
