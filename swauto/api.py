@@ -338,10 +338,10 @@ class Kernel:
         """The final IR, printed."""
         return format_module(self.module)
 
-    @cached_property  # read at every call
+    @property
     def tensors(self) -> tuple[str, ...]:
         """The names of the arrays a call takes, in declaration order (not the operator's local tensors)."""
-        return tuple(t.name for t in self.operator.seed.tensors if not t.is_local)
+        return tuple(name for name, *_ in self._expected[False])
 
     @cached_property  # a call checks its arrays against these: a small kernel feels every microsecond
     def _expected(self) -> dict[bool, tuple[tuple[str, np.dtype, tuple[int, ...], bool], ...]]:

@@ -317,17 +317,11 @@ class Lowering(Visitor):
         if zero_fill:
             self._fill_zero(follower, f_store, f_starts, f_axes, name)
             inside = ir.Constant(ir.IntType(1), 1)
-            for a, (start, extent) in enumerate(zip(d_starts, driver.extents, strict=True)):
+            for a, start in enumerate(d_starts):
                 if driver.in_window(a):
-                    continue  # a window's axis: clipped in the copy's loops (`_window_bounds`)
-                # The box's indices i with 0 <= start + i * step < size: ceil(-start / step) up to
-                # ceil((size - start) / step), both clamped to 0..extent.
-                step = i64(driver.step(a))
-                lo = self._clamp(self.builder.neg(self._floor_divmod(start, step, "/")), extent)
-                beyond = self.builder.sub(start, i64(d_store.shape[driver.walked(a)]))
-                hi = self._clamp(self.builder.neg(self._floor_divmod(beyond, step, "/")), extent)
+                    continue  # a window's axis: clipped in the copy's loops, once its walkers are known
+                lo, hi = bounds[a] = self._clip(driver, d_store, a, start)
                 inside = self.builder.and_(inside, self.builder.icmp_signed("<", lo, hi))
-                bounds[a] = (lo, hi)
             with self.builder.if_then(inside):
                 self._copy_nest(driver, follower, d_store, f_store, d_starts, f_starts, d_axes, f_axes, paired,
                                 bounds, into_driver, name, clip=True)
@@ -374,7 +368,9 @@ class Lowering(Visitor):
             if split is None:
                 lo, hi = bounds.get(a, (i64(0), i64(driver.extents[a])))
                 if window and clip and a == innermost_walker[driver.walks[a]]:
-                    lo, hi = self._window_bounds(driver, d_store, d_starts, local, a)
+                    # Its array index at i = 0: the other walkers at their loops' indices (or starts).
+                    first = self._walked_index(driver, d_starts, local)[driver.walks[a]]
+                    lo, hi = self._clip(driver, d_store, a, first)
                 self.loop(lo, hi, 1, f"{name}.{depth}",
                           lambda i: level(depth + 1, {**local, a: i}, f_override), unroll=False)
                 return
@@ -409,24 +405,13 @@ class Lowering(Visitor):
             walked[t] = value if walked[t] is None else builder.add(walked[t], value, flags=_NSW)
         return walked  # type: ignore[return-value]
 
-    def _window_bounds(self, box: Access, storage: Storage, starts: list[ir.Value], local: Mapping[int, ir.Value],
-                       axis: int) -> tuple[ir.Value, ir.Value]:
-        """The indices i of window axis `axis` whose element lies inside the array, given the indices
-        of the loops around it (`local`): the other axes walking its array axis add to their starts
-        (`axis` is the innermost loop walking it; one without a loop, of extent 1, adds its start)."""
+    def _clip(self, box: Access, storage: Storage, axis: int, start: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """The indices i of `box`'s axis `axis` whose element, at array index start + i * step, lies inside
+        the array: ceil(-start / step) up to ceil((size - start) / step), both clamped to 0..extent."""
         builder = self.builder
-        walked = box.walks[axis]
-        start: ir.Value = i64(0)
-        for other, value in enumerate(starts):
-            if box.walks[other] != walked:
-                continue
-            term = value if other not in local else builder.add(
-                value, builder.mul(local[other], i64(box.step(other)), flags=_NSW), flags=_NSW)
-            start = builder.add(start, term, flags=_NSW)
         step = i64(box.step(axis))
-        # The box's indices i with 0 <= start + i * step < size, clamped to 0..extent.
         lo = self._clamp(builder.neg(self._floor_divmod(start, step, "/")), box.extents[axis])
-        beyond = builder.sub(start, i64(storage.shape[walked]))
+        beyond = builder.sub(start, i64(storage.shape[box.walked(axis)]))
         hi = self._clamp(builder.neg(self._floor_divmod(beyond, step, "/")), box.extents[axis])
         return lo, hi
 

@@ -148,24 +148,27 @@ def _fuse_into_primitive(loops: list[For], call: Call, var: str, dim: str) -> Ne
         extents, dims = list(access.extents), list(access.dims)
         steps = list(access.steps or (1,) * len(extents))
         walks = list(access.walks or range(len(extents)))
-        if access.dims[axis] is not None and extent == 1:
-            pass  # nothing joins `dim`: the axis keeps the dimension it carries
-        elif access.dims[axis] is not None and (access.extents[axis] != 1 or access.dims.count(access.dims[axis]) == 1):
+        carried = access.dims[axis]
+        # A one-long digit of a dimension that other axes carry too leaves the axis free for `dim`.
+        free = carried is None or access.extents[axis] == 1 and access.dims.count(carried) > 1
+        if carried is not None and extent == 1:
+            pass  # a loop of one trip: nothing joins `dim`, the axis keeps the dimension it carries
+        elif free:
+            extents[axis], dims[axis] = extent, dim
+            steps[axis] = step if extent != 1 else 1  # a strided input: its transfer gathers every step-th index
+        else:
             # The axis carries another dimension already (output columns in M): a new axis beside it,
             # on the side of `dim`'s axes, walks the same tensor axis (a window: the input's columns as
             # columns x taps). An output is never a window: its tiles must not overlap.
             if role == call.output_role or access.pad:
                 raise Rejected("fusion not expressible", f"{var} indexes axis {axis} of {access.name}, which "
-                                                         f"carries {access.dims[axis]}")
+                                                         f"carries {carried}")
             axis += side == "outer"
             starts.insert(axis, ex.Const(0))
             extents.insert(axis, extent)
             dims.insert(axis, dim)
-            steps.insert(axis, step if extent != 1 else 1)
+            steps.insert(axis, step)
             walks.insert(axis, walks[axis - (side == "outer")])
-        else:
-            extents[axis], dims[axis] = extent, dim
-            steps[axis] = step if extent != 1 else 1  # a strided input: its transfer gathers every step-th index
         return replace(access, starts=tuple(starts), extents=tuple(extents), dims=tuple(dims),
                        steps=tuple(steps) if any(s != 1 for s in steps) else (),
                        walks=tuple(walks) if walks != list(range(len(walks))) else ())
