@@ -211,6 +211,7 @@ class _Model:
     def __init__(self, module: Module, machine: SW26010, single: frozenset[str] | set[str] = frozenset()) -> None:
         self.machine = machine
         self.single = single  # buffers whose transfers the final IR waits for at once (not prefetched)
+        self.tails_hidden = True  # the nest's loops' last write-backs overlap the statements after them
         self.tensors = {t.name: (t.shape, _strides(t.shape), DTYPE_BYTES[t.dtype]) for t in module.tensors}
         self.flat = {b.name for b in module.buffers if b.spread == "flat"}  # data-parallel buffers
         self.latency, self.line, self.moving, self.gemms = _machine_facts(machine)
@@ -318,7 +319,7 @@ class _Model:
                 work += seconds
                 if not closed:
                     slack += seconds
-        for tail, seconds in tails:
+        for tail, seconds in tails if nested or self.tails_hidden else ():
             # An inner loop's last write-back is waited for only when that loop runs again: meanwhile
             # the rest of this body computes.
             work -= min(tail, work - seconds)
@@ -367,6 +368,29 @@ def _prologue(stmt: Stmt, model: _Model) -> float:
     return total
 
 
+def _write_backs_waited(module: Module, model: _Model) -> tuple[float, bool]:
+    """`module`'s statements outside every loop, in order: the seconds of the write-backs among them that
+    are waited for before any later work (the last ones: at the kernel's end), and whether the rest of
+    the kernel hides its loops' last write-backs (False when the final IR waits for one before later
+    work: a buffer of what follows shares its local memory, as a peeled tile's float64 copies may; IR
+    before double buffering has no waits)."""
+    stmts = module.body.stmts if type(module.body) is Seq else (module.body,)
+    in_loops = {node.reply for node, loops in walk(module.body) if type(node) is Dma and node.direction == "put" and loops}
+    pending: dict[str, float] = {}
+    waited, hidden = 0.0, True
+    for number, node in enumerate(stmts):
+        kind = type(node)
+        if kind is Dma and node.direction == "put":
+            pending[node.reply] = pending.get(node.reply, 0.0) + model.dma_time(node, {})
+        elif kind is DmaWait:
+            waited += pending.pop(node.reply, 0.0)
+            if node.reply in in_loops and any(type(later) in (For, Call, If, Seq) for later in stmts[number + 1:]):
+                hidden = False
+        elif kind in (For, Call, If, Seq):
+            pending.clear()  # the work after a write-back overlaps it
+    return waited + sum(pending.values()), hidden
+
+
 def estimate(module: Module, final: Module, double_buffered: bool, machine: SW26010) -> ModelEstimate:
     """The model's time for a candidate: `module` is its IR with each transfer written once (before
     double buffering), `final` the IR that runs (its transfers outside every loop are the prologue)."""
@@ -377,6 +401,9 @@ def estimate(module: Module, final: Module, double_buffered: bool, machine: SW26
         ranks = {buffer.name: len(buffer.shape) for buffer in module.buffers}
         single = {b.name for b in final.buffers if ranks.get(b.name) == len(b.shape)}
     model = _Model(module, machine, single)
+    waited = 0.0
+    if double_buffered:
+        waited, model.tails_hidden = _write_backs_waited(final, model)
     body = module.body
     # Transfers outside every loop (in `module`) run once, before the nest: not part of its work.
     _, _, work, _, _, _ = model.body(body.stmts if type(body) is Seq else (body,), {}, 1, False)
@@ -385,9 +412,9 @@ def estimate(module: Module, final: Module, double_buffered: bool, machine: SW26
     if double_buffered:
         # Transfers outside every loop are the prologue (counted once, from the final IR).
         prologue = _prologue(final.body, model)
-        # The nest starts once its prologue has arrived; one memory controller: never faster than all
-        # transfers back to back (the prologue's among them).
-        seconds = max(prologue + work, dma)
+        # The nest starts once its prologue has arrived and ends once its last write-backs have left; one
+        # memory controller: never faster than all transfers back to back (the prologue's among them).
+        seconds = max(prologue + work + waited, dma)
     else:
         seconds = dma + compute
     return ModelEstimate(dma, compute, prologue, double_buffered, seconds, model.dma_bytes, model.flops,
@@ -404,7 +431,8 @@ def least_seconds(nest: Module, machine: SW26010) -> Callable[[int], float]:
 
 def sketch_seconds(sketch: Module, double_buffered: bool, machine: SW26010) -> float:
     """The model's time for a candidate's sketch (`swauto.tuner.sketch`): as `estimate`, with every
-    transfer inside a loop prefetched when double buffered and a prologue of one of each get."""
+    transfer inside a loop prefetched when double buffered, a prologue of one of each get and an epilogue
+    of the write-backs after the last work."""
     model = _Model(sketch, machine)
     body = sketch.body
     _, _, work, _, _, _ = model.body(body.stmts if type(body) is Seq else (body,), {}, 1, False)
@@ -412,4 +440,4 @@ def sketch_seconds(sketch: Module, double_buffered: bool, machine: SW26010) -> f
         return model.dma + model.compute
     prologue = sum(model.dma_time(node, {loop.var: ex.evaluate(loop.start, {}) for loop in loops})
                    for node, loops in walk(body) if type(node) is Dma and node.direction == "get")
-    return max(prologue + work, model.dma)
+    return max(prologue + work + _write_backs_waited(sketch, model)[0], model.dma)
