@@ -375,7 +375,8 @@ def _write_backs_waited(module: Module, model: _Model) -> tuple[float, bool]:
     work: a buffer of what follows shares its local memory, as a peeled tile's float64 copies may; IR
     before double buffering has no waits)."""
     stmts = module.body.stmts if type(module.body) is Seq else (module.body,)
-    in_loops = {node.reply for node, loops in walk(module.body) if type(node) is Dma and node.direction == "put" and loops}
+    in_loops = {node.reply for node, loops in walk(module.body)
+                if type(node) is Dma and node.direction == "put" and loops}
     pending: dict[str, float] = {}
     waited, hidden = 0.0, True
     for number, node in enumerate(stmts):
