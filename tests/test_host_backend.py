@@ -575,3 +575,51 @@ def test_read_only_inputs_and_views_are_read_where_they_are():
     rows[4:] = arrays["B"]
     kernel(A=arrays["A"], B=rows[4:], C=arrays["C"])
     assert relative_error(arrays["C"], expected) <= 1e-5
+
+
+def test_an_edge_narrower_than_a_vector_runs_in_narrower_vectors():
+    """28 columns of 16-lane vectors: one vector of 16, then one of 8 and one of 4, not 12 single lanes
+    (the host model prices each as a vector's FMA); right on every register tile calibration may pick."""
+    from swauto.backends.host.microkernel import lane_groups
+
+    assert lane_groups(28, 16) == [16, 8, 4] and lane_groups(37, 16) == [16, 16, 4, 1]
+    assert lane_groups(7, 8) == [4, 2, 1]
+    m, n, k = 13, 28, 24
+    module = transposed_gemm_module(m, n, k, tile_k=k, vectorize="N")
+    isa = select()
+    text = str(generate(module, isa, Knobs(*HOST_MICRO_KERNELS[isa.name][0])))
+    for lanes in (lane for lane in (16, 8, 4) if lane <= isa.width):
+        assert f"llvm.fma.v{lanes}f32" in text
+    arrays = gemm_inputs(m, n, k, seed=5)
+    arrays["AT"] = np.ascontiguousarray(arrays.pop("A").T)
+    expected = arrays["C"].astype(np.float64) + arrays["AT"].T.astype(np.float64) @ arrays["B"]
+    compile_module(module).run(arrays)
+    assert relative_error(arrays["C"], expected) <= TOLERANCE
+    # Priced as 3 vectors: within a few percent of 32 columns' 2, where 12 single lanes were 13 slots.
+    machine = host_model.machine()
+    seconds = {columns: host_model.estimate(transposed_gemm_module(m, columns, k, k, "N"), 1, machine).compute
+               for columns in (28, 32)}
+    assert seconds[28] < 2 * seconds[32]
+
+
+def test_an_output_tile_whose_lanes_are_apart_in_the_tensor_is_copied_not_viewed():
+    """NCHW at B = 1 with one output pixel per GEMM: the micro-kernel vectorizes the 64 channels, a plane
+    apart in the output. A view of the output would give it single lanes (measured 30 ms); the tile is
+    copied in and out instead, and the FMAs are whole vectors (5 ms)."""
+    from swauto.reference import reference
+
+    params = {"B": 1, "Ni": 16, "No": 32, "Ri": 6, "Ci": 6, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1}
+    op = load(EXAMPLES / "conv2d_nchw.sw", params)
+    module = lower(op, Candidate((("cCo", 1),), ("cRo", "cCo_outer", "cKr", "cKc"), "M"),
+                   local_memory_machine("host"))[-1][1]
+    isa = select()
+    knobs = Knobs(*HOST_MICRO_KERNELS[isa.name][0])
+    gemm = next(node for node, _ in walk(module.body) if isinstance(node, Call) and node.signature.kind == "gemm")
+    ignored = frozenset(b.name for b in module.buffers if b.dtype == "float64")
+    assert gemm.output.name not in layout.plan(module, knobs, isa.width, ignored, cache_resident=True)[1]
+    assert f"llvm.fma.v{min(isa.width, 16)}f32" in str(generate(module, isa, knobs))
+    rng = np.random.default_rng(7)
+    arrays = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in op.seed.tensors}
+    expected = reference(op, {name: array.copy() for name, array in arrays.items()})
+    compile_module(module).run(arrays)
+    assert relative_error(arrays["output"], expected["output"]) <= TOLERANCE

@@ -39,7 +39,8 @@ def _module(order, tiles=(("M", 128), ("N", 128), ("K", 64))):
 def quiet_machine(cpu: str = "test-cpu") -> host_model.Machine:
     """A plausible calibration, made up (no measuring): for tests about how calibrations are kept."""
     return host_model.Machine(
-        cpu=cpu, measured="2026-11-23", kernel_flops=100e9, accumulator_seconds=4e-10, latency_accumulators=8.0,
+        cpu=cpu, measured="2026-11-23", kernel_flops=100e9, accumulator_seconds=4e-10, latency_accumulators=4.0,
+        load_slots=1.0,
         vector_lanes=16, l2_bandwidth=40e9, l3_bandwidth=20e9, dram_bandwidth=10e9, dram_bandwidth_total=15e9,
         transpose_bandwidth=3e9, l1_bytes=48 << 10, l2_bytes=2 << 20, l3_bytes=32 << 20, peak_flops=120e9,
         register_tiles=((4, 2), (6, 2)),  # AVX2's defaults: they fit every instruction set's registers
@@ -168,7 +169,8 @@ def _fake_measurements(monkeypatch, kernel_rates: list[float], peak: float = 120
 
     def kernel_rate() -> dict[str, float]:
         handed.append(kernel_rates[min(len(handed), len(kernel_rates) - 1)])
-        return {"kernel_flops": handed[-1], "accumulator_seconds": 4e-10, "latency_accumulators": 8.0}
+        return {"kernel_flops": handed[-1], "accumulator_seconds": 4e-10, "latency_accumulators": 4.0,
+                "load_slots": 1.0}
 
     def fork_join() -> float:
         forks.append(fork_joins[min(len(forks), len(fork_joins) - 1)])
@@ -261,7 +263,7 @@ def test_more_threads_never_predict_slower_and_flops_are_counted_exactly():
 
 
 def test_register_tiles_too_small_to_hide_fma_latency_cost_more_per_flop():
-    # A machine whose FMA latency needs 8 accumulators (this one's calibration says about 8): the model's
+    # A machine whose FMA latency needs 8 accumulators (a Zen 5 has two pipes of 4 cycles): the model's
     # logic, not this host's measurement, is under test.
     machine = replace(host_model.machine(), latency_accumulators=8.0)
 

@@ -124,7 +124,8 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
                 and only[1] is not None:
             _, axis, panel = only
             layouts[buffer.name] = packed(buffer.shape, axis, panel, _k_axes(module, buffer.name))
-        elif cache_resident and (view := _view(module, buffer.name, buffer.shape)) is not None:
+        elif cache_resident and (view := _view(module, buffer.name, buffer.shape)) is not None \
+                and _lanes_contiguous(module, buffer.name, view[1]):
             views[buffer.name], layouts[buffer.name] = view[0], view[1]
         else:
             layouts[buffer.name] = row_major(buffer.shape, pad=True)
@@ -179,6 +180,21 @@ def one_row_tile(gemm: Call, knobs: Knobs) -> bool:
     65.5 in place; at 8 rows and more, each element read again, packing pays once the operand's rows
     are 4 KiB apart: 1024^3 at 104.7 packed, 91.6 in place)."""
     return dict(gemm.sizes)[gemm_roles(gemm)["broadcast"][0]] <= knobs.rows
+
+
+def _lanes_contiguous(module: Module, buffer: str, layout: Layout) -> bool:
+    """Whether every GEMM that accumulates into `buffer` finds the lanes of its vectors next to each other
+    in `layout` (the axis of its C access that carries the vectorized dimension has stride 1). A view of
+    an NCHW output tile has its channels' lanes a plane apart: the micro-kernel would multiply them one
+    lane at a time (conv2d_nchw at B = 1, one pixel per GEMM: 30 ms), where a copy in and out of the
+    64 channels keeps whole vectors (4 ms)."""
+    for node, _ in walk(module.body):
+        if isinstance(node, Call) and node.signature.kind == "gemm" and node.output.name == buffer:
+            access = node.operand("C")
+            axes = [a for a, extent in enumerate(access.padded_extents()) if extent > 1]
+            if axes and layout.axes[axes[-1]].strides != (1,):
+                return False
+    return True
 
 
 def _view(module: Module, buffer: str, shape: tuple[int, ...]) -> tuple[str, Layout] | None:

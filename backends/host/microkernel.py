@@ -92,22 +92,18 @@ class _Kernel:
             self._micro_kernel(i64(full), remainder, v_tile, groups)
 
     def _groups(self, starts: Sequence[int], width: int) -> list[tuple[int, int]]:
-        """Column groups (offset in the tile, lanes) of a tile `width` wide at each of `starts`: a whole
-        vector where its lanes are contiguous in both C and the vector operand at every start, else
-        single lanes."""
+        """Column groups (offset in the tile, lanes) of a tile `width` wide at each of `starts`: the
+        widest vector (`lane_groups`: whole vectors, then halves, quarters, ...) whose lanes are
+        contiguous in both C and the vector operand at every start, else a single lane."""
         tables = (self.maps["C"].tables[self.v], self.maps["V"].tables[self.v])
         groups: list[tuple[int, int]] = []
         column = 0
-        lanes = self.width
         while column < width:
-            if lanes > 1 and column + lanes <= width and all(
-                table[s + column + j] == table[s + column] + j for table in tables for s in starts for j in range(lanes)
-            ):
-                groups.append((column, lanes))
-                column += lanes
-            else:
-                groups.append((column, 1))
-                column += 1
+            lanes = next((lanes for lanes in lane_groups(width - column, self.width) if all(
+                table[s + column + j] == table[s + column] + j for table in tables for s in starts
+                for j in range(lanes))), 1)
+            groups.append((column, lanes))
+            column += lanes
         return groups
 
     def _micro_kernel(self, u_tile: ir.Value, rows: int, v_tile: ir.Value, groups: Sequence[tuple[int, int]]) -> None:
@@ -203,6 +199,21 @@ class _Kernel:
         module = self.lw.ir_module
         function = module.globals.get(name) or ir.Function(module, ir.FunctionType(kind, [kind, kind, kind]), name)
         return self.builder.call(function, [a, b, c])
+
+
+def lane_groups(columns: int, width: int) -> list[int]:
+    """The vectors a micro-kernel covers `columns` contiguous lanes with: whole vectors of `width`
+    lanes, then one each of the halving widths the rest needs (28 lanes of 16: 16, 8, 4), so that a
+    short edge runs a few narrow FMAs rather than one per lane."""
+    groups = [width] * (columns // width)
+    lanes = width
+    rest = columns % width
+    while rest:
+        lanes //= 2
+        if rest >= lanes:
+            groups.append(lanes)
+            rest -= lanes
+    return groups
 
 
 def check_operand(call: Call, name: str, access: Access, sizes: Mapping[str, int]) -> None:

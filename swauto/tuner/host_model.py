@@ -37,7 +37,8 @@ from swauto.ir.nodes import Call, Dma, For, Module
 from swauto.ir.visitor import walk
 
 CALIBRATION_FILE = "host_machine.json"
-CALIBRATION_VERSION = 8  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost
+CALIBRATION_VERSION = 9  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
+# 9: the FMA latency and the loads of a K step, measured on panels in L1
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class Machine:
     kernel_flops: float
     accumulator_seconds: float
     latency_accumulators: float  # a register tile with fewer accumulators waits on FMA latency
+    load_slots: float  # FMA slots a K step takes per register it loads (a vector or a broadcast element)
     vector_lanes: int  # float32 lanes of the instruction set the kernels are compiled for
     l2_bandwidth: float
     l3_bandwidth: float
@@ -95,7 +97,7 @@ class Machine:
 _FLOPS, _BANDWIDTH, _BYTES = (1e8, 1e13), (1e7, 1e13), (1 << 10, 1 << 40)
 _PLAUSIBLE: dict[str, tuple[float, float]] = {
     "kernel_flops": _FLOPS, "peak_flops": _FLOPS, "accumulator_seconds": (0.0, 1e-5),
-    "latency_accumulators": (1.0, 256.0), "vector_lanes": (1, 64),
+    "latency_accumulators": (1.0, 256.0), "load_slots": (0.01, 64.0), "vector_lanes": (1, 64),
     "l2_bandwidth": _BANDWIDTH, "l3_bandwidth": _BANDWIDTH, "dram_bandwidth": _BANDWIDTH,
     "dram_bandwidth_total": _BANDWIDTH, "transpose_bandwidth": _BANDWIDTH,
     "l1_bytes": _BYTES, "l2_bytes": _BYTES, "l3_bytes": _BYTES, "parallel_call_seconds": (0.0, 1e-2),
@@ -227,24 +229,27 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float,
         return node.flops, 0, node.flops / rate, touched / machine.l2_bandwidth
     from swauto.backends.host.knobs import Knobs
     from swauto.backends.host.layout import gemm_roles, whole_vectors
+    from swauto.backends.host.microkernel import lane_groups
 
     roles = gemm_roles(node)
     sizes = {dim: int(value) for dim, value in node.sizes}
     u, v = roles["broadcast"][0], roles["vector"][0]
     rows, vectors = tile
-    # Columns left over from whole vectors run one lane per FMA, each costing a vector's time; all of
-    # them do when the vector operand's lanes are not contiguous in memory.
+    # Columns left over from whole vectors run in narrower vectors (`lane_groups`), each costing a whole
+    # one's time; where the vector operand's lanes are not contiguous in memory, every lane runs alone.
     width = machine.vector_lanes
-    slots = sizes[v] // width + sizes[v] % width if whole_vectors(node, Knobs(rows, vectors), width) else sizes[v]
+    slots = len(lane_groups(sizes[v], width)) if whole_vectors(node, Knobs(rows, vectors), width) else sizes[v]
     fma = 2 * width / machine.kernel_flops  # seconds per vector FMA at the full rate
     compute = 0.0
     # Register tiles: whole ones, then the edge tiles with fewer rows or vectors. A K step of a tile
-    # costs its FMAs, or the FMA latency when it has too few accumulators to hide it.
+    # costs its FMAs, or the FMA latency when it has too few accumulators to hide it, or its loads (a
+    # vector per column group, an element per row) when it has few rows or few vectors.
     for tile_rows, row_tiles in ((rows, sizes[u] // rows), (sizes[u] % rows, 1)):
         for tile_vectors, column_tiles in ((vectors, slots // vectors), (slots % vectors, 1)):
             accumulators = tile_rows * tile_vectors
             if accumulators and row_tiles and column_tiles:
-                step = max(accumulators, machine.latency_accumulators) * fma
+                loads = (tile_rows + tile_vectors) * machine.load_slots
+                step = max(accumulators, machine.latency_accumulators, loads) * fma
                 compute += row_tiles * column_tiles * (sizes["K"] * step + accumulators * machine.accumulator_seconds)
     # Each row tile reads the vector operand's whole panel (K x the vectorized dimension). A panel larger
     # than the L1 cache comes from L2, or L3 where it outgrows half the L2, at a read stream's rate (a
@@ -483,14 +488,16 @@ def _fork_join_seconds() -> float:
 def _kernel_rate() -> dict[str, float]:
     """The default micro-kernel on cache-resident packed panels, one core, timed at a long and a short
     K: its flops per second in the K loop and its seconds per accumulator vector outside it (a call
-    costs accumulators x (K x FMA time + accumulator time)); then on one row, whose register tiles have
-    too few accumulators to hide the FMA latency: how many they would need."""
+    costs accumulators x (K x FMA time + accumulator time)); then on one row, on panels in L1 (a panel
+    that streams from L2 is priced apart), each a K step's time in FMA slots: with one vector, whose
+    one accumulator waits on the FMA latency (how many accumulators would hide it), and with the
+    default tile's vectors, whose step loads them and a broadcast element (what a load takes)."""
     from swauto.backends.host import compile_module
     from swauto.backends.host.isa import select
 
-    def seconds_per_call(m: int, k: int) -> float:
+    def seconds_per_call(m: int, k: int, n: int = KERNEL_BENCHMARK[1]) -> float:
         # Short runs (a few milliseconds), so that some of them run without another process interrupting.
-        module = kernel_benchmark_module(repeat=100 * (KERNEL_BENCHMARK[0] // m), m=m, k=k)  # same work
+        module = kernel_benchmark_module(repeat=100 * (KERNEL_BENCHMARK[0] // m), m=m, k=k, n=n)  # same work
         program = compile_module(module)
         calls = sum(_trips(loops) for node, loops in walk(module.body) if isinstance(node, Call))
         return _best_seconds(lambda: program.run({}, threads=1), runs=15) / calls
@@ -501,10 +508,14 @@ def _kernel_rate() -> dict[str, float]:
     per_k = (long - short) / (128 - 8)  # one K step of every accumulator
     fma = per_k / (m * n / width)  # seconds per vector FMA
     _, vectors = _default_tile()
-    one_row = seconds_per_call(1, 128) / 128 / (n / width / vectors)  # one K step of a one-row tile
+
+    def one_row_step(columns: int) -> float:  # FMA slots of one K step of a one-row tile, panels in L1
+        return (seconds_per_call(1, 64, columns) - seconds_per_call(1, 8, columns)) / (64 - 8) / fma
+
     return {"kernel_flops": 2 * width / fma,
             "accumulator_seconds": max(0.0, short - 8 * per_k) / (m * n / width),
-            "latency_accumulators": max(float(vectors), one_row / fma)}
+            "latency_accumulators": max(1.0, one_row_step(width)),
+            "load_slots": max(0.01, one_row_step(vectors * width) / (vectors + 1))}
 
 
 # GEMMs that tell register tiles apart (C += A B, 1024 x 1024 x 256: operands out of L2, as in the
@@ -679,15 +690,15 @@ def _fma_loop_ir(width: int, accumulators: int, fma: bool) -> str:
 KERNEL_BENCHMARK = (96, 192)  # M, N of the micro-kernel benchmark: whole register tiles of every default
 
 
-def kernel_benchmark_module(repeat: int = 400, k: int = 128, m: int = KERNEL_BENCHMARK[0]) -> Module:
-    """`repeat` GEMMs of `m` x 192 x `k` on local buffers (zeroed once, no copies): the micro-kernel's rate."""
+def kernel_benchmark_module(repeat: int = 400, k: int = 128, m: int = KERNEL_BENCHMARK[0],
+                            n: int = KERNEL_BENCHMARK[1]) -> Module:
+    """`repeat` GEMMs of `m` x `n` x `k` on local buffers (zeroed once, no copies): the micro-kernel's rate."""
     from swauto.ir.expr import Const
     from swauto.ir.nodes import Access, LocalBuffer, Seq, Zero, gemm_call
 
     def box(name: str, extents: tuple[int, int], dims: str) -> Access:
         return Access(name, (Const(0), Const(0)), extents, tuple(dims))
 
-    n = KERNEL_BENCHMARK[1]
     a, b, c = box("A", (m, k), "MK"), box("B", (k, n), "KN"), box("C", (m, n), "MN")
     return Module("kernel_rate", (), (LocalBuffer("A", (m, k)), LocalBuffer("B", (k, n)), LocalBuffer("C", (m, n))),
                   Seq((Zero(a), Zero(b), Zero(c),
