@@ -83,10 +83,19 @@ def vector_dim(gemm: Call) -> str:
 
 def whole_vectors(gemm: Call, knobs: Knobs, width: int) -> bool:
     """True when the micro-kernel (register tile `knobs`, vectors of `width` lanes) loads whole vectors
-    of the vector operand: the operand is packed, or its innermost axis longer than 1 carries the
-    vectorized dimension. Otherwise every lane is loaded and multiplied alone."""
+    of the vector operand and of C: the operand is packed, or its innermost axis longer than 1 carries
+    the vectorized dimension; and in both that axis holds the dimension whole or in runs of whole
+    vectors (B = 8 innermost under 8 columns: runs of 8 lanes, which the micro-kernel multiplies one
+    lane at a time). Otherwise every lane is loaded and multiplied alone."""
     dim, access = gemm_roles(gemm)["vector"]
-    return _packing(access, dim, knobs, width) is not None or innermost_dim(access) == dim
+    size = dict(gemm.sizes)[dim]
+
+    def runs_whole(box: Access) -> bool:
+        extents = [extent for d, extent in zip(box.dims, box.padded_extents(), strict=True) if extent > 1]
+        return innermost_dim(box) == dim and (extents[-1] >= size or extents[-1] % width == 0)
+
+    packed = _packing(access, dim, knobs, width) is not None
+    return (packed or runs_whole(access)) and runs_whole(gemm.operand("C"))
 
 
 def gemm_roles(gemm: Call) -> dict[str, tuple[str, Access]]:
