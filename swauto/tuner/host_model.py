@@ -255,10 +255,16 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float,
     # than the L1 cache comes from L2, or L3 where it outgrows half the L2, at a read stream's rate (a
     # measured copy's bandwidth counts each byte once, read and written): with few rows per panel the
     # stream, not the FMAs, is the limit (M = 2 columns against a 384 x 384 weight: measured 1.6x the FMAs' time).
+    # Likewise each column tile reads the broadcast operand's rows (K x the other dimension): narrow
+    # column tiles read it more often (GEMM 128 x 4096 x 512 in tiles of 32 x 32 x 512: 77 GFLOPS, in
+    # tiles of 32 x 64 x 512: 87; priced alike without this).
     panel = 4 * sizes["K"] * sizes[v]
-    if panel > machine.l1_bytes:
-        bandwidth = machine.l2_bandwidth if panel <= machine.l2_bytes // 2 else machine.l3_bandwidth
-        compute = max(compute, -(-sizes[u] // rows) * panel / (2 * bandwidth))
+    broadcast = 4 * sizes["K"] * sizes[u]
+    streamed = (-(-sizes[u] // rows) * panel if panel > machine.l1_bytes else 0) \
+        + (-(-slots // vectors) * broadcast if broadcast > machine.l1_bytes else 0)
+    if streamed:
+        bandwidth = machine.l2_bandwidth if max(panel, broadcast) <= machine.l2_bytes // 2 else machine.l3_bandwidth
+        compute = max(compute, streamed / (2 * bandwidth))
     return node.flops, 0, compute, 0.0
 
 
