@@ -100,6 +100,17 @@ def test_single_buffered_terms_add_up_and_double_buffered_ones_overlap():
 NHWC = (("input", (0, 1, 3, 2)), ("output", (0, 1, 3, 2)), ("weight", (0, 1, 3, 2)))
 
 
+def _predicted_and_simulated(op, choices) -> tuple[list[float], list[float]]:
+    """The model's and the timed simulator's seconds of each (splits, loop order) of `op`, N vectorized,
+    NHWC, double buffered."""
+    predicted, simulated = [], []
+    for splits, order in choices:
+        stages = lower(op, Candidate(splits, order, "N", NHWC, True), SUNWAY)
+        predicted.append(model_estimate(before_double_buffering(stages), stages[-1][1], True, SUNWAY).seconds)
+        simulated.append(time_module(stages[-1][1], SUNWAY).seconds)
+    return predicted, simulated
+
+
 def test_the_prologue_is_counted_once():
     """Inception-v3's Mixed_6a dbl_3 at B = 1 (stride 2, 17 x 17 outputs, 15 rows per GEMM): the
     prologue moves the whole weight. Where the transfers bound the time they include the prologue's;
@@ -107,13 +118,10 @@ def test_the_prologue_is_counted_once():
     these two candidates 7% slower than the other (the simulator: 11% faster)."""
     op = load(EXAMPLES / "conv2d.sw", {"B": 1, "Ni": 96, "No": 96, "Ri": 35, "Ci": 35, "Kr": 3, "Kc": 3,
                                        "stride": 2, "pad": 0})
-    predicted, simulated = [], []
-    for columns, order in ((17, ("cCo_outer", "N_outer", "K_outer", "cKr", "cKc", "cRo_outer")),
-                           (16, ("N_outer", "K_outer", "cRo_outer", "cKr", "cKc", "cCo_outer"))):
-        splits = (("cCo", columns), ("cRo", 15), ("N", 96), ("K", 96))
-        stages = lower(op, Candidate(splits, order, "N", NHWC, True), SUNWAY)
-        predicted.append(model_estimate(before_double_buffering(stages), stages[-1][1], True, SUNWAY).seconds)
-        simulated.append(time_module(stages[-1][1], SUNWAY).seconds)
+    tiles = (("cRo", 15), ("N", 96), ("K", 96))
+    predicted, simulated = _predicted_and_simulated(op, [
+        ((("cCo", 17), *tiles), ("cCo_outer", "N_outer", "K_outer", "cKr", "cKc", "cRo_outer")),
+        ((("cCo", 16), *tiles), ("N_outer", "K_outer", "cRo_outer", "cKr", "cKc", "cCo_outer"))])
     assert simulated[1] < simulated[0] / 1.1
     assert predicted[1] < predicted[0]
     assert predicted[1] == pytest.approx(simulated[1], rel=0.03)
@@ -127,13 +135,10 @@ def test_write_backs_the_kernel_waits_for_count():
     runs 6% faster."""
     op = load(EXAMPLES / "conv2d.sw", {"B": 1, "Ni": 512, "No": 256, "Ri": 26, "Ci": 26, "Kr": 1, "Kc": 1,
                                        "stride": 1, "pad": 0})
-    predicted, simulated = [], []
-    for rows, k, order in ((9, 256, ("cCo_outer", "cKr", "cKc", "N_outer", "cRo_outer", "K_outer")),
-                           (1, 512, ("cCo_outer", "cKr", "cKc", "N_outer", "K_outer", "cRo_outer"))):
-        splits = (("cCo", 26), ("cRo", rows), ("N", 256), ("K", k))
-        stages = lower(op, Candidate(splits, order, "N", NHWC, True), SUNWAY)
-        predicted.append(model_estimate(before_double_buffering(stages), stages[-1][1], True, SUNWAY).seconds)
-        simulated.append(time_module(stages[-1][1], SUNWAY).seconds)
+    outer = ("cCo_outer", "cKr", "cKc", "N_outer")
+    predicted, simulated = _predicted_and_simulated(op, [
+        ((("cCo", 26), ("cRo", 9), ("N", 256), ("K", 256)), (*outer, "cRo_outer", "K_outer")),
+        ((("cCo", 26), ("cRo", 1), ("N", 256), ("K", 512)), (*outer, "K_outer", "cRo_outer"))])
     assert simulated[1] < simulated[0] / 1.05
     assert predicted[1] < predicted[0]
     assert predicted[0] == pytest.approx(simulated[0], rel=0.01)
