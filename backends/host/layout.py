@@ -7,8 +7,9 @@ index outermost, K next, the panel's lanes innermost), so the micro-kernel strea
 The broadcast operand is not packed: its rows stream as well in place, and packing it would be a
 transposing copy. When the tensors are cache-resident, a buffer that would hold a plain copy of one
 tensor box is a *view* of the tensor in place, its DMAs mere pointer moves (no copy of C tiles in and
-out, none of the broadcast operand). The others are row-major with the rows padded off multiples of
-512 bytes, which keeps strided rows from sharing L1 sets.
+out, none of the broadcast operand), unless a GEMM's C tile would have its lanes apart there. The
+others are row-major with the rows padded off multiples of 512 bytes, which keeps strided rows from
+sharing L1 sets.
 """
 
 from __future__ import annotations
@@ -88,10 +89,10 @@ def whole_vectors(gemm: Call, knobs: Knobs, width: int) -> bool:
     vectors (B = 8 innermost under 8 columns: runs of 8 lanes, which the micro-kernel multiplies one
     lane at a time). Otherwise every lane is loaded and multiplied alone."""
     dim, access = gemm_roles(gemm)["vector"]
-    size = dict(gemm.sizes)[dim]
+    size = int(dict(gemm.sizes)[dim])
 
     def runs_whole(box: Access) -> bool:
-        extents = [extent for d, extent in zip(box.dims, box.padded_extents(), strict=True) if extent > 1]
+        extents = [extent for extent in box.padded_extents() if extent > 1]
         return innermost_dim(box) == dim and (extents[-1] >= size or extents[-1] % width == 0)
 
     packed = _packing(access, dim, knobs, width) is not None
@@ -196,7 +197,7 @@ def _lanes_contiguous(module: Module, buffer: str, layout: Layout) -> bool:
     in `layout` (the axis of its C access that carries the vectorized dimension has stride 1). A view of
     an NCHW output tile has its channels' lanes a plane apart: the micro-kernel would multiply them one
     lane at a time (conv2d_nchw at B = 1, one pixel per GEMM: 30 ms), where a copy in and out of the
-    64 channels keeps whole vectors (4 ms)."""
+    64 channels keeps whole vectors (5 ms)."""
     for node, _ in walk(module.body):
         if isinstance(node, Call) and node.signature.kind == "gemm" and node.output.name == buffer:
             access = node.operand("C")
