@@ -451,3 +451,18 @@ def test_a_peeled_last_tile_may_read_the_prologues_tile_and_the_nest_runs_in_par
         output = np.zeros(expected.shape, np.float32)
         kernel(**inputs, output=output)
         assert relative_error(output, expected) <= 1e-5, candidate.describe()
+
+
+def test_an_nchw_convolution_whose_output_tile_holds_its_lanes_apart_is_priced_lane_by_lane():
+    """ResNet's 64 -> 64 layer at 56² in NCHW, B = 1, one pixel per GEMM with the taps outside the pixels:
+    the output row's tile holds the channels 56 lanes apart, which the micro-kernel multiplies one at a
+    time (measured 27 ms). The model priced it as whole vectors (3.5 ms), below the candidates that fuse
+    28 output columns into M (measured 2.8 - 3.0 ms), and picked it."""
+    op = load(GEMM_SW.parent / "conv2d_nchw.sw", {"B": 1, "Ni": 64, "No": 64, "Ri": 56, "Ci": 56, "Kr": 3, "Kc": 3,
+                                                   "stride": 1, "pad": 1})
+    machine = replace(host_model.machine(), l2_bandwidth=40e9, l3_bandwidth=30e9)  # the logic, not this host's copies
+    priced = {}
+    for columns, order in ((1, ("cRo", "cKr", "cKc", "cCo_outer")), (28, ("cRo", "cCo_outer", "cKr", "cKc"))):
+        module = lower(op, Candidate((("cCo", columns),), order, "M"), local_memory_machine("host"))[-1][1]
+        priced[columns] = host_model.estimate(module, 1, machine).seconds
+    assert priced[28] < priced[1] / 2

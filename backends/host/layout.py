@@ -14,6 +14,7 @@ sharing L1 sets.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from math import gcd
 
@@ -82,12 +83,14 @@ def vector_dim(gemm: Call) -> str:
     return dim if dim in ("M", "N") else "N"
 
 
-def whole_vectors(gemm: Call, knobs: Knobs, width: int) -> bool:
+def whole_vectors(gemm: Call, knobs: Knobs, width: int, shapes: Mapping[str, tuple[int, ...]] | None = None) -> bool:
     """True when the micro-kernel (register tile `knobs`, vectors of `width` lanes) loads whole vectors
     of the vector operand and of C: the operand is packed, or its innermost axis longer than 1 carries
     the vectorized dimension; and in both that axis holds the dimension whole or in runs of whole
     vectors (B = 8 innermost under 8 columns: runs of 8 lanes, which the micro-kernel multiplies one
-    lane at a time). Otherwise every lane is loaded and multiplied alone."""
+    lane at a time). With the arrays' `shapes`, C's axis must also be the innermost of its array
+    longer than 1 (a C tile of an NCHW row, [64 channels, 56 columns], vectorizing the channels: lanes
+    56 apart). Otherwise every lane is loaded and multiplied alone."""
     dim, access = gemm_roles(gemm)["vector"]
     size = int(dict(gemm.sizes)[dim])
 
@@ -95,8 +98,14 @@ def whole_vectors(gemm: Call, knobs: Knobs, width: int) -> bool:
         extents = [extent for extent in box.padded_extents() if extent > 1]
         return innermost_dim(box) == dim and (extents[-1] >= size or extents[-1] % width == 0)
 
+    def innermost_in_array(box: Access) -> bool:
+        shape = (shapes or {}).get(box.name)
+        axes = [axis for axis, extent in enumerate(box.padded_extents()) if extent > 1]
+        return shape is None or not axes or all(extent == 1 for extent in shape[axes[-1] + 1:])
+
     packed = _packing(access, dim, knobs, width) is not None
-    return (packed or runs_whole(access)) and runs_whole(gemm.operand("C"))
+    output = gemm.operand("C")
+    return (packed or runs_whole(access)) and runs_whole(output) and innermost_in_array(output)
 
 
 def gemm_roles(gemm: Call) -> dict[str, tuple[str, Access]]:

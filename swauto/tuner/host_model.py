@@ -37,6 +37,7 @@ from swauto.ir.nodes import Call, Dma, For, Module
 from swauto.ir.visitor import walk
 
 CALIBRATION_FILE = "host_machine.json"
+CACHE_LINE_BYTES = 64
 CALIBRATION_VERSION = 9  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
 # 9: the FMA latency and the loads of a K step, measured on panels in L1
 
@@ -168,10 +169,11 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     parallel = [0.0, 0.0]
     serial = [0.0, 0.0]
     flops = copy_bytes = 0
+    shapes = {array.name: array.shape for array in (*module.tensors, *module.buffers)}
     for node, loops in nodes:
         trips = _trips(loops)
         bandwidth = machine.transpose_bandwidth if isinstance(node, Dma) and node.buffer.name in transposing else level
-        node_flops, node_bytes, compute, traffic = _node_cost(node, machine, bandwidth, tile)
+        node_flops, node_bytes, compute, traffic = _node_cost(node, machine, bandwidth, tile, shapes)
         if isinstance(node, Dma) and node.buffer.name in in_place:
             node_bytes, traffic = 0, traffic / 2
         flops += node_flops * trips
@@ -211,18 +213,23 @@ def call_seconds(call: Call, machine: Machine) -> float:
     return compute + traffic
 
 
-def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float,
-               tile: tuple[int, int]) -> tuple[int, int, float, float]:
+def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile: tuple[int, int],
+               shapes: Mapping[str, tuple[int, ...]] | None = None) -> tuple[int, int, float, float]:
     """(flops, copied bytes, compute seconds, traffic seconds) of one execution of `node`: a copy, a
     GEMM on register tiles of `tile` (rows, vectors), or a map or reduction on tiles in the caches
     (its operands' bytes at the L2's measured bandwidth, its operations one per lane of a vector FMA
     slot, or one per slot where its lanes are not contiguous in memory: a lower bound where it calls a
-    libm function)."""
+    libm function). A copy whose rows in the tensor are shorter than a cache line moves a line per
+    row. `shapes`: the arrays' (`whole_vectors`)."""
     from swauto.backends.host.primitives import contiguous_lanes
 
     if isinstance(node, Dma):
-        size = 4 * prod(node.tensor.extents)
-        return 0, size, 0.0, size / source_bandwidth
+        box = node.tensor
+        size = 4 * prod(box.extents)
+        # An NCHW output pixel's 64 channels: 64 lines of 64 bytes for 256 bytes of data.
+        row = 4 * box.extents[-1] if box.step(len(box.extents) - 1) == 1 else 4
+        moved = max(size, prod(box.extents[:-1]) * CACHE_LINE_BYTES) if row < CACHE_LINE_BYTES else size
+        return 0, size, 0.0, moved / source_bandwidth
     if node.signature.kind != "gemm":
         touched = 4 * sum(prod(access.extents) for _, access in node.operands)
         rate = machine.kernel_flops / 2 / (1 if contiguous_lanes(node) else machine.vector_lanes)
@@ -238,7 +245,8 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float,
     # Columns left over from whole vectors run in narrower vectors (`lane_groups`), each costing a whole
     # one's time; where the vector operand's lanes are not contiguous in memory, every lane runs alone.
     width = machine.vector_lanes
-    slots = len(lane_groups(sizes[v], width)) if whole_vectors(node, Knobs(rows, vectors), width) else sizes[v]
+    whole = whole_vectors(node, Knobs(rows, vectors), width, shapes)
+    slots = len(lane_groups(sizes[v], width)) if whole else sizes[v]
     fma = 2 * width / machine.kernel_flops  # seconds per vector FMA at the full rate
     compute = 0.0
     # Register tiles: whole ones, then the edge tiles with fewer rows or vectors. A K step of a tile
