@@ -226,9 +226,12 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
     if isinstance(node, Dma):
         box = node.tensor
         size = 4 * prod(box.extents)
-        # An NCHW output pixel's 64 channels: 64 lines of 64 bytes for 256 bytes of data.
-        row = 4 * box.extents[-1] if box.step(len(box.extents) - 1) == 1 else 4
-        moved = max(size, prod(box.extents[:-1]) * CACHE_LINE_BYTES) if row < CACHE_LINE_BYTES else size
+        # An NCHW output pixel's 64 channels: 64 lines of 64 bytes for 256 bytes of data. The row is
+        # along the tensor's last axis longer than 1 (a batch of 1 last in memory does not cut it).
+        shape = (shapes or {}).get(box.name, box.extents)
+        last = max((axis for axis, extent in enumerate(shape) if extent > 1), default=len(shape) - 1)
+        row = 4 * box.extents[last] if box.step(last) == 1 else 4
+        moved = max(size, size // row * CACHE_LINE_BYTES) if row < CACHE_LINE_BYTES else size
         return 0, size, 0.0, moved / source_bandwidth
     if node.signature.kind != "gemm":
         touched = 4 * sum(prod(access.extents) for _, access in node.operands)
