@@ -1,8 +1,9 @@
 """The host performance model: flops against the micro-kernel's measured rate plus its cost per
 accumulator (loading and storing C around the K loop), packing (DMA) traffic against the bandwidth of
-the memory level its data comes from (a cache line per row where the rows are shorter) (half of it for an operand the backend reads in place:
-`backends/host/layout.read_in_place`), and the parallel nest's iterations shared by the threads (a
-call shared out also pays the native pool's measured fork and join).
+the memory level its data comes from (a cache line per row where the rows are shorter; half of it for
+an operand the backend reads in place: `backends/host/layout.read_in_place`), and the parallel nest's
+iterations shared by the threads (a call shared out also pays the native pool's measured fork and
+join).
 
 Its machine constants come from `calibrate()`, a micro-benchmark of a few seconds (the micro-kernel on
 cache-resident panels at a long and a short K, whole GEMMs with each register tile the instruction set
