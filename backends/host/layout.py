@@ -68,12 +68,15 @@ def row_major(shape: tuple[int, ...], pad: bool = False) -> Layout:
                   max(stride, 1))
 
 
+def innermost_axis(access: Access) -> int | None:
+    """The innermost axis of `access` longer than 1 (None if there is none)."""
+    return max((axis for axis, extent in enumerate(access.padded_extents()) if extent > 1), default=None)
+
+
 def innermost_dim(access: Access) -> str | None:
     """The dimension carried by the innermost axis of `access` longer than 1 (None if there is none)."""
-    for dim, extent in zip(reversed(access.dims), reversed(access.padded_extents()), strict=True):
-        if extent > 1:
-            return dim
-    return None
+    axis = innermost_axis(access)
+    return None if axis is None else access.dims[axis]
 
 
 def vector_dim(gemm: Call) -> str:
@@ -95,13 +98,15 @@ def whole_vectors(gemm: Call, knobs: Knobs, width: int, shapes: Mapping[str, tup
     size = int(dict(gemm.sizes)[dim])
 
     def runs_whole(box: Access) -> bool:
-        extents = [extent for extent in box.padded_extents() if extent > 1]
-        return innermost_dim(box) == dim and (extents[-1] >= size or extents[-1] % width == 0)
+        axis = innermost_axis(box)
+        if axis is None or box.dims[axis] != dim:
+            return False
+        extent = box.padded_extents()[axis]
+        return extent >= size or extent % width == 0
 
-    def innermost_in_array(box: Access) -> bool:
+    def innermost_in_array(box: Access) -> bool:  # (runs_whole holds: the axis exists)
         shape = (shapes or {}).get(box.name)
-        axes = [axis for axis, extent in enumerate(box.padded_extents()) if extent > 1]
-        return shape is None or not axes or all(extent == 1 for extent in shape[axes[-1] + 1:])
+        return shape is None or all(extent == 1 for extent in shape[innermost_axis(box) + 1:])
 
     packed = _packing(access, dim, knobs, width) is not None
     output = gemm.operand("C")
@@ -209,9 +214,8 @@ def _lanes_contiguous(module: Module, buffer: str, layout: Layout) -> bool:
     64 channels keeps whole vectors (5 ms)."""
     for node, _ in walk(module.body):
         if isinstance(node, Call) and node.signature.kind == "gemm" and node.output.name == buffer:
-            access = node.operand("C")
-            axes = [a for a, extent in enumerate(access.padded_extents()) if extent > 1]
-            if axes and layout.axes[axes[-1]].strides != (1,):
+            axis = innermost_axis(node.operand("C"))
+            if axis is not None and layout.axes[axis].strides != (1,):
                 return False
     return True
 

@@ -99,7 +99,8 @@ class _Kernel:
         groups: list[tuple[int, int]] = []
         column = 0
         while column < width:
-            lanes = next((lanes for lanes in lane_groups(width - column, self.width) if all(
+            widths = dict.fromkeys(lane_groups(width - column, self.width))  # each width tried once
+            lanes = next((lanes for lanes in widths if all(
                 table[s + column + j] == table[s + column] + j for table in tables for s in starts
                 for j in range(lanes))), 1)
             groups.append((column, lanes))

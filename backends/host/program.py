@@ -178,4 +178,3 @@ def _address(array: np.ndarray) -> int:
         return ctypes.addressof(ctypes.c_char.from_buffer(array))
     except (TypeError, ValueError, BufferError):  # read-only, or a buffer ctypes does not take
         return array.ctypes.data
-

@@ -232,7 +232,7 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
         shape = (shapes or {}).get(box.name, box.extents)
         last = max((axis for axis, extent in enumerate(shape) if extent > 1), default=len(shape) - 1)
         row = 4 * box.extents[last] if box.step(last) == 1 else 4
-        moved = max(size, size // row * CACHE_LINE_BYTES) if row < CACHE_LINE_BYTES else size
+        moved = size // row * CACHE_LINE_BYTES if row < CACHE_LINE_BYTES else size
         return 0, size, 0.0, moved / source_bandwidth
     if node.signature.kind != "gemm":
         touched = 4 * sum(prod(access.extents) for _, access in node.operands)
@@ -515,7 +515,7 @@ def _kernel_rate() -> dict[str, float]:
 
     def seconds_per_call(m: int, k: int, n: int = KERNEL_BENCHMARK[1]) -> float:
         # Short runs (a few milliseconds), so that some of them run without another process interrupting.
-        module = kernel_benchmark_module(repeat=100 * (KERNEL_BENCHMARK[0] // m), m=m, k=k, n=n)  # same work
+        module = kernel_benchmark_module(repeat=100 * (KERNEL_BENCHMARK[0] // m), m=m, k=k, n=n)  # rows: same work
         program = compile_module(module)
         calls = sum(_trips(loops) for node, loops in walk(module.body) if isinstance(node, Call))
         return _best_seconds(lambda: program.run({}, threads=1), runs=15) / calls

@@ -368,6 +368,9 @@ def _prologue(stmt: Stmt, model: _Model) -> float:
     return total
 
 
+_WORK = (For, Call, If, Seq)  # statements that compute (a transfer issued before them overlaps them)
+
+
 def _write_backs_waited(module: Module, model: _Model) -> tuple[float, bool]:
     """`module`'s statements outside every loop, in order: the seconds of the write-backs among them that
     are waited for before any later work (the last ones: at the kernel's end), and whether the rest of
@@ -385,9 +388,9 @@ def _write_backs_waited(module: Module, model: _Model) -> tuple[float, bool]:
             pending[node.reply] = pending.get(node.reply, 0.0) + model.dma_time(node, {})
         elif kind is DmaWait:
             waited += pending.pop(node.reply, 0.0)
-            if node.reply in in_loops and any(type(later) in (For, Call, If, Seq) for later in stmts[number + 1:]):
+            if node.reply in in_loops and any(type(later) in _WORK for later in stmts[number + 1:]):
                 hidden = False
-        elif kind in (For, Call, If, Seq):
+        elif kind in _WORK:
             pending.clear()  # the work after a write-back overlaps it
     return waited + sum(pending.values()), hidden
 
