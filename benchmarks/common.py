@@ -184,17 +184,25 @@ def box_plot_by_batch(rows: list[Row], batches: Sequence[int], column: str, ylab
 WARMUP = 3  # untimed calls of each function first
 
 
-def median_seconds(*functions, repeat: int) -> list[float]:
+def median_seconds(*functions, repeat: int, settle: float = 0.0) -> list[float]:
     """The median wall time of `repeat` calls of each function, after WARMUP calls of each. The functions
     take turns, so that a burst of load on this shared machine hits them alike: each round calls each
-    function twice and times the second call (its data in the caches, as in back-to-back calls)."""
+    function twice and times the second call (its data in the caches, as in back-to-back calls).
+
+    With `settle`, that many seconds pass before each turn, which then times the fourth call. A library
+    whose idle threads spin after a call needs it: OpenBLAS's workers spin for about 0.1 s after each
+    `numpy.matmul`, and on two cores that halved the two-thread speed of whichever kernel ran next
+    (swauto's and PyTorch's alike, 1024^3). The extra untimed calls are for a thread pool whose workers
+    wake slowly after the pause: PyTorch's first two-thread 256^3 after 0.2 s idle took 7-11 ms, the next 0.2."""
     for function in functions:
         for _ in range(WARMUP):
             function()
     times: list[list[float]] = [[] for _ in functions]
     for _ in range(repeat):
         for function, samples in zip(functions, times, strict=True):
-            function()
+            time.sleep(settle)
+            for _ in range(3 if settle else 1):
+                function()
             started = time.perf_counter()
             function()
             samples.append(time.perf_counter() - started)

@@ -5,7 +5,8 @@
 A shape is `S` (S x S x S) or `MxNxK`; the operator is examples/gemm.sw with tile sizes from 32 to
 512 (1024 for M and N).
 For each shape and thread count: the median of `--repeat` calls
-of each implementation, GFLOPS and the ratios to swauto, the tuning time and the compile time. The
+of each implementation (taking turns, with a pause before each turn on two threads, so OpenBLAS's
+spinning idle threads do not slow the next), GFLOPS and the ratios to swauto, the tuning time and the compile time. The
 libraries' thread counts are set with threadpoolctl when available, else through the environment
 (`OPENBLAS_NUM_THREADS`), which this script sets before importing NumPy for every run. Prints the
 machine and the date, and writes benchmarks/results/host_gemm.{csv,md} and, with matplotlib (the
@@ -27,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-DEFAULT_SHAPES = ["256", "512", "1024", "2048", "4096x64x64", "32768x256x128", "128x4096x512"]
+DEFAULT_SHAPES = ["128", "256", "512", "1024", "2048", "4096", "4096x64x64", "32768x256x128", "128x4096x512"]
 FIELDS = ["shape", "threads", "candidate", "swauto_gflops", "numpy_gflops", "torch_gflops", "swauto_vs_numpy",
           "swauto_vs_torch", "tuning_s", "compile_s"]
 
@@ -78,7 +79,8 @@ def run_one(shape: tuple[int, int, int], threads: int, repeat: int, tuner: str) 
         torch.set_num_threads(threads)
         ta, tb, tc = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c)
         peers.append(lambda: torch.matmul(ta, tb, out=tc))
-    ours, theirs, *torch_s = median_seconds(lambda: kernel(A=a, B=b, C=c), *peers, repeat=repeat)
+    ours, theirs, *torch_s = median_seconds(lambda: kernel(A=a, B=b, C=c), *peers, repeat=repeat,
+                                          settle=0.2 if threads > 1 else 0.0)
     row = {"shape": f"{m}x{n}x{k}", "threads": threads, "candidate": kernel.schedule.describe(),
            "swauto_gflops": round(flops / ours / 1e9, 1), "numpy_gflops": round(flops / theirs / 1e9, 1),
            "torch_gflops": "", "swauto_vs_numpy": round(theirs / ours, 3), "swauto_vs_torch": "",

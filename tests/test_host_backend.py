@@ -6,9 +6,15 @@ CodegenErrors."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import os
+import subprocess
+import sys
+import threading
 from dataclasses import replace
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -84,6 +90,39 @@ def test_both_thread_pools_share_the_iterations(pool, monkeypatch):
         expected = gemm_reference(arrays)
         program.run(arrays, threads=count)
         assert relative_error(arrays["C"], expected) <= TOLERANCE, count
+
+
+def _thread_cores() -> dict[int, set[int]]:
+    """The cores each thread of this process may run on, by thread id."""
+    cores = {}
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            cores[int(task.name)] = os.sched_getaffinity(int(task.name))
+    return cores
+
+
+def test_the_native_pools_workers_pin_themselves_and_leave_the_caller_free():
+    """After a call on two threads, the team's worker runs on one core, not the caller's, and the
+    calling thread may still run on every core it could before (see `threads`' docstring: a worker
+    woken on the caller's core after a pause cost a scheduler tick per call)."""
+    if not thread_pools.native() or len(os.sched_getaffinity(0)) < 2 or thread_pools._placement().cores < 2:
+        pytest.skip("needs the native pool, two cores, and no OpenMP placement asked by the environment")
+    caller = os.sched_getaffinity(0)
+    compile_module(_shared_module()).run(gemm_inputs(256, 384, 128, seed=3), threads=2)
+    assert os.sched_getaffinity(0) == caller
+    others = {tid: cores for tid, cores in _thread_cores().items() if tid != threading.get_native_id()}
+    pinned = [cores for cores in others.values() if len(cores) == 1]
+    assert pinned and all(cores <= caller for cores in pinned), others
+
+
+def test_workers_do_not_pin_themselves_where_the_user_places_openmp_threads():
+    """`OMP_PROC_BIND` (or `OMP_PLACES`, `GOMP_CPU_AFFINITY`) asks libgomp to place its threads: the
+    workers then leave their cores as libgomp set them."""
+    script = "from swauto.backends.host import threads; print(threads._placement().cores)"
+    for name in thread_pools.USER_PLACEMENT:
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                                env={**os.environ, name: "close" if name == "OMP_PROC_BIND" else "0"})
+        assert result.stdout.strip() == "0", name
 
 
 @pytest.mark.parametrize(("m", "in_place"), [(4, True), (64, False)])

@@ -13,10 +13,20 @@ Python once. libgomp keeps its team between calls.
 Where libgomp cannot be loaded, or `$SWAUTO_HOST_THREADS` is `python`, kernels are generated
 without 'parallel' and the Python pool of `program` shares the ranges instead. libgomp's team does not
 survive `fork`: a forked child uses the Python pool whatever the parent did.
+
+Each worker of the team (not the calling thread) pins itself to one core on its first share: the
+`k`-th worker to the `k`-th of the process's cores, counted from the one after the caller's core at
+that moment. Why: a worker sleeps after a pause between calls, and the scheduler may wake it on the
+caller's core (it did here, on a KVM guest, after 0.2 s idle); the caller then spins at the end of
+the parallel region while the worker waits behind it for a scheduler tick. Two-thread GEMM 256³ took
+4-8 ms per call instead of 0.17 for the first calls after each pause. The caller is left free, so the
+user's thread keeps its affinity. Where the user asked libgomp to place threads (`OMP_PROC_BIND`,
+`OMP_PLACES`, `GOMP_CPU_AFFINITY`), or the process may use one core, no worker pins itself.
 """
 
 from __future__ import annotations
 
+import ctypes
 import ctypes.util
 import functools
 import os
@@ -28,6 +38,22 @@ from .values import F32, I64
 
 ENV_VAR = "SWAUTO_HOST_THREADS"  # "native" (the default where libgomp loads) or "python"
 I32 = ir.IntType(32)
+I8 = ir.IntType(8)
+MAX_CPUS = 1024  # the cores a `cpu_set_t` names
+MAX_WORKERS = 256  # team members that pin themselves (more share the others' cores unpinned)
+PLACEMENT_SYMBOL = "swauto_worker_placement"
+PLACEMENT_TYPE = ir.LiteralStructType([I32, ir.ArrayType(I32, MAX_CPUS), ir.ArrayType(I32, MAX_CPUS),
+                                       ir.ArrayType(I8, MAX_WORKERS)])
+USER_PLACEMENT = ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY")
+
+
+class _Placement(ctypes.Structure):
+    """The process's cores, read by the workers' first share (`PLACEMENT_TYPE` in the generated code)."""
+
+    _fields_ = [("cores", ctypes.c_int32),  # how many (0: workers do not pin themselves)
+                ("core", ctypes.c_int32 * MAX_CPUS),  # the k-th core's number
+                ("position", ctypes.c_int32 * MAX_CPUS),  # a core number's k (-1: not the process's)
+                ("pinned", ctypes.c_uint8 * MAX_WORKERS)]  # per team member: pinned already
 
 _forked = False
 
@@ -50,15 +76,57 @@ def native() -> bool:
 
 @functools.cache
 def _libgomp_loaded() -> bool:
-    """Load libgomp into the process, so the JIT resolves `GOMP_parallel` (once)."""
+    """Load libgomp into the process, so the JIT resolves `GOMP_parallel`, and give the generated code
+    the process's cores (once)."""
     path = ctypes.util.find_library("gomp")
-    if path is None:
+    if path is None or not hasattr(os, "sched_setaffinity"):
         return False
     try:
         llvm.load_library_permanently(path)
     except RuntimeError:
         return False
+    llvm.add_symbol(PLACEMENT_SYMBOL, ctypes.addressof(_placement()))
     return True
+
+
+@functools.cache
+def _placement() -> _Placement:
+    """The process's cores as the workers read them (kept alive for the process: the code points at it)."""
+    placement = _Placement()
+    ctypes.memset(ctypes.addressof(placement.position), 0xFF, ctypes.sizeof(placement.position))
+    cores = sorted(core for core in os.sched_getaffinity(0) if core < MAX_CPUS)
+    if len(cores) > 1 and not any(os.environ.get(name) for name in USER_PLACEMENT):
+        placement.cores = len(cores)
+        for k, core in enumerate(cores):
+            placement.core[k], placement.position[core] = core, k
+    return placement
+
+
+def _emit_pin_worker(builder: ir.IRBuilder, ir_module: ir.Module, thread: ir.Value, caller_core: ir.Value) -> None:
+    """On team member `thread`'s (> 0) first share: pin it to the `thread`-th core after `caller_core`
+    among the process's (see the module docstring)."""
+    placement = ir.GlobalVariable(ir_module, PLACEMENT_TYPE, PLACEMENT_SYMBOL)
+    set_affinity = ir.Function(ir_module, ir.FunctionType(I32, [I32, I64, I64.as_pointer()]), "sched_setaffinity")
+    cores = builder.sext(builder.load(builder.gep(placement, [I32(0), I32(0)])), I64)
+    is_worker = builder.and_(builder.icmp_signed(">", thread, I64(0)),
+                             builder.icmp_signed("<", thread, I64(MAX_WORKERS)))
+    with builder.if_then(builder.and_(is_worker, builder.icmp_signed(">", cores, I64(1)))):
+        pinned = builder.gep(placement, [I32(0), I32(3), thread])
+        with builder.if_then(builder.icmp_unsigned("==", builder.load(pinned), I8(0))):
+            builder.store(I8(1), pinned)
+            known = builder.icmp_unsigned("<", caller_core, I32(MAX_CPUS))
+            index = builder.select(known, caller_core, I32(0))
+            position = builder.load(builder.gep(placement, [I32(0), I32(2), index]))
+            start = builder.sext(builder.select(known, position, I32(-1)), I64)  # -1: start from the first
+            k = builder.srem(builder.add(start, thread), cores)
+            core = builder.sext(builder.load(builder.gep(placement, [I32(0), I32(1), k])), I64)
+            words = MAX_CPUS // 64
+            mask = builder.alloca(ir.ArrayType(I64, words))
+            for word in range(words):
+                builder.store(I64(0), builder.gep(mask, [I32(0), I32(word)]))
+            builder.store(builder.shl(I64(1), builder.and_(core, I64(63))),
+                          builder.gep(mask, [I32(0), builder.lshr(core, I64(6))]))
+            builder.call(set_affinity, [I32(0), I64(words * 8), builder.bitcast(mask, I64.as_pointer())])
 
 
 def emit_parallel_entry(ir_module: ir.Module, before: ir.Function, loop: ir.Function, after: ir.Function,
@@ -67,7 +135,8 @@ def emit_parallel_entry(ir_module: ir.Module, before: ir.Function, loop: ir.Func
     which runs `before`, then `loop` on `threads` threads of the OpenMP team, each on its own workspace
     and its share of the iterations (on one thread, directly), then `after` (see the module docstring)."""
     pointer = F32.as_pointer()
-    arguments = ir.LiteralStructType([ir.ArrayType(pointer, tensors), pointer.as_pointer(), I64])
+    # The tensors, the workspaces, the iterations and the caller's core.
+    arguments = ir.LiteralStructType([ir.ArrayType(pointer, tensors), pointer.as_pointer(), I64, I32])
     bytes_pointer = ir.IntType(8).as_pointer()
     outlined_type = ir.FunctionType(ir.VoidType(), [bytes_pointer])
     gomp_parallel = ir.Function(ir_module, ir.FunctionType(ir.VoidType(), [outlined_type.as_pointer(),
@@ -75,6 +144,7 @@ def emit_parallel_entry(ir_module: ir.Module, before: ir.Function, loop: ir.Func
                                 "GOMP_parallel")
     thread_number = ir.Function(ir_module, ir.FunctionType(I32, []), "omp_get_thread_num")
     team_size = ir.Function(ir_module, ir.FunctionType(I32, []), "omp_get_num_threads")
+    current_core = ir.Function(ir_module, ir.FunctionType(I32, []), "sched_getcpu")
 
     outlined = ir.Function(ir_module, outlined_type, f"{symbol}_share")
     outlined.linkage = "internal"
@@ -83,6 +153,7 @@ def emit_parallel_entry(ir_module: ir.Module, before: ir.Function, loop: ir.Func
     thread = builder.sext(builder.call(thread_number, []), I64)
     team = builder.sext(builder.call(team_size, []), I64)
     iterations = builder.load(builder.gep(packed, [I32(0), I32(2)]))
+    _emit_pin_worker(builder, ir_module, thread, builder.load(builder.gep(packed, [I32(0), I32(3)])))
     # The shares `split_range` makes: thread t runs [n t / T, n (t + 1) / T).
     lo = builder.sdiv(builder.mul(iterations, thread), team)
     hi = builder.sdiv(builder.mul(iterations, builder.add(thread, I64(1))), team)
@@ -107,6 +178,7 @@ def emit_parallel_entry(ir_module: ir.Module, before: ir.Function, loop: ir.Func
                 builder.store(argument, builder.gep(packed, [I32(0), I32(0), I32(index)]))
             builder.store(workspaces, builder.gep(packed, [I32(0), I32(1)]))
             builder.store(iterations, builder.gep(packed, [I32(0), I32(2)]))
+            builder.store(builder.call(current_core, []), builder.gep(packed, [I32(0), I32(3)]))
             builder.call(gomp_parallel, [outlined, builder.bitcast(packed, bytes_pointer), builder.trunc(threads, I32),
                                          I32(0)])
         with alone:
