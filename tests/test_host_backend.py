@@ -28,10 +28,10 @@ from swauto.backends.host.codegen import generate
 from swauto.backends.host.isa import ISAS, select
 from swauto.backends.host.knobs import register_tile_choices
 from swauto.errors import CodegenError
-from swauto.frontend.check import check
+from swauto.frontend.check import BoundOperator, check
 from swauto.frontend.parser import parse
 from swauto.frontend.source import Source
-from swauto.ir.expr import BinOp, Const, Var
+from swauto.ir.expr import BinOp, Const, Expr, Var
 from swauto.ir.nodes import (
     Access,
     Alloc,
@@ -52,6 +52,7 @@ from swauto.ir.nodes import (
 from swauto.ir.visitor import Rewriter, walk
 from swauto.machine import HOST_MICRO_KERNELS, SUNWAY, local_memory_machine
 from swauto.pipeline import lower
+from swauto.reference import reference
 from swauto.schedule.candidate import Candidate
 from swauto.tuner import host_model
 from swauto.tuner.space import explore
@@ -662,3 +663,58 @@ def test_an_output_tile_whose_lanes_are_apart_in_the_tensor_is_copied_not_viewed
     expected = reference(op, {name: array.copy() for name, array in arrays.items()})
     compile_module(module).run(arrays)
     assert relative_error(arrays["output"], expected["output"]) <= TOLERANCE
+
+
+def _depthwise_taps() -> tuple[BoundOperator, Module]:
+    """examples/conv2d_depthwise.sw (B = 2, 32 channels, 9 x 9, stride 1) and a legal candidate's final IR
+    with the declared layouts and the kernel taps innermost, around the multiply-accumulate."""
+    op = load(EXAMPLES / "conv2d_depthwise.sw", {"B": 2, "C": 32, "Ri": 9, "Ci": 9})
+    for candidate, stages in explore(op, local_memory_machine("host")).legal:
+        declared = all(axes == tuple(range(len(axes))) for _, axes in candidate.layouts)
+        if declared and candidate.order[-2:] == ("kr", "kc"):
+            return op, stages[-1][1]
+    raise AssertionError("no candidate runs the kernel taps innermost")
+
+
+def test_a_nest_that_only_accumulates_into_a_map_runs_inside_each_point(empty_cache_dir, monkeypatch):
+    """A depthwise convolution's 3 x 3 taps around `macc` form one nest that `accumulated_taps` finds
+    (Z does not move with kr and kc); run inside each point, each output element adds the same
+    products in the same order, so the result is bit for bit the one of the loops around the map."""
+    from swauto.backends.host import clear_cache
+    from swauto.backends.host import primitives as host_primitives
+
+    op, module = _depthwise_taps()
+    nests = [host_primitives.accumulated_taps(node) for node, _ in walk(module.body) if isinstance(node, For)]
+    outermost = next(nest for nest in nests if nest is not None)  # (`walk` meets the outer loop first)
+    assert tuple(loop.var for loop in outermost[0]) == ("kr", "kc")
+    rng = np.random.default_rng(5)
+    inputs = {t.name: rng.standard_normal(t.shape, dtype=np.float32) for t in module.tensors}
+    results = []
+    for limit in (0, host_primitives.MAX_TAPS):  # no nest is small enough, then the default
+        monkeypatch.setattr(host_primitives, "MAX_TAPS", limit)
+        monkeypatch.setenv("SWAUTO_CACHE_DIR", str(empty_cache_dir / str(limit)))
+        clear_cache()
+        arrays = {name: array.copy() for name, array in inputs.items()}
+        compile_module(module).run(arrays, threads=1)
+        results.append(arrays["output"])
+    assert np.array_equal(results[0], results[1])
+    expected = reference(op, inputs)["output"]
+    assert relative_error(results[1], expected) <= TOLERANCE
+
+
+def test_a_nest_whose_output_moves_with_it_is_not_run_inside_the_points():
+    """Where the map's output tile moves with the loop (each iteration its own Z) or an input is the
+    output's array, the loop stays around the map."""
+    from swauto.backends.host.primitives import accumulated_taps
+
+    def tile(name: str, start: Expr) -> Access:
+        return Access(name, (start, Const(0)), (1, 16), ("M", "N"))
+
+    def nest(z_start: Expr, x_name: str) -> For:
+        call = Call("macc", (("M", Const(1)), ("N", Const(16))),
+                    (("X", tile(x_name, Var("k"))), ("Y", tile("w", Const(0))), ("Z", tile("z", z_start))))
+        return For("k", Const(0), Const(3), 1, call)
+
+    assert accumulated_taps(nest(Const(0), "x")) is not None
+    assert accumulated_taps(nest(Var("k"), "x")) is None
+    assert accumulated_taps(nest(Const(0), "z")) is None

@@ -48,7 +48,7 @@ from . import layout as layouts
 from . import parallel, threads
 from .isa import Isa, cache_sizes
 from .knobs import Knobs
-from .primitives import emit_call
+from .primitives import accumulated_taps, emit_call, emit_map, tap_values
 from .values import F32, I64, Env, Storage, i64
 
 # Index arithmetic never overflows i64 for tensors that fit in memory; saying so helps SCEV and the
@@ -236,6 +236,10 @@ class Lowering(Visitor):
             return
         if stmt.stride == 0:
             raise CodegenError(f"loop {stmt.var} has stride 0 and would never end")
+        if (taps := accumulated_taps(stmt)) is not None:
+            loops, call = taps
+            emit_map(self, call, env, tap_values(loops))
+            return
         start, stop = self.expr(stmt.start, env), self.expr(stmt.stop, env)
         # Tile loops stay rolled: their bodies are whole copy and GEMM nests.
         self.loop(start, stop, stmt.stride, stmt.var,

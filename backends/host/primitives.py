@@ -1,5 +1,7 @@
 """The host's lowering of each primitive family: the GEMM's micro-kernel (`microkernel`), and maps and
 reductions as loops over their tile, N innermost, that LLVM vectorizes where the lanes are contiguous.
+A nest of small loops that only accumulates into one map's output tile runs inside each point of the
+map (`accumulated_taps`): the output is loaded and stored once per point, not once per iteration.
 
 A map's or reduction's scalar function (`swauto.primitives.elementwise`) is built from LLVM float
 operations and the `llvm.exp` intrinsic; `tanh` calls the C library's `tanhf`.
@@ -7,12 +9,17 @@ operations and the `llvm.exp` intrinsic; `tanh` calls the C library's `tanhf`.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Mapping, Sequence
+from math import prod
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
 from swauto.errors import CodegenError
-from swauto.ir.nodes import Call
+from swauto.ir.analysis import trip_count
+from swauto.ir.expr import Const, free_vars
+from swauto.ir.nodes import Call, For, Seq, Stmt
 from swauto.primitives.elementwise import Scalar
 
 from .layout import innermost_dim
@@ -23,6 +30,8 @@ if TYPE_CHECKING:
     from .codegen import Lowering
 
 _NSW = ("nsw",)
+# The most iterations of a loop nest `accumulated_taps` runs inside each point (a 7 x 7 window's 49).
+MAX_TAPS = 64
 
 
 def emit_call(lw: Lowering, call: Call, env: Env) -> None:
@@ -38,32 +47,77 @@ def emit_call(lw: Lowering, call: Call, env: Env) -> None:
         raise CodegenError(f"the host backend cannot lower primitives of the family {kind!r} ({call.primitive})")
 
 
-def emit_map(lw: Lowering, call: Call, env: Env) -> None:
+def accumulated_taps(loop: For) -> tuple[tuple[For, ...], Call] | None:
+    """`loop`'s perfect nest and its one call, where the nest only accumulates into the call's output
+    tile: the call is a map that combines (`Z += f(X, Y)`), the loops have constant bounds and at most
+    MAX_TAPS iterations together, Z's access moves with none of them, and no input is Z's array. Then
+    `emit_map` runs the nest inside each point of the map, in the same order, so each output element
+    sums the same terms in the same order; Z is loaded and stored once per point instead of once per
+    iteration (a depthwise convolution's 3 x 3 taps around its multiply-accumulate)."""
+    loops: list[For] = []
+    node: Stmt = loop
+    while isinstance(node, For | Seq):
+        if isinstance(node, Seq):
+            if len(node.stmts) != 1:
+                return None
+            node = node.stmts[0]
+            continue
+        if not (isinstance(node.start, Const) and isinstance(node.stop, Const)) or node.stride < 1:
+            return None
+        loops.append(node)
+        node = node.body
+    if not isinstance(node, Call) or node.signature.kind != "map" or node.signature.combine != "+":
+        return None
+    if prod(trip_count(nested) for nested in loops) > MAX_TAPS:
+        return None
+    output = node.operand("Z")
+    variables = {nested.var for nested in loops}
+    if any(variables & free_vars(start) for start in output.starts):
+        return None
+    if any(access.name == output.name for role, access in node.operands if role != "Z"):
+        return None
+    return tuple(loops), node
+
+
+def tap_values(loops: Sequence[For]) -> list[dict[str, int]]:
+    """Every iteration of the nest `loops` (constant bounds), in order: each loop variable's value."""
+    ranges = [range(loop.start.value, loop.stop.value, loop.stride) for loop in loops]  # type: ignore[attr-defined]
+    return [dict(zip((loop.var for loop in loops), values, strict=True)) for values in itertools.product(*ranges)]
+
+
+def emit_map(lw: Lowering, call: Call, env: Env, taps: Sequence[Mapping[str, int]] = ({},)) -> None:
     """`Z = f(X, Y, c)` (or `Z += f(X, Y, c)` for a map that combines) at every point of the tile, or for
     a reduction `Z = Z ⊕ X` (Z's offset does not move along the dimensions it does not carry, so the
-    points there fold into one element)."""
+    points there fold into one element). With several `taps` (a map that combines, whose Z does not move
+    with them: `accumulated_taps`), each point adds `f` at each tap's values of the loop variables in
+    turn to Z, which it loads and stores once."""
     sizes = {dim: int(value) for dim, value in call.sizes}
     if min(sizes.values(), default=1) < 1:
         raise CodegenError(f"{call.primitive} sizes must be positive, got {dict(call.sizes)}")
     for role, access in call.operands:
         check_operand(call, role, access, sizes)
     signature = call.signature
-    maps = {role: operand_map(lw, access, sizes, env) for role, access in call.operands}
     function: Scalar = signature.cost["function"]  # type: ignore[index,assignment]
     dims = signature.dims
     builder = lw.builder
+    output = operand_map(lw, call.operand("Z"), sizes, env)
+    inputs = [{role: operand_map(lw, access, sizes, {**env, **{var: i64(value) for var, value in tap.items()}})
+               for role, access in call.operands if role != "Z"} for tap in taps]
 
     def point(index: dict[str, ir.Value]) -> None:
-        pointers = {role: _element(lw, operand, index, f"{call.primitive}.{role}") for role, operand in maps.items()}
+        target = _element(lw, output, index, f"{call.primitive}.Z")
         if signature.kind == "reduce":
-            values = {"x": builder.load(pointers["Z"], align=4), "y": builder.load(pointers["X"], align=4)}
-        else:
-            values = {name: builder.load(pointers[role], align=4) for name, role in (("x", "X"), ("y", "Y"))
-                      if role in pointers}
-        value = _scalar(lw, function, values, call.constant)
-        if signature.kind == "map" and signature.combine == "+":  # Z += f(X, Y)
-            value = builder.fadd(builder.load(pointers["Z"], align=4), value)
-        builder.store(value, pointers["Z"], align=4)
+            source = _element(lw, inputs[0]["X"], index, f"{call.primitive}.X")
+            values = {"x": builder.load(target, align=4), "y": builder.load(source, align=4)}
+            builder.store(_scalar(lw, function, values, call.constant), target, align=4)
+            return
+        total = builder.load(target, align=4) if signature.combine == "+" else None  # Z += f(X, Y)
+        for operands in inputs:
+            values = {name: builder.load(_element(lw, operands[role], index, f"{call.primitive}.{role}"), align=4)
+                      for name, role in (("x", "X"), ("y", "Y")) if role in operands}
+            value = _scalar(lw, function, values, call.constant)
+            total = value if total is None else builder.fadd(total, value)
+        builder.store(total, target, align=4)
 
     def level(depth: int, index: dict[str, ir.Value]) -> None:
         if depth == len(dims):
