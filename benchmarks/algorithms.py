@@ -48,6 +48,7 @@ from common import (  # benchmarks/ is on the path when run as a script
     header,
     machine_name,
     median_seconds,
+    steady_allocator,
     write_tables,
 )
 
@@ -368,6 +369,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--cache-dir", help="swauto's cache folder (default: a fresh temporary folder)")
     args = parser.parse_args()
+    steady_allocator()
     os.environ["SWAUTO_CACHE_DIR"] = args.cache_dir or tempfile.mkdtemp(prefix="swauto-algorithms-")
     print(header(), flush=True)
     started = time.perf_counter()

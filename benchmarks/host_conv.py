@@ -32,6 +32,7 @@ from common import (
     header,
     layer_shapes,
     median_seconds,
+    steady_allocator,
     write_tables,
     written_out,
 )
@@ -101,6 +102,7 @@ def main() -> None:
     parser.add_argument("--all", action="store_true", help="every distinct shape of both layer files")
     parser.add_argument("--limit", type=int, default=0, help="at most this many layers (0: all)")
     args = parser.parse_args()
+    steady_allocator()
     import torch
     from tqdm import tqdm
 

@@ -22,7 +22,7 @@ import tempfile
 import time
 
 import numpy as np
-from common import header, write_tables
+from common import header, steady_allocator, write_tables
 
 from swauto.tuner.measure import median_seconds
 
@@ -122,6 +122,7 @@ def main() -> None:
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
+    steady_allocator()
     from tqdm import tqdm
 
     os.environ["SWAUTO_CACHE_DIR"] = tempfile.mkdtemp(prefix="swauto-onnx-")  # compile times from scratch

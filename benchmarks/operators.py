@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import RESULTS, header, median_seconds  # benchmarks/ is on the path when run as a script
+from common import RESULTS, header, median_seconds, steady_allocator  # benchmarks/ is on the path when run as a script
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -380,6 +380,7 @@ def main() -> None:
     parser.add_argument("--no-fusion", action="store_true", help="skip the fused-against-unfused comparison")
     parser.add_argument("--cache-dir", help="swauto's cache folder (default: a fresh temporary folder: cold)")
     args = parser.parse_args()
+    steady_allocator()
     os.environ["SWAUTO_CACHE_DIR"] = args.cache_dir or tempfile.mkdtemp(prefix="swauto-operators-")
     from swauto.tuner import host_model  # swauto is imported after SWAUTO_CACHE_DIR is set
 

@@ -20,7 +20,7 @@ import argparse
 import math
 
 import numpy as np
-from common import ROOT, conv_example, header, network_layers, write_tables
+from common import ROOT, conv_example, header, network_layers, steady_allocator, write_tables
 
 import swauto
 from swauto.models.layers import arranged
@@ -83,6 +83,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    steady_allocator()
     import torch
     from tqdm import tqdm
 

@@ -332,6 +332,28 @@ def test_a_map_whose_lanes_are_not_contiguous_is_predicted_slower():
     assert best[(0, 1, 2, 3) * 2] > 2 * best[(0, 1, 3, 2) * 2]
 
 
+def test_an_output_the_taps_accumulate_in_registers_is_priced_once_per_point(monkeypatch):
+    """Where a depthwise conv's kernel taps run inside each point of its multiply-accumulate
+    (`accumulated_taps`), the model reads and writes the output tile once per 9 taps, not once per tap:
+    its traffic is lower by exactly the output bytes saved, at the L2's bandwidth."""
+    from math import prod
+
+    from test_host_backend import _depthwise_taps
+
+    from swauto.backends.host import primitives as host_primitives
+
+    _, module = _depthwise_taps()
+    machine = host_model.machine()
+    with_taps = host_model.estimate(module, 1, machine)
+    monkeypatch.setattr(host_primitives, "MAX_TAPS", 0)
+    without = host_model.estimate(module, 1, machine)
+    calls = [(node, loops) for node, loops in walk(module.body) if isinstance(node, Call)]
+    saved = sum(4 * prod(node.operand("Z").extents) * (1 - 1 / 9) * prod(host_model.trip_count(loop) for loop in loops)
+                for node, loops in calls)
+    assert without.traffic - with_taps.traffic == pytest.approx(saved / machine.l2_bandwidth)
+    assert with_taps.compute == without.compute
+
+
 def test_parallel_group_splits_the_tiles_of_c_and_never_the_reduction():
     outer = parallel.split(_module(("M_outer", "N_outer", "K_outer")))
     assert outer.loops[0].var == "M_outer" and {loop.var for loop in outer.loops} <= {"M_outer", "N_outer"}

@@ -79,6 +79,19 @@ def accumulated_taps(loop: For) -> tuple[tuple[For, ...], Call] | None:
     return tuple(loops), node
 
 
+def taps_around(call: Call, loops: Sequence[For]) -> int:
+    """How many iterations of the loops around `call` (outermost first) `emit_map` runs inside each
+    of its points (1: none), as code generation finds them: the outermost loop whose nest
+    `accumulated_taps` accepts around this call."""
+    if call.signature.kind != "map":
+        return 1
+    for depth, loop in enumerate(loops):
+        nest = accumulated_taps(loop)
+        if nest is not None and nest[1] is call:
+            return prod(trip_count(nested) for nested in loops[depth:])
+    return 1
+
+
 def tap_values(loops: Sequence[For]) -> list[dict[str, int]]:
     """Every iteration of the nest `loops` (constant bounds), in order: each loop variable's value."""
     ranges = [range(loop.start.value, loop.stop.value, loop.stride) for loop in loops]  # type: ignore[attr-defined]

@@ -133,6 +133,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     from swauto.backends.host.knobs import Knobs
     from swauto.backends.host.layout import read_in_place
     from swauto.backends.host.parallel import split
+    from swauto.backends.host.primitives import taps_around
 
     peeled = peeled or {}
 
@@ -174,7 +175,8 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     for node, loops in nodes:
         trips = _trips(loops)
         bandwidth = machine.transpose_bandwidth if isinstance(node, Dma) and node.buffer.name in transposing else level
-        node_flops, node_bytes, compute, traffic = _node_cost(node, machine, bandwidth, tile, shapes)
+        taps = taps_around(node, loops) if isinstance(node, Call) else 1
+        node_flops, node_bytes, compute, traffic = _node_cost(node, machine, bandwidth, tile, shapes, taps)
         if isinstance(node, Dma) and node.buffer.name in in_place:
             node_bytes, traffic = 0, traffic / 2
         flops += node_flops * trips
@@ -215,13 +217,14 @@ def call_seconds(call: Call, machine: Machine) -> float:
 
 
 def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile: tuple[int, int],
-               shapes: Mapping[str, tuple[int, ...]] | None = None) -> tuple[int, int, float, float]:
+               shapes: Mapping[str, tuple[int, ...]] | None = None, taps: int = 1) -> tuple[int, int, float, float]:
     """(flops, copied bytes, compute seconds, traffic seconds) of one execution of `node`: a copy, a
     GEMM on register tiles of `tile` (rows, vectors), or a map or reduction on tiles in the caches
-    (its operands' bytes at the L2's measured bandwidth, its operations one per lane of a vector FMA
-    slot, or one per slot where its lanes are not contiguous in memory: a lower bound where it calls a
-    libm function). A copy whose rows in the tensor are shorter than a cache line moves a line per
-    row. `shapes`: the arrays' (`whole_vectors`)."""
+    (its operands' bytes at the L2's measured bandwidth, its output's once per `taps` executions where
+    the loops around it run inside its points (`taps_around`); its operations one per lane of a vector
+    FMA slot, or one per slot where its lanes are not contiguous in memory: a lower bound where it
+    calls a libm function). A copy whose rows in the tensor are shorter than a cache line moves a line
+    per row. `shapes`: the arrays' (`whole_vectors`)."""
     from swauto.backends.host.primitives import contiguous_lanes
 
     if isinstance(node, Dma):
@@ -235,7 +238,7 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
         moved = size // row * CACHE_LINE_BYTES if row < CACHE_LINE_BYTES else size
         return 0, size, 0.0, moved / source_bandwidth
     if node.signature.kind != "gemm":
-        touched = 4 * sum(prod(access.extents) for _, access in node.operands)
+        touched = 4 * sum(prod(access.extents) / (taps if role == "Z" else 1) for role, access in node.operands)
         rate = machine.kernel_flops / 2 / (1 if contiguous_lanes(node) else machine.vector_lanes)
         return node.flops, 0, node.flops / rate, touched / machine.l2_bandwidth
     from swauto.backends.host.knobs import Knobs
