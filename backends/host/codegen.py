@@ -16,7 +16,7 @@ The module carries no target triple or data layout: the JIT sets them for the ho
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from math import prod
 
@@ -304,8 +304,11 @@ class Lowering(Visitor):
         have the same extents once their 1-long axes are dropped, axes pair in order, else the
         follower's indices come from the flat element number.
 
-        With `zero_fill` (the driver is a tensor, data flows into the follower), the follower box is
-        zeroed first and each driver axis is clipped to the tensor, so only elements inside it move.
+        With `zero_fill` (the driver is a tensor, data flows into the follower), each driver axis is
+        clipped to the tensor, so only elements inside it move, and the rest of the follower box is
+        zeroed: where the boxes pair axis by axis, only the border the copy leaves (a padded 30 x 30
+        input tile of a 28 x 28 image: 116 of its 900 pixels, where zeroing it all cost a depthwise
+        conv about as much as the copy), else the whole box first.
         """
         d_store, f_store = self.access_storage(driver, allow_outside=zero_fill), self.access_storage(follower)
         if prod(driver.extents) != prod(follower.extents):
@@ -319,13 +322,22 @@ class Lowering(Visitor):
         name = f"copy.{driver.name}.{follower.name}"
         bounds: dict[int, tuple[ir.Value, ir.Value]] = {}
         if zero_fill:
-            self._fill_zero(follower, f_store, f_starts, f_axes, name)
             inside = ir.Constant(ir.IntType(1), 1)
             for a, start in enumerate(d_starts):
                 if driver.in_window(a):
                     continue  # a window's axis: clipped in the copy's loops, once its walkers are known
                 lo, hi = bounds[a] = self._clip(driver, d_store, a, start)
                 inside = self.builder.and_(inside, self.builder.icmp_signed("<", lo, hi))
+            if paired and all(a in bounds for a in d_axes):
+                with self.builder.if_else(inside) as (then, otherwise):
+                    with then:
+                        self._fill_zero(follower, f_store, f_starts, f_axes, name, [bounds[a] for a in d_axes])
+                        self._copy_nest(driver, follower, d_store, f_store, d_starts, f_starts, d_axes, f_axes,
+                                        paired, bounds, into_driver, name, clip=True)
+                    with otherwise:
+                        self._fill_zero(follower, f_store, f_starts, f_axes, name)
+                return
+            self._fill_zero(follower, f_store, f_starts, f_axes, name)
             with self.builder.if_then(inside):
                 self._copy_nest(driver, follower, d_store, f_store, d_starts, f_starts, d_axes, f_axes, paired,
                                 bounds, into_driver, name, clip=True)
@@ -431,18 +443,31 @@ class Lowering(Visitor):
             return None
         return axis, panel, axis_layout.strides[0], axis_layout.strides[1], start.value // panel
 
-    def _fill_zero(self, box: Access, storage: Storage, starts: list[ir.Value], axes: list[int], name: str) -> None:
-        def level(depth: int, local: dict[int, ir.Value]) -> None:
+    def _fill_zero(self, box: Access, storage: Storage, starts: list[ir.Value], axes: list[int], name: str,
+                   kept: Sequence[tuple[ir.Value, ir.Value]] | None = None) -> None:
+        """Zero the box's elements along `axes`; with `kept` (a range per axis), all but those inside
+        every axis's range: per axis, the indices before and after its range in full, and within it
+        the next axis's border."""
+        def level(depth: int, local: dict[int, ir.Value], whole: bool) -> None:
             if depth == len(axes):
-                index = [self.builder.add(s, local[b], flags=_NSW) if b in local else s for b, s in enumerate(starts)]
-                pointer = self.builder.gep(storage.base, [self.layout_offset(storage, index)], inbounds=True)
-                self.builder.store(ir.Constant(F32, 0.0), pointer)
+                if whole:
+                    index = [self.builder.add(s, local[b], flags=_NSW) if b in local else s
+                             for b, s in enumerate(starts)]
+                    pointer = self.builder.gep(storage.base, [self.layout_offset(storage, index)], inbounds=True)
+                    self.builder.store(ir.Constant(F32, 0.0), pointer)
                 return
             b = axes[depth]
-            self.loop(i64(0), i64(box.extents[b]), 1, f"{name}.zero.{depth}",
-                      lambda i: level(depth + 1, {**local, b: i}), unroll=False)
+            if whole:
+                self.loop(i64(0), i64(box.extents[b]), 1, f"{name}.zero.{depth}",
+                          lambda i: level(depth + 1, {**local, b: i}, True), unroll=False)
+                return
+            lo, hi = kept[depth]  # type: ignore[index]
+            for start, stop, part, rest_whole in ((i64(0), lo, "before", True), (lo, hi, "within", False),
+                                                  (hi, i64(box.extents[b]), "after", True)):
+                self.loop(start, stop, 1, f"{name}.zero.{depth}.{part}",
+                          lambda i, rest_whole=rest_whole: level(depth + 1, {**local, b: i}, rest_whole), unroll=False)
 
-        level(0, {})
+        level(0, {}, kept is None)
 
     def _clamp(self, value: ir.Value, extent: int) -> ir.Value:
         """min(max(value, 0), extent)."""
