@@ -26,7 +26,7 @@ from swauto.backends.host import HostProgram, Knobs, compile_module, layout
 from swauto.backends.host import threads as thread_pools
 from swauto.backends.host.codegen import generate
 from swauto.backends.host.isa import ISAS, select
-from swauto.backends.host.knobs import register_tile_choices
+from swauto.backends.host.knobs import default_knobs, register_tile_choices
 from swauto.errors import CodegenError
 from swauto.frontend.check import BoundOperator, check
 from swauto.frontend.parser import parse
@@ -114,6 +114,18 @@ def test_the_native_pools_workers_pin_themselves_and_leave_the_caller_free():
     others = {tid: cores for tid, cores in _thread_cores().items() if tid != threading.get_native_id()}
     pinned = [cores for cores in others.values() if len(cores) == 1]
     assert pinned and all(cores <= caller for cores in pinned), others
+
+
+def test_off_linux_the_parallel_entry_has_no_pinning(monkeypatch):
+    """Without `sched_setaffinity` (`threads.PINS` false) the generated code names neither it nor
+    `sched_getcpu`, so the JIT has nothing to resolve there; on Linux it has both."""
+    if not thread_pools.native():
+        pytest.skip("libgomp cannot be loaded here")
+    module, isa = _shared_module(), select()
+    assert "sched_setaffinity" in str(generate(module, isa, default_knobs(isa)))
+    monkeypatch.setattr(thread_pools, "PINS", False)
+    code = str(generate(module, isa, default_knobs(isa)))
+    assert "GOMP_parallel" in code and "sched_" not in code
 
 
 def test_workers_do_not_pin_themselves_where_the_user_places_openmp_threads():

@@ -21,7 +21,8 @@ caller's core (it did here, on a KVM guest, after 0.2 s idle); the caller then s
 the parallel region while the worker waits behind it for a scheduler tick. Two-thread GEMM 256³ took
 4-8 ms per call instead of 0.17 for the first calls after each pause. The caller is left free, so the
 user's thread keeps its affinity. Where the user asked libgomp to place threads (`OMP_PROC_BIND`,
-`OMP_PLACES`, `GOMP_CPU_AFFINITY`), or the process may use one core, no worker pins itself.
+`OMP_PLACES`, `GOMP_CPU_AFFINITY`), or the process may use one core, no worker pins itself; off Linux
+(no `sched_setaffinity`) the code has no pinning at all.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ PLACEMENT_SYMBOL = "swauto_worker_placement"
 PLACEMENT_TYPE = ir.LiteralStructType([I32, ir.ArrayType(I32, MAX_CPUS), ir.ArrayType(I32, MAX_CPUS),
                                        ir.ArrayType(I8, MAX_WORKERS)])
 USER_PLACEMENT = ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY")
+PINS = hasattr(os, "sched_setaffinity")  # Linux: `sched_getcpu` and `sched_setaffinity` exist
 
 
 class _Placement(ctypes.Structure):
@@ -79,13 +81,14 @@ def _libgomp_loaded() -> bool:
     """Load libgomp into the process, so the JIT resolves `GOMP_parallel`, and give the generated code
     the process's cores (once)."""
     path = ctypes.util.find_library("gomp")
-    if path is None or not hasattr(os, "sched_setaffinity"):
+    if path is None:
         return False
     try:
         llvm.load_library_permanently(path)
     except RuntimeError:
         return False
-    llvm.add_symbol(PLACEMENT_SYMBOL, ctypes.addressof(_placement()))
+    if PINS:
+        llvm.add_symbol(PLACEMENT_SYMBOL, ctypes.addressof(_placement()))
     return True
 
 
@@ -144,7 +147,7 @@ def emit_parallel_entry(ir_module: ir.Module, before: ir.Function, loop: ir.Func
                                 "GOMP_parallel")
     thread_number = ir.Function(ir_module, ir.FunctionType(I32, []), "omp_get_thread_num")
     team_size = ir.Function(ir_module, ir.FunctionType(I32, []), "omp_get_num_threads")
-    current_core = ir.Function(ir_module, ir.FunctionType(I32, []), "sched_getcpu")
+    current_core = ir.Function(ir_module, ir.FunctionType(I32, []), "sched_getcpu") if PINS else None
 
     outlined = ir.Function(ir_module, outlined_type, f"{symbol}_share")
     outlined.linkage = "internal"
@@ -153,7 +156,8 @@ def emit_parallel_entry(ir_module: ir.Module, before: ir.Function, loop: ir.Func
     thread = builder.sext(builder.call(thread_number, []), I64)
     team = builder.sext(builder.call(team_size, []), I64)
     iterations = builder.load(builder.gep(packed, [I32(0), I32(2)]))
-    _emit_pin_worker(builder, ir_module, thread, builder.load(builder.gep(packed, [I32(0), I32(3)])))
+    if PINS:
+        _emit_pin_worker(builder, ir_module, thread, builder.load(builder.gep(packed, [I32(0), I32(3)])))
     # The shares `split_range` makes: thread t runs [n t / T, n (t + 1) / T).
     lo = builder.sdiv(builder.mul(iterations, thread), team)
     hi = builder.sdiv(builder.mul(iterations, builder.add(thread, I64(1))), team)
@@ -178,7 +182,8 @@ def emit_parallel_entry(ir_module: ir.Module, before: ir.Function, loop: ir.Func
                 builder.store(argument, builder.gep(packed, [I32(0), I32(0), I32(index)]))
             builder.store(workspaces, builder.gep(packed, [I32(0), I32(1)]))
             builder.store(iterations, builder.gep(packed, [I32(0), I32(2)]))
-            builder.store(builder.call(current_core, []), builder.gep(packed, [I32(0), I32(3)]))
+            if PINS:
+                builder.store(builder.call(current_core, []), builder.gep(packed, [I32(0), I32(3)]))
             builder.call(gomp_parallel, [outlined, builder.bitcast(packed, bytes_pointer), builder.trunc(threads, I32),
                                          I32(0)])
         with alone:
