@@ -1,26 +1,39 @@
 """The host model against measurement: does ranking by the model pick (nearly) the fastest candidate,
 and how much faster is it than measuring?
 
-    python benchmarks/host_tuning.py [--gemm 1024 2048] [--conv res2_3x3 res3_3x3] [--batch 1] [--threads 1]
+    python benchmarks/host_tuning.py [--gemm 1024 2048] [--conv res2_3x3 res3_3x3] [--batch 1 8] [--threads 1]
+                                     [--layers mobilenetv2/block2.1.depthwise ...] [--sample N] [--name host_tuning]
 
 For each operator: the model tuner's time (building the space is reported apart: both tuners need it)
 and pick; every candidate's measured time (the black box: `--tuner measure`); the model's pick divided
 by the best measured (1.00 = the model found the best), and the hybrid tuner's (the model's best 8,
 measured). The candidates compared are timed again, interleaved, 5 x 3 runs each, and those times
-give the ratios (the fastest of hundreds of short measurements is partly luck). Prints the machine
+give the ratios (the fastest of hundreds of short measurements is partly luck). `--layers` names any
+layer of the benchmark networks as model/layer (benchmarks/workloads/networks.csv and the workload
+list; depthwise ones compile from conv2d_depthwise.sw). With `--sample N` only the model's best 8 and N
+other candidates drawn at random (seeded) are measured: "best" is then the best of those, which
+measuring every candidate could only make faster. Prints the machine
 and the date; writes benchmarks/results/host_tuning.{csv,md,png} (the plot: predicted against
-measured time of every candidate) and host_tuning_candidates.csv.
+measured time of every candidate) and host_tuning_candidates.csv (`--name` replaces "host_tuning").
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import random
 import statistics
 import time
 from pathlib import Path
 
-from common import RESULTS, csv_rows, header, write_tables  # benchmarks/ is on the path when run as a script
+from common import (  # benchmarks/ is on the path when run as a script
+    RESULTS,
+    conv_example,
+    csv_rows,
+    header,
+    layer_shapes,
+    write_tables,
+)
 from tqdm import tqdm
 
 from swauto.api import load
@@ -31,8 +44,8 @@ from swauto.tuner.space import explore
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"
-FIELDS = ["operator", "threads", "candidates", "space_s", "model_s", "measure_s", "speedup", "pick_ms", "best_ms",
-          "pick_over_best", "hybrid_over_best", "model_pick", "best"]
+FIELDS = ["operator", "threads", "candidates", "measured", "space_s", "model_s", "measure_s", "speedup", "pick_ms",
+          "best_ms", "pick_over_best", "hybrid_over_best", "model_pick", "best"]
 CANDIDATE_FIELDS = ["operator", "candidate", "predicted_ms", "measured_ms"]
 RECHECK_ROUNDS = 5
 
@@ -44,8 +57,9 @@ def conv_params(name: str, batch: int) -> dict[str, int]:
     return {"B": batch, "Ni": ci, "No": co, "Ri": hw, "Ci": hw, "Kr": k, "Kc": k, "stride": stride, "pad": pad}
 
 
-def compare(name: str, source: Path, params: dict[str, int], threads: int) -> tuple[dict, list[dict]]:
-    """The summary row of one operator and a row per candidate."""
+def compare(name: str, source: Path, params: dict[str, int], threads: int, sample: int = 0) -> tuple[dict, list[dict]]:
+    """The summary row of one operator and a row per measured candidate (all, or `sample` besides the
+    model's best HYBRID_TOP)."""
     op = load(source, params)
     started = time.perf_counter()
     space = explore(op, local_memory_machine("host"))  # with this CPU's micro-kernels
@@ -55,8 +69,12 @@ def compare(name: str, source: Path, params: dict[str, int], threads: int) -> tu
     ranked = rank_by_model(space, threads, host)
     model_s = time.perf_counter() - started
     started = time.perf_counter()
+    chosen = ranked
+    if sample:
+        rest = ranked[HYBRID_TOP:]
+        chosen = ranked[:HYBRID_TOP] + random.Random(0).sample(rest, min(sample, len(rest)))
     measured = {r.candidate: time_module(r.stages[-1][1], threads, micro_kernel=r.candidate.micro_kernel)
-                for r in tqdm(ranked, desc=name, leave=False)}
+                for r in tqdm(chosen, desc=name, leave=False)}
     measure_s = time.perf_counter() - started
     best = min(measured, key=measured.__getitem__)
     pick = ranked[0].candidate
@@ -70,7 +88,8 @@ def compare(name: str, source: Path, params: dict[str, int], threads: int) -> tu
             again[c].append(time_module(stages[c][-1][1], threads, runs=3, micro_kernel=c.micro_kernel))
     rechecked = {c: statistics.median(times) for c, times in again.items()}
     row = {
-        "operator": name, "threads": threads, "candidates": len(ranked), "space_s": round(space_s, 2),
+        "operator": name, "threads": threads, "candidates": len(ranked), "measured": len(chosen),
+        "space_s": round(space_s, 2),
         "model_s": round(model_s, 3), "measure_s": round(measure_s, 1), "speedup": round(measure_s / model_s),
         "pick_ms": round(rechecked[pick] * 1e3, 3), "best_ms": round(rechecked[best] * 1e3, 3),
         "pick_over_best": round(rechecked[pick] / rechecked[best], 3),
@@ -79,11 +98,11 @@ def compare(name: str, source: Path, params: dict[str, int], threads: int) -> tu
     }
     candidates = [{"operator": name, "candidate": r.candidate.describe(),
                    "predicted_ms": round(r.predicted.seconds * 1e3, 4),
-                   "measured_ms": round(measured[r.candidate] * 1e3, 4)} for r in ranked]
+                   "measured_ms": round(measured[r.candidate] * 1e3, 4)} for r in chosen]
     return row, candidates
 
 
-def plot(candidates: list[dict]) -> None:
+def plot(candidates: list[dict], name: str) -> None:
     """Predicted against measured time of every candidate, one panel per operator."""
     try:
         import matplotlib
@@ -104,34 +123,46 @@ def plot(candidates: list[dict]) -> None:
         axis.set(title=operator, xlabel="measured ms", ylabel="predicted ms (host model)")
         axis.legend()
     figure.tight_layout()
-    figure.savefig(RESULTS / "host_tuning.png", dpi=120)
+    figure.savefig(RESULTS / f"{name}.png", dpi=120)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gemm", type=int, nargs="*", default=[1024])
     parser.add_argument("--conv", nargs="*", default=["res2_3x3"])
-    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--batch", type=int, nargs="+", default=[1])
+    parser.add_argument("--name", default="host_tuning", help="the results files' name")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--layers", nargs="*", default=[], help="model/layer of the benchmark networks")
+    parser.add_argument("--sample", type=int, default=0, help="measure the model's best 8 and this many others")
     args = parser.parse_args()
     print(header())
     jobs = [(f"gemm {s}^3", ROOT / "examples" / "gemm.sw", {"M": s, "N": s, "K": s}) for s in args.gemm]
-    jobs += [(f"conv {c} B={args.batch}", ROOT / "examples" / "conv2d.sw", conv_params(c, args.batch))
-             for c in args.conv]
+    jobs += [(f"conv {c} B={batch}", ROOT / "examples" / "conv2d.sw", conv_params(c, batch))
+             for c in args.conv for batch in args.batch]
+    for wanted in args.layers:
+        layer = next((row for row in layer_shapes() if f"{row['model']}/{row['layer']}" == wanted), None)
+        if layer is None or conv_example(layer, 1) is None:
+            parser.error(f"no benchmark layer {wanted!r} that compiles (model/layer, as in networks.csv)")
+        for batch in args.batch:
+            example, params = conv_example(layer, batch)  # type: ignore[misc]
+            jobs.append((f"{wanted} B={batch}", ROOT / "examples" / example, params))
     rows, candidates = [], []
     for name, source, params in jobs:
-        row, measured = compare(name, source, params, args.threads)
+        row, measured = compare(name, source, params, args.threads, args.sample)
         rows.append(row)
         candidates += measured
-        print(f"{name}: {row['candidates']} candidates; model {row['model_s']} s, measuring all {row['measure_s']} s "
+        print(f"{name}: {row['candidates']} candidates, {row['measured']} measured; model {row['model_s']} s, "
+              f"measuring {row['measure_s']} s "
               f"({row['speedup']}x); model's pick {row['pick_ms']} ms, best {row['best_ms']} ms "
               f"(pick / best {row['pick_over_best']}); building the space {row['space_s']} s")
-    write_tables("host_tuning", FIELDS, rows, "The host model against measuring every candidate")
-    with open(RESULTS / "host_tuning_candidates.csv", "w", newline="") as out:
+    measured = f"its best {HYBRID_TOP} and {args.sample} other candidates" if args.sample else "every candidate"
+    write_tables(args.name, FIELDS, rows, f"The host model against measuring {measured}")
+    with open(RESULTS / f"{args.name}_candidates.csv", "w", newline="") as out:
         writer = csv.DictWriter(out, fieldnames=CANDIDATE_FIELDS)
         writer.writeheader()
         writer.writerows(candidates)
-    plot(candidates)
+    plot(candidates, args.name)
 
 
 if __name__ == "__main__":
