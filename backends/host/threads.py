@@ -20,7 +20,8 @@ that moment. Why: a worker sleeps after a pause between calls, and the scheduler
 caller's core (it did here, on a KVM guest, after 0.2 s idle); the caller then spins at the end of
 the parallel region while the worker waits behind it for a scheduler tick. Two-thread GEMM 256³ took
 4-8 ms per call instead of 0.17 for the first calls after each pause. The caller is left free, so the
-user's thread keeps its affinity. Where the user asked libgomp to place threads (`OMP_PROC_BIND`,
+user's thread keeps its affinity; libgomp's pool threads stay pinned for any other library in the
+process that uses the same libgomp. Where the user asked libgomp to place threads (`OMP_PROC_BIND`,
 `OMP_PLACES`, `GOMP_CPU_AFFINITY`), or the process may use one core, no worker pins itself; off Linux
 (no `sched_setaffinity`) the code has no pinning at all.
 """
