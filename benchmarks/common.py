@@ -218,7 +218,8 @@ def median_seconds(*functions, repeat: int, settle: float = 0.0) -> list[float]:
     times: list[list[float]] = [[] for _ in functions]
     for _ in range(repeat):
         for function, samples in zip(functions, times, strict=True):
-            time.sleep(settle)
+            if settle:  # time.sleep(0) would still give the core away before every turn
+                time.sleep(settle)
             for _ in range(3 if settle else 1):
                 function()
             started = time.perf_counter()

@@ -142,11 +142,10 @@ def main() -> None:
              for c in args.conv for batch in args.batch]
     for wanted in args.layers:
         layer = next((row for row in layer_shapes() if f"{row['model']}/{row['layer']}" == wanted), None)
-        if layer is None or conv_example(layer, 1) is None:
-            parser.error(f"no benchmark layer {wanted!r} that compiles (model/layer, as in networks.csv)")
         for batch in args.batch:
-            example, params = conv_example(layer, batch)  # type: ignore[misc]
-            jobs.append((f"{wanted} B={batch}", ROOT / "examples" / example, params))
+            if layer is None or (found := conv_example(layer, batch)) is None:
+                parser.error(f"no benchmark layer {wanted!r} that compiles (model/layer, as in networks.csv)")
+            jobs.append((f"{wanted} B={batch}", ROOT / "examples" / found[0], found[1]))
     rows, candidates = [], []
     for name, source, params in jobs:
         row, measured = compare(name, source, params, args.threads, args.sample)

@@ -341,6 +341,7 @@ def test_an_output_the_taps_accumulate_in_registers_is_priced_once_per_point(mon
     from test_host_backend import _depthwise_taps
 
     from swauto.backends.host import primitives as host_primitives
+    from swauto.ir.analysis import trip_count
 
     _, module = _depthwise_taps()
     machine = host_model.machine()
@@ -348,7 +349,7 @@ def test_an_output_the_taps_accumulate_in_registers_is_priced_once_per_point(mon
     monkeypatch.setattr(host_primitives, "MAX_TAPS", 0)
     without = host_model.estimate(module, 1, machine)
     calls = [(node, loops) for node, loops in walk(module.body) if isinstance(node, Call)]
-    saved = sum(4 * prod(node.operand("Z").extents) * (1 - 1 / 9) * prod(host_model.trip_count(loop) for loop in loops)
+    saved = sum(4 * prod(node.operand("Z").extents) * (1 - 1 / 9) * prod(trip_count(loop) for loop in loops)
                 for node, loops in calls)
     assert without.traffic - with_taps.traffic == pytest.approx(saved / machine.l2_bandwidth)
     assert with_taps.compute == without.compute
