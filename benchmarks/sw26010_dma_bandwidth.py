@@ -16,14 +16,14 @@ benchmarks/results/sw26010_dma_bandwidth.{csv,md,png}.
 from __future__ import annotations
 
 import argparse
+import textwrap
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from common import RESULTS, ROOT, csv_rows, header, write_tables
 
-from swauto.backends.sw26010.dma import TransferCost, lines_touched, service_cycles
-from swauto.backends.sw26010.timing import Timeline
+from swauto.backends.sw26010.timing import block_bandwidth, dma_table
 from swauto.machine import SUNWAY, SW26010
 
 TABLE = ROOT.parent / "shared" / "data" / "sw26010_dma_bandwidth.csv"
@@ -34,22 +34,8 @@ def measured() -> list[dict]:
              "measured_MBps": float(r["bandwidth_MBps"])} for r in csv_rows(TABLE)]
 
 
-def simulated_bandwidth(block: int, machine: SW26010) -> float:
-    """Bytes per second of one DMA in which each of the 64 CPEs moves one block of `block` bytes."""
-    first = np.arange(machine.cpes, dtype=np.int64) * block
-    transactions = int(lines_touched(first, block, machine.dma_transaction_bytes).sum())
-    nbytes = machine.cpes * block
-    cost = TransferCost(nbytes, machine.cpes, transactions, machine.cpes,
-                        service_cycles(transactions, machine.cpes, nbytes, machine))
-    timeline = Timeline(machine)
-    timeline.transfer("get", cost, "done")
-    issued = machine.dma_issue_cycles
-    timeline.wait("done")
-    return nbytes / ((timeline.now - issued) / machine.clock_hz)
-
-
 def errors(rows: list[dict], machine: SW26010) -> np.ndarray:
-    return np.array([abs(simulated_bandwidth(r["block_bytes"], machine) / 1e6 - r["measured_MBps"])
+    return np.array([abs(block_bandwidth(r["block_bytes"], machine) / 1e6 - r["measured_MBps"])
                      / r["measured_MBps"] for r in rows])
 
 
@@ -70,14 +56,20 @@ def fit(rows: list[dict]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--fit", action="store_true", help="fit the two DMA-engine constants and print them")
+    parser.add_argument("--table", action="store_true",
+                        help="print the simulator's table for swauto/machine.py's dma_measured_mbps (the model's)")
     args = parser.parse_args()
     print(header())
     rows = measured()
     if args.fit:
         fit(rows)
         return
+    if args.table:
+        print(textwrap.fill(", ".join(map(str, dma_table(SUNWAY))) + ",", 116, initial_indent=" " * 8,
+                            subsequent_indent=" " * 8))
+        return
     for row in rows:
-        row["simulated_MBps"] = round(simulated_bandwidth(row["block_bytes"], SUNWAY) / 1e6, 1)
+        row["simulated_MBps"] = round(block_bandwidth(row["block_bytes"], SUNWAY) / 1e6, 1)
         row["error_pct"] = round(100 * abs(row["simulated_MBps"] - row["measured_MBps"]) / row["measured_MBps"], 2)
     summary = []
     for run in (1, 2, None):
@@ -103,7 +95,7 @@ def main() -> None:
         axes.plot([r["block_bytes"] for r in chosen], [r["measured_MBps"] / 1e3 for r in chosen], style,
                   markersize=3, label=f"measured, run {run}")
     sizes = sorted({r["block_bytes"] for r in rows})
-    axes.plot(sizes, [simulated_bandwidth(s, SUNWAY) / 1e9 for s in sizes], "k-", label="timed simulator")
+    axes.plot(sizes, [block_bandwidth(s, SUNWAY) / 1e9 for s in sizes], "k-", label="timed simulator")
     axes.set(xscale="log", xlabel="block bytes per CPE", ylabel="GB/s (one core group)",
              title="DMA bandwidth against block size")
     axes.legend()

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from math import prod
 
-from swauto.backends.sw26010.dma import TransferCost, transfer_cost
+import numpy as np
+
+from swauto.backends.sw26010.dma import TransferCost, lines_touched, service_cycles, transfer_cost
 from swauto.errors import SimulationError
 from swauto.ir import expr as ex
 from swauto.ir.memory import clip_box, row_major_strides, walked_strides
@@ -143,6 +145,29 @@ class Timeline:
     @property
     def seconds(self) -> float:
         return self.now / self.machine.clock_hz
+
+
+def block_bandwidth(block: int, machine: SW26010) -> float:
+    """Bytes per second of one mesh-wide DMA in which each CPE moves one block of `block` bytes (CPE i's
+    at byte i x `block` of an aligned array), timed from issue (start latency included) to completion:
+    the micro-benchmark of the measured table ../shared/data/sw26010_dma_bandwidth.csv, run on this
+    machine."""
+    first = np.arange(machine.cpes, dtype=np.int64) * block
+    transactions = int(lines_touched(first, block, machine.dma_transaction_bytes).sum())
+    nbytes = machine.cpes * block
+    cost = TransferCost(nbytes, machine.cpes, transactions, machine.cpes,
+                        service_cycles(transactions, machine.cpes, nbytes, machine))
+    timeline = Timeline(machine)
+    timeline.transfer("get", cost, "done")
+    timeline.wait("done")
+    return nbytes / ((timeline.now - machine.dma_issue_cycles) / machine.clock_hz)
+
+
+def dma_table(machine: SW26010) -> tuple[int, ...]:
+    """`block_bandwidth` in MB/s (rounded) of blocks of 1, 2, ... times `dma_measured_block_step`
+    bytes, as many as the machine's table holds: what `SW26010.dma_measured_mbps` must be."""
+    step = machine.dma_measured_block_step
+    return tuple(round(block_bandwidth(step * (i + 1), machine) / 1e6) for i in range(len(machine.dma_measured_mbps)))
 
 
 class Statements(Visitor):

@@ -3,8 +3,9 @@
 - A DMA statement costs `T_latency + sum over its blocks of (block size + waste) / PEAK_BW` (equations
   3-1 and 3-2 with the 64 CPEs' shares summed: each CPE has PEAK_BW / #CPE), the waste of a block being
   the bytes that round it to whole 128-byte transactions from its start address, but never less than
-  its blocks' time at the bandwidth measured on the real machine for that block size (swGEMM's
-  implementation of the model looks it up the same way, `MBW_map`). That figure was measured with one
+  its blocks' time at the bandwidth measured on the machine for that block size (swGEMM's
+  implementation of the model looks it up the same way, `MBW_map`; the machine description holds the
+  one measured on the timed simulator, the machine this code runs on). That figure was measured with one
   block per CPE and includes one start latency, so a transfer of several rounds of 64 blocks pays that
   latency once, not once per round. The blocks are the box's rows split across the 8 mesh columns;
   addresses are those of the loop nest's first iteration.
