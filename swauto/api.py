@@ -351,6 +351,10 @@ class Kernel:
                                 for t in (self.module if arranged else self.operator.seed).tensors if not t.is_local)
                 for arranged in (False, True)}
 
+    @cached_property
+    def _expected_names(self) -> frozenset[str]:
+        return frozenset(self.tensors)  # the same in both layouts
+
     @cached_property  # read at every call of a model's layers
     def layouts(self) -> dict[str, tuple[int, ...]]:
         """The memory layout this kernel keeps each tensor in, where it differs from the declared one:
@@ -359,15 +363,19 @@ class Kernel:
         return {t.name: t.layout for t in self.module.tensors if t.layout}
 
     def _validate(self, arrays: Mapping[str, object], arranged: bool = False) -> dict[str, np.ndarray]:
-        names = self.tensors
-        unknown = sorted(set(arrays) - set(names))
-        if unknown:
-            raise ArgumentError(f"{self.operator.name} has no tensor {unknown[0]}; it takes {', '.join(names)}")
+        expected = self._expected[arranged]
+        # A name the kernel does not take is reported first (a misspelt name also leaves one missing);
+        # looked for only where the names cannot all be right, since small kernels feel every microsecond.
+        if arrays.keys() != self._expected_names:
+            names = self.tensors
+            unknown = sorted(set(arrays) - set(names))
+            if unknown:
+                raise ArgumentError(f"{self.operator.name} has no tensor {unknown[0]}; it takes {', '.join(names)}")
+            missing = next(name for name in names if name not in arrays)
+            raise ArgumentError(f"missing array for tensor {missing} (the kernel takes {', '.join(names)})")
         checked: dict[str, np.ndarray] = {}
         outputs = []
-        for name, dtype, shape, is_output in self._expected[arranged]:
-            if name not in arrays:
-                raise ArgumentError(f"missing array for tensor {name} (the kernel takes {', '.join(names)})")
+        for name, dtype, shape, is_output in expected:
             array = as_array(arrays[name], f"tensor {name}")
             if array.dtype != dtype:
                 raise ArgumentError(

@@ -92,6 +92,7 @@ class HostProgram:
         signature = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * (len(module.tensors) + 1)),
                                      ctypes.c_int64, ctypes.c_int64)
         self._functions = {phase: signature(address) for phase, address in addresses.items()}
+        self._tensor_names = tuple(t.name for t in module.tensors)
         self._workspaces: list[np.ndarray] = []
         self._workspace_addresses: list[int] = []  # each 64-byte aligned
         self._workspace_arrays: dict[int, ctypes.Array] = {}
@@ -127,20 +128,22 @@ class HostProgram:
         threads = available_threads() if threads is None else threads
         if threads < 1:
             raise ArgumentError(f"threads must be a positive integer, got {threads}")
-        pointers = [_address(arrays[t.name]) for t in self.module.tensors]
+        pointers = [_address(arrays[name]) for name in self._tensor_names]
         ranges = self._ranges.get(threads)
         if ranges is None:
             ranges = self._ranges[threads] = split_range(self._iterations, threads)
         with self._run_lock:
             count = max(len(ranges), 1)
-            workspaces = self._workspace_pointers(count)
-            if "parallel" in self._functions and threads_module.native():
+            # The pool was chosen when the code was generated ('parallel' exists where it is the native
+            # one); a forked child cannot use libgomp's team and takes the Python pool.
+            if "parallel" in self._functions and not threads_module.forked():
                 # One call runs every phase ('before', 'loop' on the threads, 'after').
                 array = self._workspace_arrays.get(count)
                 if array is None:
-                    array = self._workspace_arrays[count] = (ctypes.c_void_p * count)(*workspaces)
+                    array = self._workspace_arrays[count] = (ctypes.c_void_p * count)(*self._workspace_pointers(count))
                 self._functions["parallel"](*pointers, ctypes.addressof(array), self._iterations, count)
                 return
+            workspaces = self._workspace_pointers(count)
             self._functions["before"](*pointers, workspaces[0], 0, 0)
             if "loop" in self._functions:
                 loop = self._functions["loop"]

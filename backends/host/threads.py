@@ -69,6 +69,12 @@ def _after_fork() -> None:
 os.register_at_fork(after_in_child=_after_fork)
 
 
+def forked() -> bool:
+    """Whether this process is a fork of one that may have started a libgomp team (which the child
+    cannot use: its threads did not survive the fork)."""
+    return _forked
+
+
 def native() -> bool:
     """Whether kernels share their iterations on the native pool: libgomp loads, the environment does
     not ask for the Python pool, and this process is not a fork of one that may have started a team."""
