@@ -40,7 +40,7 @@ def estimate(stages: Stages, threads: int) -> Estimate:
     module = before_double_buffering(stages)
     dma_bytes, flops = traffic(module)
     host = host_model.estimate(module, threads, host_model.machine())
-    return Estimate(dma_bytes, flops, min(host.traffic, host.seconds), host.seconds)
+    return Estimate(dma_bytes, flops, min(host.traffic, host.seconds), host.seconds, transfers=host.copies)
 
 
 def sketch_model(threads: int) -> SketchModel:

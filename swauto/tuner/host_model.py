@@ -109,13 +109,14 @@ _PLAUSIBLE: dict[str, tuple[float, float]] = {
 @dataclass(frozen=True)
 class HostEstimate:
     """Predicted seconds of one call: `compute` (micro-kernels), `traffic` (packing copies and C tile
-    loads), and `seconds`, their wall time on the threads."""
+    loads), and `seconds`, their wall time on the threads; `copies`: the copies one call makes."""
 
     flops: int
     copy_bytes: int
     compute: float
     traffic: float
     seconds: float
+    copies: int = 0
 
 
 def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str, float] | None = None,
@@ -170,15 +171,18 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
         traffic_share = 1.0 / max(1.0, min(shared, machine.dram_bandwidth_total / machine.dram_bandwidth))
     parallel = [0.0, 0.0]
     serial = [0.0, 0.0]
-    flops = copy_bytes = 0
+    flops = copy_bytes = copies = 0
     shapes = {array.name: array.shape for array in (*module.tensors, *module.buffers)}
     for node, loops in nodes:
         trips = _trips(loops)
         bandwidth = machine.transpose_bandwidth if isinstance(node, Dma) and node.buffer.name in transposing else level
         taps = taps_around(node, loops) if isinstance(node, Call) else 1
         node_flops, node_bytes, compute, traffic = _node_cost(node, machine, bandwidth, tile, shapes, taps)
-        if isinstance(node, Dma) and node.buffer.name in in_place:
-            node_bytes, traffic = 0, traffic / 2
+        if isinstance(node, Dma):
+            if node.buffer.name in in_place:
+                node_bytes, traffic = 0, traffic / 2
+            else:
+                copies += trips
         flops += node_flops * trips
         copy_bytes += node_bytes * trips
         target = parallel if id(node) in in_group else serial
@@ -187,7 +191,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     seconds = parallel[0] * share + parallel[1] * traffic_share + serial[0] + serial[1]
     if shared > 1:
         seconds += machine.parallel_call_seconds  # the threads are woken and joined once per call
-    return HostEstimate(flops, copy_bytes, parallel[0] + serial[0], parallel[1] + serial[1], seconds)
+    return HostEstimate(flops, copy_bytes, parallel[0] + serial[0], parallel[1] + serial[1], seconds, copies)
 
 
 def least_seconds(nest: Module, threads: int, machine: Machine) -> Callable[[int], float]:

@@ -17,6 +17,7 @@ import numpy as np
 from swauto.ir.nodes import Module
 from swauto.schedule.candidate import Candidate
 from swauto.tuner.host_model import HostEstimate, Machine, estimate
+from swauto.tuner.model_tuner import by_model
 from swauto.tuner.space import Space
 
 HYBRID_TOP = 8
@@ -31,12 +32,13 @@ class Measured:
 
 
 def rank_by_model(space: Space, threads: int, machine: Machine) -> list[Measured]:
-    """Legal candidates, fastest predicted first (ties keep the space's order); none is run."""
+    """Legal candidates, fastest predicted first, as the model tuner orders them (`by_model`: near-ties
+    by fewer copies; ties keep the space's order); none is run."""
     ranked = []
     for stages, candidates in space.lowerings():  # the model reads the IR: one estimate per lowering
         predicted = estimate(stages[-1][1], threads, machine)
         ranked.extend(Measured(c, stages, predicted, float("inf")) for c in candidates)
-    return sorted(ranked, key=lambda r: r.predicted.seconds)
+    return by_model(ranked, lambda r: r.predicted.seconds, lambda r: (), lambda r: r.predicted.copies)
 
 
 def tune(space: Space, threads: int, machine: Machine, top: int | None = None, runs: int = 3) -> list[Measured]:
