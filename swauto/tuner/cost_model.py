@@ -28,7 +28,7 @@ class Estimate:
     memory_seconds: float
     compute_seconds: float
     overlapped: bool = True  # double buffered: transfers hide behind compute
-    transfers: int = 0  # transfers one run issues (a target whose model counts them)
+    transfers: int = 0  # transfers one run issues (the SW26010's DMAs, the host's copies)
 
     @property
     def seconds(self) -> float:

@@ -44,8 +44,8 @@ def by_model(items: list[T], seconds: Callable[[T], float], then: Callable[[T], 
     """`items` cheapest first by `seconds`, then by `then`; closer than the model's resolution to the
     cheapest, the one that issues the fewest `transfers` comes first. Each transfer's costs the model
     does not time add up: on the SW26010 how it queues behind the others in the one memory controller
-    (VGG16 conv1_2 at B = 128 and YOLOv2 conv3 at B = 1: two loop orders the model rates 0.005% apart,
-    of which the one issuing a third fewer runs 3-4% faster); on the host a copy's and the calls'
+    (YOLOv2 conv3 at B = 1: two loop orders the model rates 0.004% apart, of which the one issuing a
+    third fewer transfers runs 3% faster); on the host a copy's and the calls'
     own cost (GEMM 128 x 4096 x 512 on one thread: tiles of 32 x 32 priced as tiles of 128 x 1024,
     1153 copies against 13, 99.8 against 104.4 GFLOPS)."""
     ordered = sorted(items, key=lambda item: (seconds(item), *then(item)))
