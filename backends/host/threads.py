@@ -78,7 +78,7 @@ def forked() -> bool:
 def native() -> bool:
     """Whether kernels share their iterations on the native pool: libgomp loads, the environment does
     not ask for the Python pool, and this process is not a fork of one that may have started a team."""
-    if _forked or os.environ.get(ENV_VAR, "native") == "python":
+    if forked() or os.environ.get(ENV_VAR, "native") == "python":
         return False
     return _libgomp_loaded()
 

@@ -89,9 +89,14 @@ def transfer_cost(shape: tuple[int, ...], extents: tuple[int, ...], base_residue
     # Offsets relative to the box's first element, shifted by its residue in bytes.
     first, size = mesh_blocks((0,) * len(extents), extents, shape, element_bytes, machine.mesh_columns, steps, flat,
                               machine.cpes, walks)
-    first = first + base_residue
+    return blocks_cost(first + base_residue, size, machine)
+
+
+def blocks_cost(first: np.ndarray, size: int, machine: SW26010) -> TransferCost:
+    """Cost of one mesh-wide DMA of a block of `size` bytes at each of the byte offsets `first`
+    (relative to a 128-byte boundary)."""
     transactions = int(lines_touched(first, size, machine.dma_transaction_bytes).sum())
-    nbytes = int(first.size) * size
     blocks = int(first.size)
+    nbytes = blocks * size
     return TransferCost(nbytes, blocks, transactions, min(blocks, machine.cpes),
                         service_cycles(transactions, blocks, nbytes, machine))

@@ -24,7 +24,7 @@ from math import prod
 
 import numpy as np
 
-from swauto.backends.sw26010.dma import TransferCost, lines_touched, service_cycles, transfer_cost
+from swauto.backends.sw26010.dma import TransferCost, blocks_cost, transfer_cost
 from swauto.errors import SimulationError
 from swauto.ir import expr as ex
 from swauto.ir.memory import clip_box, row_major_strides, walked_strides
@@ -152,15 +152,11 @@ def block_bandwidth(block: int, machine: SW26010) -> float:
     at byte i x `block` of an aligned array), timed from issue (start latency included) to completion:
     the micro-benchmark of the measured table ../shared/data/sw26010_dma_bandwidth.csv, run on this
     machine."""
-    first = np.arange(machine.cpes, dtype=np.int64) * block
-    transactions = int(lines_touched(first, block, machine.dma_transaction_bytes).sum())
-    nbytes = machine.cpes * block
-    cost = TransferCost(nbytes, machine.cpes, transactions, machine.cpes,
-                        service_cycles(transactions, machine.cpes, nbytes, machine))
+    cost = blocks_cost(np.arange(machine.cpes, dtype=np.int64) * block, block, machine)
     timeline = Timeline(machine)
     timeline.transfer("get", cost, "done")
     timeline.wait("done")
-    return nbytes / ((timeline.now - machine.dma_issue_cycles) / machine.clock_hz)
+    return cost.bytes / ((timeline.now - machine.dma_issue_cycles) / machine.clock_hz)
 
 
 def dma_table(machine: SW26010) -> tuple[int, ...]:

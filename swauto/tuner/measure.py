@@ -38,7 +38,7 @@ def rank_by_model(space: Space, threads: int, machine: Machine) -> list[Measured
     for stages, candidates in space.lowerings():  # the model reads the IR: one estimate per lowering
         predicted = estimate(stages[-1][1], threads, machine)
         ranked.extend(Measured(c, stages, predicted, float("inf")) for c in candidates)
-    return by_model(ranked, lambda r: r.predicted.seconds, lambda r: (), lambda r: r.predicted.copies)
+    return by_model(ranked, lambda r: r.predicted.seconds, lambda r: r.predicted.copies)
 
 
 def tune(space: Space, threads: int, machine: Machine, top: int | None = None, runs: int = 3) -> list[Measured]:

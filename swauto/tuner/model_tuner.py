@@ -35,12 +35,12 @@ def rank(space: Space, target: str, threads: int = 1) -> list[Ranked]:
     # Among equally fast candidates prefer the one that moves less data, then the one that computes
     # less: it leaves more headroom (where the transfers bound both, the faster compute still shortens
     # the pipeline's fill and drain, which the model does not time).
-    return by_model(ranked, lambda r: r.estimate.seconds, lambda r: (r.estimate.dma_bytes, r.estimate.compute_seconds),
-                    lambda r: r.estimate.transfers)
+    return by_model(ranked, lambda r: r.estimate.seconds, lambda r: r.estimate.transfers,
+                    then=lambda r: (r.estimate.dma_bytes, r.estimate.compute_seconds))
 
 
-def by_model(items: list[T], seconds: Callable[[T], float], then: Callable[[T], tuple],
-             transfers: Callable[[T], int]) -> list[T]:
+def by_model(items: list[T], seconds: Callable[[T], float], transfers: Callable[[T], int],
+             then: Callable[[T], tuple] = lambda _: ()) -> list[T]:
     """`items` cheapest first by `seconds`, then by `then`; closer than the model's resolution to the
     cheapest, the one that issues the fewest `transfers` comes first. Each transfer's costs the model
     does not time add up: on the SW26010 how it queues behind the others in the one memory controller
