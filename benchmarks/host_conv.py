@@ -8,7 +8,8 @@ The operator is examples/conv2d.sw as written. Layers come from ../shared/worklo
 benchmarks/workloads/networks.csv (ResNet-18, MobileNetV2, Inception-v3: 121 shapes; MobileNetV2's
 depthwise layers from examples/conv2d_depthwise.sw, against PyTorch's grouped conv2d). For each layer,
 batch size and thread count: the median of `--repeat` calls of each implementation (taking turns), GFLOPS, percent of
-this machine's measured peak (on that many cores), the ratio swauto / PyTorch, and the tuning and
+this machine's measured peak (on that many cores; both count every tap's flops, the padding's too,
+which neither computes: on small padded images either may pass 100%), the ratio swauto / PyTorch, and the tuning and
 compile time. swauto runs
 on arrays already in the layouts its kernel wants (`Kernel.run_arranged`): a framework would hand them
 over that way, and PyTorch likewise gets its own NCHW arrays; the conversion swauto would need from NCHW

@@ -44,6 +44,9 @@ class SW26010:
     micro_kernels: tuple[tuple[int, int], ...] = ()
     # DMAs run asynchronously beside the CPEs' compute: double buffering can hide them.
     asynchronous_dma: bool = True
+    # GEMMs whose factor is a tile of zero padding alone run anyway (`swauto.passes.guard_padding`): the
+    # mesh could skip them too, but the thesis' model and every SW26010 result here price them.
+    skips_zero_tiles: bool = False
     mesh_rows: int = 8
     mesh_columns: int = 8
     clock_hz: float = 1.45e9
@@ -176,6 +179,8 @@ class HostScratchpad:
     # A "DMA" is a packing copy the core runs itself: double buffering has nothing to overlap it with,
     # so the space leaves it out (the backend still runs double-buffered IR it is given).
     asynchronous_dma: bool = False
+    # A GEMM whose factor is a tile of zero padding alone is skipped (`swauto.passes.guard_padding`).
+    skips_zero_tiles: bool = True
 
     @property
     def ldm_usable_bytes(self) -> int:
@@ -202,6 +207,9 @@ class LocalMemoryMachine(Protocol):
 
     @property
     def asynchronous_dma(self) -> bool: ...
+
+    @property
+    def skips_zero_tiles(self) -> bool: ...
 
 
 SUNWAY = SW26010()

@@ -16,6 +16,7 @@ from swauto.ir.rename import prefix_buffers
 from swauto.machine import LocalMemoryMachine
 from swauto.passes.double_buffer import double_buffer
 from swauto.passes.forward_transfers import forward_transfers
+from swauto.passes.guard_padding import guard_padding
 from swauto.passes.hoist_dma import hoist_dma
 from swauto.passes.infer_dma import infer_dma
 from swauto.passes.init_outputs import init_outputs
@@ -26,8 +27,10 @@ from swauto.schedule.candidate import Candidate
 from swauto.schedule.space import apply
 
 Stages = list[tuple[str, Module]]
-# The passes each statement goes through, in order (`double_buffer` only for double-buffered candidates).
-NEST_PASSES = ("peel_boundaries", "pad_primitive", "infer_dma", "hoist_dma", "double_buffer", "plan_local_memory")
+# The passes each statement goes through, in order (`double_buffer` only for double-buffered candidates,
+# `guard_padding` only on a machine that `skips_zero_tiles`).
+NEST_PASSES = ("peel_boundaries", "pad_primitive", "guard_padding", "infer_dma", "hoist_dma", "double_buffer",
+               "plan_local_memory")
 
 
 def lower(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) -> Stages:
@@ -56,7 +59,8 @@ def lower(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
         if candidate.double_buffer and not any(name == "double_buffer" for per in lowered for name, _ in per):
             raise Rejected("no transfer inside a loop to double buffer")
         for name in NEST_PASSES[:-1]:
-            if candidate.double_buffer or name != "double_buffer":
+            optional = name in ("double_buffer", "guard_padding")  # stages only where a statement has them
+            if not optional or any(name == done for per in lowered for done, _ in per):
                 parts = [_stage(per, name) for per in lowered]
                 module = replace(parts[0], buffers=tuple(b for p in parts for b in p.buffers), context=())
                 stages.append((name, _assemble(initialised, [p.body for p in parts], module)))
@@ -128,6 +132,9 @@ def _lower_nest(module: Module, doubled: bool, machine: LocalMemoryMachine,
     stages.append(("peel_boundaries", module))
     module = pad_primitive(module, machine)
     stages.append(("pad_primitive", module))
+    if machine.skips_zero_tiles and (guarded := guard_padding(module)) is not module:
+        module = guarded
+        stages.append(("guard_padding", module))
     placed = infer_dma(module)
     stages.append(("infer_dma", placed))
     module = hoist_dma(module, machine, doubled, placed)

@@ -70,9 +70,9 @@ def gemm_reference(arrays: dict[str, np.ndarray]) -> np.ndarray:
     return arrays["C"].astype(np.float64) + arrays["A"].astype(np.float64) @ arrays["B"].astype(np.float64)
 
 
-def assert_golden_stages(op, candidate, name: str) -> None:
-    """The printed IR of `candidate` after every stage equals tests/golden/NAME (rewritten instead
-    when SWAUTO_UPDATE_GOLDEN is set)."""
+def assert_golden_stages(op, candidate, name: str, machine=None) -> None:
+    """The printed IR of `candidate` lowered for `machine` (the SW26010 by default) after every stage
+    equals tests/golden/NAME (rewritten instead when SWAUTO_UPDATE_GOLDEN is set)."""
     import os
 
     from swauto.ir.printer import format_module
@@ -80,7 +80,7 @@ def assert_golden_stages(op, candidate, name: str) -> None:
     from swauto.pipeline import lower
 
     text = f"# candidate {candidate}\n"
-    for stage, module in lower(op, candidate, SUNWAY):
+    for stage, module in lower(op, candidate, machine or SUNWAY):
         text += f"=== IR after {stage} ===\n{format_module(module)}"
     golden = Path(__file__).parent / "golden" / name
     if os.environ.get("SWAUTO_UPDATE_GOLDEN"):

@@ -274,7 +274,14 @@ class Lowering(Visitor):
                         f"zero.{box.name}")
 
     def visit_Call(self, stmt: Call, env: Env) -> None:
-        emit_call(self, stmt, env)
+        if not stmt.runs_if:
+            emit_call(self, stmt, env)
+            return
+        runs = self.compare(stmt.runs_if[0], env)
+        for condition in stmt.runs_if[1:]:
+            runs = self.builder.and_(runs, self.compare(condition, env))
+        with self.builder.if_then(runs):  # elsewhere a factor is a tile of padding alone (`guard_padding`)
+            emit_call(self, stmt, env)
 
     def generic_visit(self, stmt: Stmt, env: Env) -> None:
         raise CodegenError(f"the host backend cannot lower the statement {stmt!r}")

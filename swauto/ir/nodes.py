@@ -149,7 +149,7 @@ class Seq:
     stmts: tuple[Stmt, ...]
 
 
-_COMPARISONS = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
+COMPARISONS = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
                 ">=": operator.ge}
 
 
@@ -161,7 +161,7 @@ class Compare:
 
     def holds(self, env: Mapping[str, int]) -> bool:
         """Whether the comparison is true for the variables' values in `env`."""
-        return _COMPARISONS[self.op](compiled(self.left)(env), compiled(self.right)(env))
+        return COMPARISONS[self.op](compiled(self.left)(env), compiled(self.right)(env))
 
 
 @dataclass(frozen=True)
@@ -231,6 +231,9 @@ class Call:
     `init_outputs` first sets each tile it writes to the combine's identity and clears the flag,
     except for a sum that computes each tile whole, whose tile `infer_dma` then zeroes in local
     memory. `constant` is the primitive's scalar argument.
+    `runs_if` holds conditions on the loop variables around the call (`guard_padding`): where one fails,
+    a factor of the product lies wholly in a padded tensor's zeros, so the call would add zeros and is
+    skipped. A backend may run it anyway (the result is the same for finite operands).
     `epilogue` holds element-wise calls fused into this one (a consumer fused into its producer):
     they run on the output box once it is complete, before it is written back; `infer_dma` makes
     them statements of their own (their output box is this call's, their other inputs get transfers).
@@ -243,6 +246,7 @@ class Call:
     overwrite: bool = False
     constant: float | None = None
     epilogue: tuple[Call, ...] = ()
+    runs_if: tuple[Compare, ...] = ()
 
     @property
     def signature(self) -> Primitive:

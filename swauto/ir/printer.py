@@ -127,4 +127,6 @@ def format_call(call: Call) -> str:
     if call.overwrite:
         parts.append("overwrite")
     text = f"{call.primitive}({', '.join(parts)})"
+    if call.runs_if:
+        text += " if " + " and ".join(f"{c.left} {c.op} {c.right}" for c in call.runs_if)
     return text + "".join(f" then {format_call(consumer)}" for consumer in call.epilogue)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from swauto.ir.analysis import trip_count
+from swauto.ir.analysis import executions, trip_count
 from swauto.ir.nodes import Call, Dma, For, Module
 from swauto.ir.visitor import walk
 
@@ -174,7 +174,8 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     flops = copy_bytes = copies = 0
     shapes = {array.name: array.shape for array in (*module.tensors, *module.buffers)}
     for node, loops in nodes:
-        trips = _trips(loops)
+        # A call guarded against tiles of padding (`guard_padding`) runs only where its guards hold.
+        trips = executions(loops, node.runs_if) if isinstance(node, Call) else _trips(loops)
         bandwidth = machine.transpose_bandwidth if isinstance(node, Dma) and node.buffer.name in transposing else level
         taps = taps_around(node, loops) if isinstance(node, Call) else 1
         node_flops, node_bytes, compute, traffic = _node_cost(node, machine, bandwidth, tile, shapes, taps)

@@ -39,6 +39,7 @@ from swauto.ir.analysis import trip_count
 from swauto.ir.nests import loop_nest, rebuild_nest, statements
 from swauto.ir.nodes import Access, Call, Dma, For, LocalBuffer, Module, Seq, Stmt, seq
 from swauto.machine import DTYPE_BYTES, LocalMemoryMachine
+from swauto.passes.guard_padding import padding_guards
 from swauto.passes.hoist_dma import cheapest
 from swauto.passes.infer_dma import buffer_names, hoistable, hoisted_extents, transfer_box
 from swauto.passes.init_outputs import init_outputs
@@ -343,6 +344,9 @@ class Sketcher:
         call = replace(settled(call), epilogue=tuple(settled(fused) for fused in call.epilogue))
         module = pad_primitive(replace(module, body=rebuild_nest(loops, call)), self.machine)
         loops, call = loop_nest(module.body)
+        if self.machine.skips_zero_tiles:  # as `guard_padding` guards it
+            ranges = {loop.var: (first[loop.var], ex.evaluate(loop.stop, first) - 1) for loop in loops}
+            call = replace(call, runs_if=padding_guards(call, ranges, {t.name: t.shape for t in module.tensors}))
         names = buffer_names(call)
         out = call.output_role
         operands = []
