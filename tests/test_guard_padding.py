@@ -171,3 +171,27 @@ def test_guarded_and_unguarded_kernels_agree_exactly():
         compile_module(module).run(ready, threads=1)
         results.append(ready["output"])
     assert np.array_equal(results[0], results[1])
+
+
+@pytest.mark.parametrize("change", ["overwrite", "unknown variable"])
+def test_the_verifier_refuses_a_guard_that_could_change_the_result(change):
+    """A guarded call must add into an output defined before it, and be guarded by loop variables."""
+    from swauto.ir import verify
+    from swauto.ir.visitor import Rewriter
+
+    params = {"B": 2, "Ni": 16, "No": 8, "Ri": 5, "Ci": 6, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1}
+    op = load(CONV_SW, params)
+    final = lower(op, _candidate(op, {"cCo": 2, "cRo": 1}, ("N_outer", "K_outer", "cRo_outer", "cCo_outer", "cKr",
+                                                           "cKc")), HostScratchpad())[-1][1]
+    verify.verify(final)
+
+    class Break(Rewriter):
+        def rewrite_Call(self, call: Call) -> Call:
+            if not call.runs_if:
+                return call
+            if change == "overwrite":
+                return replace(call, overwrite=True)
+            return replace(call, runs_if=(*call.runs_if, Compare(">=", ex.Var("nowhere"), ex.Const(0))))
+
+    with pytest.raises(verify.VerificationError, match="guarded"):
+        verify.verify(replace(final, body=Break().rewrite(final.body)))

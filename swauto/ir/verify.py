@@ -189,6 +189,12 @@ class _Checker(Visitor):
 
     def visit_Call(self, stmt: Call, state: _State, ranges: Ranges) -> _State:
         self.boxes(stmt, ranges)
+        if stmt.runs_if:  # skipped where a guard fails: it must only add, on variables defined here
+            if stmt.overwrite or not stmt.signature.reads_output():
+                raise self.error(stmt, "is guarded (runs_if) but defines its output instead of adding to it")
+            unknown = set().union(*(ex.free_vars(c.left) | ex.free_vars(c.right) for c in stmt.runs_if)) - ranges.keys()
+            if unknown:
+                raise self.error(stmt, f"is guarded by {sorted(unknown)}, which no loop around it defines")
         signature = stmt.signature
         for role, access in stmt.operands:
             if access.name in self.buffers:

@@ -167,9 +167,8 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketch
                    lowered: int = LOWERED, max_candidates: int = MAX_CANDIDATES) -> Space:
     """Rank before lowering: candidates are lowered from the cheapest sketch (`swauto.tuner.sketch`)
     on, priced by `model.price` times its share of work (its last tiles weighed by `model.call_seconds`),
-    until `lowered` of them are legal, at most LOWERED_PER_TILES with the same tile sizes; the rest are counted
-    in `Space.sketched`. The model tuner ranks
-    the lowered ones on their real IR.
+    until `lowered` of them are legal, at most LOWERED_PER_TILES with the same tile sizes; the rest are
+    counted in `Space.sketched`. The model tuner ranks the lowered ones on their real IR.
 
     Work is shared and skipped where that cannot change which candidates are lowered:
     - a tile class (the candidates that differ only in loop order and buffering) is scheduled once;
