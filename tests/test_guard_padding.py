@@ -19,7 +19,7 @@ from swauto.errors import Rejected
 from swauto.ir import expr as ex
 from swauto.ir.analysis import executions
 from swauto.ir.nodes import Call, Compare, For, Seq
-from swauto.ir.visitor import walk
+from swauto.ir.visitor import Rewriter, walk
 from swauto.machine import SUNWAY, HostScratchpad
 from swauto.pipeline import lower
 from swauto.schedule.candidate import Candidate
@@ -123,14 +123,13 @@ def _candidate(op, splits: dict[str, int], order: tuple[str, ...]) -> Candidate:
     return next(c for c in candidates(op, (False,)) if dict(c.splits).items() >= splits.items() and c.order == order)
 
 
+class _Unguard(Rewriter):
+    def rewrite_Call(self, call: Call) -> Call:
+        return replace(call, runs_if=())
+
+
 def _strip(stmt):
-    from swauto.ir.visitor import Rewriter
-
-    class Strip(Rewriter):
-        def rewrite_Call(self, call: Call) -> Call:
-            return replace(call, runs_if=())
-
-    return Strip().rewrite(stmt)
+    return _Unguard().rewrite(stmt)
 
 
 def test_the_sw26010_keeps_every_call():
@@ -177,7 +176,6 @@ def test_guarded_and_unguarded_kernels_agree_exactly():
 def test_the_verifier_refuses_a_guard_that_could_change_the_result(change):
     """A guarded call must add into an output defined before it, and be guarded by loop variables."""
     from swauto.ir import verify
-    from swauto.ir.visitor import Rewriter
 
     params = {"B": 2, "Ni": 16, "No": 8, "Ri": 5, "Ci": 6, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1}
     op = load(CONV_SW, params)

@@ -22,12 +22,13 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from swauto.ir import expr as ex
-from swauto.ir.nodes import Call, Compare, For, If, Module, Seq, Stmt, seq
+from swauto.ir.nodes import Call, Compare, For, Module, Stmt
+from swauto.ir.visitor import Rewriter
 
-Ranges = dict[str, tuple[int, int]]
+Ranges = dict[str, tuple[float, float]]  # each loop variable's first and last value (unbounded: infinite)
 
 
-def padding_guards(call: Call, ranges: Mapping[str, tuple[int, int]],
+def padding_guards(call: Call, ranges: Mapping[str, tuple[float, float]],
                    shapes: Mapping[str, tuple[int, ...]]) -> tuple[Compare, ...]:
     """The conditions under which `call` (a GEMM that adds into its output, on boxes of the tensors in
     `shapes`) reads something other than padding in every factor, given each loop variable's range
@@ -47,39 +48,43 @@ def padding_guards(call: Call, ranges: Mapping[str, tuple[int, int]],
                 guards.append(Compare(">=", last, ex.Const(0)))
             if _bounds(start, ranges)[1] > size - 1:
                 guards.append(Compare("<=", start, ex.Const(size - 1)))
-    return tuple(dict.fromkeys(guards))  # a condition once, where both factors share an index
+    return tuple(guards)
 
 
-def _bounds(expr: ex.Expr, ranges: Mapping[str, tuple[int, int]]) -> tuple[float, float]:
-    """`ex.bounds`, or no bound where a variable has no range or `expr` is not bounded (then tested)."""
+def _bounds(expr: ex.Expr, ranges: Mapping[str, tuple[float, float]]) -> tuple[float, float]:
+    """`ex.bounds`, or no bound where a variable has no range or `expr` is not bounded (then tested).
+    (A bound that comes out NaN from infinite ranges compares false: the call is left unguarded, which
+    only forgoes a skip.)"""
     try:
-        return ex.bounds(expr, ranges)
-    except (KeyError, ValueError):
+        return ex.bounds(expr, ranges)  # type: ignore[arg-type]
+    except (KeyError, ValueError, ArithmeticError):
         return -math.inf, math.inf
 
 
-def _guard(stmt: Stmt, ranges: Ranges, shapes: Mapping[str, tuple[int, ...]]) -> Stmt:
-    if isinstance(stmt, Call):
-        guards = padding_guards(stmt, ranges, shapes)
-        return replace(stmt, runs_if=guards) if guards else stmt
-    if isinstance(stmt, For):
-        low = ex.bounds(stmt.start, ranges)[0]
-        high = ex.bounds(stmt.stop, ranges)[1] - 1
-        body = _guard(stmt.body, {**ranges, stmt.var: (low, high)}, shapes)
-        return stmt if body is stmt.body else replace(stmt, body=body)
-    if isinstance(stmt, Seq):
-        stmts = tuple(_guard(child, ranges, shapes) for child in stmt.stmts)
-        return stmt if all(a is b for a, b in zip(stmts, stmt.stmts, strict=True)) else seq(*stmts)
-    if isinstance(stmt, If):
-        then = _guard(stmt.then, ranges, shapes)
-        otherwise = None if stmt.otherwise is None else _guard(stmt.otherwise, ranges, shapes)
-        return stmt if then is stmt.then and otherwise is stmt.otherwise else If(stmt.cond, then, otherwise)
-    return stmt
+class _Guard(Rewriter):
+    """Guards each call in `shapes`' tensors, knowing the range of every loop variable around it."""
+
+    def __init__(self, ranges: Ranges, shapes: Mapping[str, tuple[int, ...]]) -> None:
+        self.ranges, self.shapes, self.changed = ranges, shapes, False
+
+    def rewrite_For(self, loop: For) -> Stmt:
+        outer = self.ranges
+        self.ranges = {**outer, loop.var: (_bounds(loop.start, outer)[0], _bounds(loop.stop, outer)[1] - 1)}
+        try:
+            return self.generic_rewrite(loop)
+        finally:
+            self.ranges = outer
+
+    def rewrite_Call(self, call: Call) -> Call:
+        guards = padding_guards(call, self.ranges, self.shapes)
+        self.changed |= bool(guards)
+        return replace(call, runs_if=guards) if guards else call
 
 
 def guard_padding(module: Module) -> Module:
     """`module` with its GEMMs on tensors guarded against tiles of padding alone (module docstring);
     the same module where no box can leave its tensor."""
-    ranges: Ranges = {name: (first, last) for name, first, last in module.context}
-    body = _guard(module.body, ranges, {tensor.name: tensor.shape for tensor in module.tensors})
-    return module if body is module.body else replace(module, body=body)
+    guard = _Guard({name: (first, last) for name, first, last in module.context},
+                   {tensor.name: tensor.shape for tensor in module.tensors})
+    body = guard.rewrite(module.body)
+    return replace(module, body=body) if guard.changed else module

@@ -36,6 +36,7 @@ from swauto.errors import Rejected
 from swauto.frontend.check import BoundOperator
 from swauto.ir import expr as ex
 from swauto.ir.analysis import trip_count
+from swauto.ir.dependence import loop_ranges
 from swauto.ir.nests import loop_nest, rebuild_nest, statements
 from swauto.ir.nodes import Access, Call, Dma, For, LocalBuffer, Module, Seq, Stmt, seq
 from swauto.machine import DTYPE_BYTES, LocalMemoryMachine
@@ -345,8 +346,7 @@ class Sketcher:
         module = pad_primitive(replace(module, body=rebuild_nest(loops, call)), self.machine)
         loops, call = loop_nest(module.body)
         if self.machine.skips_zero_tiles:  # as `guard_padding` guards it
-            ranges = {loop.var: (first[loop.var], ex.evaluate(loop.stop, first) - 1) for loop in loops}
-            guards = padding_guards(call, ranges, {t.name: t.shape for t in module.tensors})
+            guards = padding_guards(call, loop_ranges(loops), {t.name: t.shape for t in module.tensors})
             # Not along a loop with a shorter last tile: the sketch's last tile is whole, so a skip there
             # would count a whole tile's work where the real IR skips a short one's (the share of work
             # then scales it again). AlexNet conv4 at B = 32 on the host, 4 columns per GEMM on 13:
