@@ -719,6 +719,39 @@ def test_a_nest_that_only_accumulates_into_a_map_runs_inside_each_point(empty_ca
     assert relative_error(results[1], expected) <= TOLERANCE
 
 
+def test_a_map_with_taps_computes_points_in_groups_bit_for_bit(empty_cache_dir, monkeypatch):
+    """With its taps inside each point, a depthwise multiply-accumulate computes `GROUPED_POINTS` points
+    of its M dimension together (the rest in a shorter group), its output's accesses scoped apart from
+    its inputs' loads, and vectorized: each point adds the same products in the same order as one point
+    at a time, so the result is bit for bit the same."""
+    from swauto.backends.host import clear_cache
+    from swauto.backends.host import primitives as host_primitives
+
+    op = load(EXAMPLES / "conv2d_depthwise.sw", {"B": 2, "C": 32, "Ri": 9, "Ci": 9})
+    group = host_primitives.GROUPED_POINTS
+
+    def grouped_with_a_rest(module: Module) -> bool:
+        return any(isinstance(node, Call) and group < dict(node.sizes)["M"] and dict(node.sizes)["M"] % group
+                   for node, _ in walk(module.body))
+
+    module = next(stages[-1][1] for candidate, stages in explore(op, local_memory_machine("host")).legal
+                  if candidate.order[-2:] == ("kr", "kc") and grouped_with_a_rest(stages[-1][1]))
+    rng = np.random.default_rng(9)
+    inputs = {t.name: rng.standard_normal(t.shape, dtype=np.float32) for t in module.tensors}
+    results = []
+    for points in (1, group):
+        monkeypatch.setattr(host_primitives, "GROUPED_POINTS", points)
+        monkeypatch.setenv("SWAUTO_CACHE_DIR", str(empty_cache_dir / str(points)))
+        clear_cache()
+        arrays = {name: array.copy() for name, array in inputs.items()}
+        program = compile_module(module)
+        program.run(arrays, threads=1)
+        results.append(arrays["output"])
+    assert "!alias.scope" in program.code and f"<{select().width} x float>" in program.code
+    assert np.array_equal(results[0], results[1])
+    assert relative_error(results[1], reference(op, inputs)["output"]) <= TOLERANCE
+
+
 def test_a_nest_whose_output_moves_with_it_is_not_run_inside_the_points():
     """Where the map's output tile moves with the loop (each iteration its own Z) or an input is the
     output's array, the loop stays around the map."""

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 _NSW = ("nsw",)
 # The most iterations of a loop nest `accumulated_taps` runs inside each point (a 7 x 7 window's 49).
 MAX_TAPS = 64
+# How many points of a map with several taps `emit_map` computes together.
+GROUPED_POINTS = 16
 
 
 def emit_call(lw: Lowering, call: Call, env: Env) -> None:
@@ -117,30 +119,59 @@ def emit_map(lw: Lowering, call: Call, env: Env, taps: Sequence[Mapping[str, int
     inputs = [{role: operand_map(lw, access, sizes, {**env, **{var: i64(value) for var, value in tap.items()}})
                for role, access in call.operands if role != "Z"} for tap in taps]
 
-    def point(index: dict[str, ir.Value]) -> None:
-        target = _element(lw, output, index, f"{call.primitive}.Z")
-        if signature.kind == "reduce":
-            source = _element(lw, inputs[0]["X"], index, f"{call.primitive}.X")
-            values = {"x": builder.load(target, align=4), "y": builder.load(source, align=4)}
-            builder.store(_scalar(lw, function, values, call.constant), target, align=4)
-            return
-        total = builder.load(target, align=4) if signature.combine == "+" else None  # Z += f(X, Y)
-        for operands in inputs:
-            values = {name: builder.load(_element(lw, operands[role], index, f"{call.primitive}.{role}"), align=4)
-                      for name, role in (("x", "X"), ("y", "Y")) if role in operands}
-            value = _scalar(lw, function, values, call.constant)
-            total = value if total is None else builder.fadd(total, value)
-        builder.store(total, target, align=4)
+    # With several taps, the dimension outside the innermost (vectorized) one runs `GROUPED_POINTS` points
+    # at a time: their outputs are loaded first and stored last, so the loads between hold no store and
+    # LLVM loads once what they share (a tap's weights along a depthwise convolution's pixels, a pixel's
+    # input at neighbouring pixels' taps). Each point still sums its terms in the same order.
+    grouped = dims[-2] if len(taps) > 1 and len(dims) > 1 else None
+    # Distinct arrays never overlap (tensors are distinct arguments, buffers disjoint in the workspace,
+    # a view is its tensor), so where no input is in Z's array, LLVM is told that Z's accesses and the
+    # inputs' loads do not alias: it then vectorizes without comparing addresses at run time.
+    def memory(name: str) -> str:
+        return lw.storage[name].view_of or name
 
-    def level(depth: int, index: dict[str, ir.Value]) -> None:
+    inputs_memory = {memory(access.name) for role, access in call.operands if role != "Z"}
+    scope = _output_scope(lw) if memory(call.operand("Z").name) not in inputs_memory else None
+
+    def points(group: list[dict[str, ir.Value]]) -> None:
+        targets = [_element(lw, output, index, f"{call.primitive}.Z") for index in group]
+        if signature.kind == "reduce":
+            for index, target in zip(group, targets, strict=True):
+                source = _element(lw, inputs[0]["X"], index, f"{call.primitive}.X")
+                values = {"x": builder.load(target, align=4), "y": builder.load(source, align=4)}
+                builder.store(_scalar(lw, function, values, call.constant), target, align=4)
+            return
+        # Z += f(X, Y)
+        totals = [_scoped(builder.load(target, align=4), "alias.scope", scope) if signature.combine == "+" else None
+                  for target in targets]
+        for operands in inputs:
+            for at, index in enumerate(group):
+                values = {name: _scoped(builder.load(_element(lw, operands[role], index, f"{call.primitive}.{role}"),
+                                                     align=4), "noalias", scope)
+                          for name, role in (("x", "X"), ("y", "Y")) if role in operands}
+                value = _scalar(lw, function, values, call.constant)
+                totals[at] = value if totals[at] is None else builder.fadd(totals[at], value)
+        for total, target in zip(totals, targets, strict=True):
+            _scoped(builder.store(total, target, align=4), "alias.scope", scope)
+
+    def level(depth: int, index: dict[str, ir.Value], group: Sequence[ir.Value] = ()) -> None:
         if depth == len(dims):
-            point(index)
+            points([{**index, grouped: value} for value in group] if grouped else [index])
             return
         dim, size = dims[depth], sizes.get(dim := dims[depth], 1)
+        if dim == grouped:
+            count = min(GROUPED_POINTS, size)
+            whole = size - size % count
+            lw.loop(i64(0), i64(whole), count, f"{call.primitive}.{dim}",
+                    lambda i: level(depth + 1, index, [builder.add(i, i64(k), flags=_NSW) for k in range(count)]))
+            if whole < size:
+                level(depth + 1, index, [i64(value) for value in range(whole, size)])
+            return
         # The innermost loop may be unrolled only when shorter than a vector: unrolled whole, a long
         # one leaves LLVM to vectorize the loop around it instead, with gathers (a depthwise conv's
         # [56 x 32] plane, 32 channels innermost: 7.0 ms, 10x the loop vectorized along its lanes).
-        lw.loop(i64(0), i64(size), 1, f"{call.primitive}.{dim}", lambda i: level(depth + 1, {**index, dim: i}),
+        lw.loop(i64(0), i64(size), 1, f"{call.primitive}.{dim}",
+                lambda i: level(depth + 1, {**index, dim: i}, group),
                 unroll=depth == len(dims) - 1 and size < lw.isa.width)
 
     level(0, {})
@@ -192,6 +223,21 @@ def emit_transform(lw: Lowering, call: Call, env: Env) -> None:
 
     lw.loop(i64(0), i64(sizes.get("M", 1)), 1, f"{call.primitive}.M",
             lambda m: lw.loop(i64(0), i64(sizes.get("N", 1)), 1, f"{call.primitive}.N", lambda n: point(m, n)))
+
+
+def _output_scope(lw: Lowering) -> ir.MDValue:
+    """A new alias scope (in a domain of its own) for one call's output accesses, as a scope list."""
+    module = lw.ir_module
+    label = f"swauto.output.{len(module.metadata)}"  # unique: the module's metadata only grows
+    domain = module.add_metadata([ir.MetaDataString(module, label)])
+    return module.add_metadata([module.add_metadata([ir.MetaDataString(module, f"{label}.scope"), domain])])
+
+
+def _scoped(instruction: ir.Instruction, kind: str, scope: ir.MDValue | None) -> ir.Instruction:
+    """`instruction` with the metadata `kind` (alias.scope or noalias) naming `scope`, if any."""
+    if scope is not None:
+        instruction.set_metadata(kind, scope)
+    return instruction
 
 
 def _element(lw: Lowering, operand: OperandMap, index: dict[str, ir.Value], name: str) -> ir.Value:
