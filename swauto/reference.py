@@ -50,5 +50,5 @@ def reference(op: BoundOperator, arrays: dict[str, np.ndarray]) -> dict[str, np.
         def generic_visit(self, stmt: Stmt, env: dict[str, int]) -> None:
             raise AssertionError(f"the seed is a sequence of loop nests around primitive calls, not {stmt!r}")
 
-    Run().visit(init_outputs(op.seed).body, {})
+    Run().visit(init_outputs(op.seed, in_tiles=False).body, {})
     return {t.name: values[t.name] for t in op.seed.tensors if t.is_output}

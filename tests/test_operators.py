@@ -291,6 +291,39 @@ def test_an_overwritten_output_no_loop_reduces_into_is_neither_filled_nor_read()
     assert _error(kernel) < 1e-5
 
 
+@pytest.mark.parametrize("target", ["host", "sw26010"])
+def test_an_overwritten_output_reduced_inside_its_tiles_is_zeroed_there_not_filled(target: str):
+    """A 3 x 3 convolution that overwrites its output (conv2d_bias_relu.sw): where the kernel-tap loops
+    run inside the loops that move the output tile, each tile is completed inside one iteration of
+    them, so `init_outputs` keeps the GEMM overwriting and `infer_dma` zeroes the tile before the taps
+    (no fill nest, no get of the output, the flag cleared); where a tap loop runs outside one that
+    moves the tile, the output is filled first. Both compute the reference's result."""
+    from swauto.ir.nodes import Call, Dma
+    from swauto.ir.visitor import walk
+
+    params = {"B": 2, "Ni": 5, "No": 6, "Ri": 5, "Ci": 6, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1}
+    moving = ("cRo", "cCo_outer")
+    kinds = set()
+    for candidate in swauto.schedules(EXAMPLES / "conv2d_bias_relu.sw", params, target=target):
+        taps_inside = max(candidate.order.index(v) for v in moving) < min(candidate.order.index(v)
+                                                                          for v in candidate.order if v not in moving)
+        if taps_inside in kinds:
+            continue
+        kernel = swauto.compile(EXAMPLES / "conv2d_bias_relu.sw", params=params, target=target, schedule=candidate)
+        nodes = [node for node, _ in walk(kernel.module.body)]
+        fills = [n for n in nodes if isinstance(n, Call) and n.primitive == "fill"]
+        output_gets = [n for n in nodes if isinstance(n, Dma) and n.direction == "get" and n.tensor.name == "output"
+                       and any(isinstance(c, Call) and c.primitive == "gemm" and c.output.name == n.buffer.name
+                               for c in nodes)]
+        assert (not fills and not output_gets) if taps_inside else fills, candidate.describe()
+        assert not any(isinstance(n, Call) and n.overwrite for n in nodes)
+        assert _error(kernel) < 1e-5, candidate.describe()
+        kinds.add(taps_inside)
+        if len(kinds) == 2:
+            return
+    raise AssertionError(f"the space lacks one of the two kinds of candidate: has only {kinds}")
+
+
 FUSED_BIAS = """
 operator gemm_bias(M = 64, N = 96, K = 32) {
   tensor A[M, K]

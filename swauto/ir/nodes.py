@@ -227,10 +227,11 @@ class Call:
     a box per role, in the primitive's role order (boxes of tensors in the seed, of local buffers
     once `infer_dma` has run). `vectorize` is the free dimension the primitive vectorizes (None until
     chosen, or for primitives without the choice). With `overwrite`, the statement around this call
-    overwrites its output instead of combining into it (the call combines into the identity):
-    `init_outputs` first sets each tile it writes to the combine's identity and clears the flag,
-    except for a sum that computes each tile whole, whose tile `infer_dma` then zeroes in local
-    memory. `constant` is the primitive's scalar argument.
+    overwrites its output instead of combining into it (run alone, the call combines into the
+    identity): `init_outputs` first sets each tile it writes to the combine's identity and clears the
+    flag, except for a sum whose every output tile is completed inside the loops that move it (the
+    loops inside them only reduce into it), whose tile `infer_dma` then zeroes in local memory before
+    those loops, clearing the flag. `constant` is the primitive's scalar argument.
     `runs_if` holds conditions on the loop variables around the call (`guard_padding`): where one fails,
     a factor of the product lies wholly in a padded tensor's zeros, so the call would add zeros and is
     skipped. A backend may run it anyway (the result is the same for finite operands).

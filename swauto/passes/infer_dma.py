@@ -10,9 +10,10 @@ a producer (`Call.epilogue`) become statements just before that put, on the tile
 inputs transferred like operands (`Call.transfers`). A box that may reach outside its tensor (a
 convolution's padding) is zero-filled there; an operand with padding zeros its buffer before the
 get. A call left overwriting its output by `init_outputs` has the output tile zeroed in local memory
-instead of read. A strided tensor box (`Access.steps`) is gathered into a dense buffer box. The buffers of a
-GEMM are spread over the mesh as its blocks; those of other primitives are data-parallel
-(`LocalBuffer.spread`).
+instead of read, where the tile's transfer sits (outside the loops that only reduce into it), and the
+call's flag cleared: it adds into the zeroed tile, and no call overwrites afterwards. A strided
+tensor box (`Access.steps`) is gathered into a dense buffer box. The buffers of a GEMM are spread over
+the mesh as its blocks; those of other primitives are data-parallel (`LocalBuffer.spread`).
 
 `place_transfers` is the same placement with some operands hoisted over their innermost dependent
 loops (the `hoist_dma` pass chooses how far; `call_levels` says how far each call's transfer goes).
@@ -209,10 +210,12 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
     for (call, loops), levels in zip(calls, call_levels(calls, hoist or {}), strict=True):
         placed: dict[str, _Placement] = {}
         out = call.output_role
+        cleared = False
         for role, access in call.transfers:
             tensor = module.tensor(access.name)
             writes = role == out
             zeroed = writes and call.overwrite  # the tile starts from 0 in local memory (`init_outputs`)
+            cleared |= zeroed
             reads = not writes or call.signature.reads_output() and not zeroed
             draft = place(access, loops, levels[role], names[role], reads, writes, tensor.shape,
                           module.context, zeroed)
@@ -242,7 +245,8 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
             name = placement.operand.name
             old = shapes.get(name, placement.shape)
             shapes[name] = tuple(max(a, b) for a, b in zip(old, placement.shape, strict=True))
-        new_calls[id(call)] = replace(call.with_operands(lambda role, _, p=placed: p[role].operand), epilogue=())
+        new_calls[id(call)] = replace(call.with_operands(lambda role, _, p=placed: p[role].operand), epilogue=(),
+                                      overwrite=call.overwrite and not cleared)
 
     class Place(Rewriter):
         def rewrite_For(self, loop: For) -> Stmt:

@@ -4,12 +4,15 @@ identity of its primitive's combine (0 for a sum or a GEMM, -inf for a maximum).
 Guarantees: every nest whose call has `overwrite` set and whose primitive combines into its output
 is preceded by a nest that fills each output tile the call writes with that identity: the same
 loops that index the output, in the same order, around a `fill` of the same box. The exception is a
-sum whose every loop indexes its output, so that one call computes each output tile whole (a GEMM
-whose K is not split, around which no loop reduces): it keeps `overwrite`, and `infer_dma` zeroes the
-tile in local memory instead of reading it. Afterwards no other call has `overwrite` set, and every
-other statement is unchanged. A primitive that stores its result (a map) overwrites by itself: its
-flag is only cleared. Tiles are written exactly as the call writes them, so the fill covers what
-the statement overwrites and nothing else.
+sum whose every output tile is completed inside the loops that move the output: those loops run
+outside all others, which only reduce into the tile (a GEMM whose K is not split, or whose K loop is
+innermost; a depthwise convolution's kernel taps inside its pixels), and distinct iterations of
+them write disjoint tiles. It keeps `overwrite`, and `infer_dma` zeroes the tile in local memory
+where its transfer sits, before the reducing loops, instead of reading it. Afterwards no other call
+has `overwrite` set, and every other statement is unchanged. A primitive that stores its result (a
+map) overwrites by itself: its flag is only cleared. Tiles are written exactly as the call writes
+them, so the fill covers what the statement overwrites and nothing else. With `in_tiles=False`
+there is no exception (the reference interpreter runs calls one by one: nothing zeroes a tile).
 """
 
 from __future__ import annotations
@@ -36,14 +39,16 @@ def _fill(loops: list[For], call: Call) -> Stmt:
     return body
 
 
-def _whole_tiles(loops: list[For], call: Call) -> bool:
-    """Whether each call computes its output tile whole, no other call touching it: a sum whose every
-    loop steps one axis of the output of its own by at least the box's extent there (a scatter, whose
-    boxes overlap, is not)."""
+def _complete_tiles(loops: list[For], call: Call) -> bool:
+    """Whether each output tile is computed whole inside one iteration of the loops that move the output,
+    no other iteration touching it: a sum whose loops that move its output all run outside those that
+    do not (which only reduce into the tile), each stepping one axis of the output of its own by at
+    least the box's extent there (a scatter, whose boxes overlap, is not)."""
     if call.signature.combine != "+":
         return False
     out = call.output
     axes: set[int] = set()
+    reducing = False
     for loop in loops:
         stepped = []
         for axis, start in enumerate(out.starts):
@@ -56,19 +61,22 @@ def _whole_tiles(loops: list[For], call: Call) -> bool:
                 return False
             if step:
                 stepped.append(axis)
-        if len(stepped) != 1 or stepped[0] in axes:
+        if not stepped:
+            reducing = True
+            continue
+        if reducing or len(stepped) != 1 or stepped[0] in axes:
             return False
         axes.add(stepped[0])
     return True
 
 
-def init_outputs(module: Module) -> Module:
+def init_outputs(module: Module, in_tiles: bool = True) -> Module:
     if not any(loop_nest(nest)[1].overwrite for nest in statements(module)):
         return module
 
     def initialised(_: int, nest: Stmt) -> list[Stmt]:
         loops, call = loop_nest(nest)
-        if not call.overwrite or _whole_tiles(loops, call):
+        if not call.overwrite or in_tiles and _complete_tiles(loops, call):
             return [nest]
         cleared = rebuild_nest(loops, replace(call, overwrite=False))
         return [_fill(loops, call), cleared] if call.signature.combine else [cleared]
