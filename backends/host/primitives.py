@@ -131,7 +131,8 @@ def emit_map(lw: Lowering, call: Call, env: Env, taps: Sequence[Mapping[str, int
         return lw.storage[name].view_of or name
 
     inputs_memory = {memory(access.name) for role, access in call.operands if role != "Z"}
-    scope = _output_scope(lw) if memory(call.operand("Z").name) not in inputs_memory else None
+    scoped = signature.kind != "reduce" and memory(call.operand("Z").name) not in inputs_memory
+    scope = _output_scope(lw) if scoped else None  # (a reduction's accesses are left as they were)
 
     def points(group: list[dict[str, ir.Value]]) -> None:
         targets = [_element(lw, output, index, f"{call.primitive}.Z") for index in group]

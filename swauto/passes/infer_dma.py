@@ -210,12 +210,10 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
     for (call, loops), levels in zip(calls, call_levels(calls, hoist or {}), strict=True):
         placed: dict[str, _Placement] = {}
         out = call.output_role
-        cleared = False
         for role, access in call.transfers:
             tensor = module.tensor(access.name)
             writes = role == out
             zeroed = writes and call.overwrite  # the tile starts from 0 in local memory (`init_outputs`)
-            cleared |= zeroed
             reads = not writes or call.signature.reads_output() and not zeroed
             draft = place(access, loops, levels[role], names[role], reads, writes, tensor.shape,
                           module.context, zeroed)
@@ -246,7 +244,7 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
             old = shapes.get(name, placement.shape)
             shapes[name] = tuple(max(a, b) for a, b in zip(old, placement.shape, strict=True))
         new_calls[id(call)] = replace(call.with_operands(lambda role, _, p=placed: p[role].operand), epilogue=(),
-                                      overwrite=call.overwrite and not cleared)
+                                      overwrite=call.overwrite and out not in placed)
 
     class Place(Rewriter):
         def rewrite_For(self, loop: For) -> Stmt:
