@@ -175,6 +175,24 @@ def test_an_odd_batch_pads_its_own_axis_and_fits():
             assert dim != "M" or pad == 0 or extent == 33, access  # only the batch axis gets zeros along M
 
 
+def test_pixels_of_a_small_image_pad_together():
+    """M = 7 rows x 7 columns (a 7 x 7 output at batch 1) is padded to 8 x 8 = 64, not 7 x 32 = 224
+    along one axis: the axes carrying a dimension are padded jointly, alike in every operand. The
+    candidates with the whole image in one GEMM, against the reference on both targets."""
+    params = {"B": 1, "Ni": 16, "No": 8, "Ri": 14, "Ci": 14, "Kr": 1, "Kc": 1, "stride": 2, "pad": 0}
+    whole = [c for c in swauto.schedules(CONV_SW, params, target="sw26010")
+             if (dict(c.splits)["cCo"], dict(c.splits)["cRo"], c.vectorize) == (7, 7, "N")]
+    assert whole
+    kernel = swauto.compile(CONV_SW, params, target="sw26010", schedule=whole[0])
+    gemm = next(node for node, _ in walk(kernel.module.body) if isinstance(node, Call) and node.primitive == "gemm")
+    assert gemm.size("M") == 64
+    for _, access in (operand for operand in gemm.operands if "M" in operand[1].dims):
+        padded = [e + p for e, p, d in zip(access.extents, access.pad or (0,) * len(access.extents), access.dims,
+                                           strict=True) if d == "M" and e > 1]
+        assert padded == [8, 8], access
+    _compare(params, _sample(whole, 4, seed=5), seed=5)
+
+
 @pytest.mark.parametrize("stride", [1, 2])
 def test_rows_join_m_on_small_images_at_batch_1(stride):
     """Where one output row gives M = Co x B <= 128, conv2d.sw also fuses whole rows into M (a tile of

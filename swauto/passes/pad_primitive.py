@@ -2,17 +2,21 @@
 
 Guarantees: every primitive call has sizes the primitive accepts (the vectorized dimension a
 multiple of 128, the other free one of 32, K of 8, from the machine description). A call whose
-size is not is padded: of the axes carrying that dimension in each operand, the one whose padding
-adds the fewest elements (an odd batch of 33 under one output column: the batch axis to 64, not
-the column axis to 32 columns) gets `pad` zeros after its valid elements, so only the tile in local
-memory grows; nothing is copied in main memory. Calls whose sizes are accepted (full tiles,
+size is not is padded: the axes carrying that dimension in each operand get `pad` zeros after their
+valid elements, as few in all as make the dimension's size a multiple (an odd batch of 33 under one
+output column: the batch axis to 64, not the column axis to 32 columns; 7 x 7 output pixels: both
+axes to 8, M = 64, where either alone would take 7 x 32 = 224). Only the tile in local memory
+grows; nothing is copied in main memory. The operands carrying a dimension split it over the same
+extents, apart from axes of extent 1 (left unpadded), so each pads them alike and the dimension's
+index splits over them the same way (checked). Calls whose sizes are accepted (full tiles,
 remainders that happen to fit: primitive switching) are left as they are.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from math import gcd, prod
+from itertools import product
+from math import prod
 
 from swauto.ir.nodes import Access, Call, Module
 from swauto.ir.visitor import Rewriter
@@ -26,21 +30,40 @@ def multiples(machine: LocalMemoryMachine, vectorize: str) -> dict[str, int]:
     return {vectorize: constraints.vectorized_multiple, other: constraints.other_multiple, "K": constraints.k_multiple}
 
 
-def _padding(access: Access, dim: str, multiple: int) -> tuple[int, int] | None:
-    """(axis, zeros) that make `dim` a multiple of `multiple` in `access` with the fewest padded
-    elements (the outermost such axis on a tie), or None if it already is."""
-    axes = [axis for axis, carried in enumerate(access.dims) if carried == dim]
-    size = prod(access.extents[axis] for axis in axes)
-    if size % multiple == 0:
-        return None
-    options = []
-    for axis in axes:
-        others = size // access.extents[axis]
-        step = multiple // gcd(multiple, others)
-        zeros = -(-access.extents[axis] // step) * step - access.extents[axis]
-        options.append(((access.extents[axis] + zeros) * others, axis, zeros))
-    _, axis, zeros = min(options)
-    return axis, zeros
+def _padded(extents: tuple[int, ...], multiple: int) -> tuple[int, ...]:
+    """The extents padded so that their product is a multiple of `multiple`, with the smallest product.
+    Each is padded to a multiple of a divisor of `multiple` (no other extent makes a product smaller
+    that a divisor's does not); on a tie, the fewest padded extents, then the outermost (one extent
+    where one suffices)."""
+    divisors = [d for d in range(1, multiple + 1) if multiple % d == 0]
+    choices = [sorted({-(-extent // d) * d for d in divisors}) for extent in extents]
+    return min(product(*choices), key=lambda padded: (
+        prod(padded) % multiple != 0, prod(padded),
+        [p != e for p, e in zip(padded, extents, strict=True)].count(True),
+        [axis for axis, (p, e) in enumerate(zip(padded, extents, strict=True)) if p != e]))
+
+
+def _pad(call: Call, dim: str, multiple: int) -> dict[str, Access]:
+    """The operands carrying `dim`, padded so that it is a multiple of `multiple`.
+
+    They split the dimension over the same extents apart from axes of extent 1, which stay unpadded:
+    so its index splits over the padded axes the same way in every operand. A dimension of size 1 pads
+    each operand's outermost axis carrying it (its one element comes first either way)."""
+    carriers = {name: access for name, access in call.operands if dim in access.dims}
+    splits = {tuple(int(e) for e, d in zip(a.extents, a.dims, strict=True) if d == dim and e != 1)
+              for a in carriers.values()}
+    assert len(splits) == 1, f"the operands of {call.primitive} split {dim} differently: {splits}"
+    extents = splits.pop()
+    if prod(extents) % multiple == 0:
+        return carriers
+    padded = _padded(extents, multiple) if extents else (multiple,)
+    for name, access in carriers.items():
+        axes = [axis for axis, d in enumerate(access.dims) if d == dim and (access.extents[axis] != 1 or not extents)]
+        pad = list(access.pad or (0,) * len(access.extents))
+        for axis, new in zip(axes, padded, strict=False):  # a size-1 dimension: its outermost axis
+            pad[axis] += new - int(access.extents[axis])
+        carriers[name] = replace(access, pad=tuple(pad))
+    return carriers
 
 
 class _Pad(Rewriter):
@@ -54,17 +77,9 @@ class _Pad(Rewriter):
         operands = dict(call.operands)
         sizes = dict(call.sizes)
         for dim, multiple in multiples(self.machine, call.vectorize).items():
-            for name, access in operands.items():
-                if dim not in access.dims:
-                    continue
-                padding = _padding(access, dim, multiple)
-                if padding is None:
-                    continue
-                axis, zeros = padding
-                pad = list(access.pad or (0,) * len(access.extents))
-                pad[axis] += zeros
-                operands[name] = replace(access, pad=tuple(pad))
-            carrier = next(a for a in operands.values() if dim in a.dims)
+            padded = _pad(call.with_operands(lambda role, _: operands[role]), dim, multiple)
+            operands.update(padded)
+            carrier = next(iter(padded.values()))
             sizes[dim] = prod(e for e, d in zip(carrier.padded_extents(), carrier.dims, strict=True) if d == dim)
         return call.with_sizes(sizes).with_operands(lambda role, _: operands[role])
 
