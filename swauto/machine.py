@@ -93,6 +93,16 @@ class SW26010:
     map_call_overhead_cycles: int = 32
     # Zeroing local memory: one 4-wide vector store per cycle per CPE.
     zero_elements_per_cycle: int = 4
+    # An exchanged transfer (`swauto.passes.exchange_transfers`): the CPEs of each mesh row pass the
+    # pieces of the runs they moved to the CPEs the mesh layout gives them over the row register
+    # network, one 256-bit vector at a time (thesis 3.1.4). Per vector a CPE loads, puts, gets and
+    # stores: four P1 instructions (assumption), after the network's latency and a synchronisation.
+    register_vector_bytes: int = 32
+    exchange_instructions_per_vector: int = 4
+    # A transfer is exchanged where the measured table below gives its data-parallel blocks at least
+    # this much more bandwidth than its mesh pieces: the exchange costs about 3% of the transfer's time
+    # at full bandwidth (4 instructions per 32 bytes per CPE against the 64 CPEs' 17 bytes per cycle).
+    exchange_min_gain: float = 1.1
 
     # --- the thesis' analytic model (swauto/tuner/sw26010_model.py) ----------------------------------
     # DMA bandwidth (MB/s) of one core group whose 64 CPEs each move a block of 16, 32, ..., 4080 bytes,
@@ -145,6 +155,18 @@ class SW26010:
     def ldm_usable_bytes(self) -> int:
         return self.ldm_bytes - self.ldm_reserve_bytes
 
+    def measured_bandwidth(self, block_bytes: int) -> float:
+        """Bytes per second the measured table gives for blocks of this size (the nearest entry at or
+        above it; the last entry beyond the table), capped at PEAK_BW."""
+        table = self.dma_measured_mbps
+        index = min(max(-(-block_bytes // self.dma_measured_block_step), 1), len(table)) - 1
+        return min(table[index] * 1e6, self.peak_bandwidth)
+
+    def exchange_cycles(self, nbytes: int) -> float:
+        """Cycles the mesh spends exchanging the pieces of a transfer of `nbytes` (each CPE its share)."""
+        vectors = -(-nbytes // self.cpes // self.register_vector_bytes)
+        return self.register_comm_latency_cycles + self.sync_cycles + self.exchange_instructions_per_vector * vectors
+
 
 # The host micro-kernel's default register tiles (rows, vectors) per instruction set, the default first:
 # a kernel compiled without a chosen tile gets it, and calibration measures these among its choices
@@ -181,6 +203,8 @@ class HostScratchpad:
     asynchronous_dma: bool = False
     # A GEMM whose factor is a tile of zero padding alone is skipped (`swauto.passes.guard_padding`).
     skips_zero_tiles: bool = True
+    # No mesh: no transfer is exchanged (`swauto.passes.exchange_transfers`).
+    exchange_min_gain: float = 0.0
 
     @property
     def ldm_usable_bytes(self) -> int:
@@ -210,6 +234,9 @@ class LocalMemoryMachine(Protocol):
 
     @property
     def skips_zero_tiles(self) -> bool: ...
+
+    @property
+    def exchange_min_gain(self) -> float: ...
 
 
 SUNWAY = SW26010()

@@ -15,6 +15,7 @@ from swauto.ir.nodes import Alloc, Module, Seq, Stmt, seq
 from swauto.ir.rename import prefix_buffers
 from swauto.machine import LocalMemoryMachine
 from swauto.passes.double_buffer import double_buffer
+from swauto.passes.exchange_transfers import exchange_transfers
 from swauto.passes.forward_transfers import forward_transfers
 from swauto.passes.guard_padding import guard_padding
 from swauto.passes.hoist_dma import hoist_dma
@@ -28,9 +29,10 @@ from swauto.schedule.space import apply
 
 Stages = list[tuple[str, Module]]
 # The passes each statement goes through, in order (`double_buffer` only for double-buffered candidates,
-# `guard_padding` only on a machine that `skips_zero_tiles`).
-NEST_PASSES = ("peel_boundaries", "pad_primitive", "guard_padding", "infer_dma", "hoist_dma", "double_buffer",
-               "plan_local_memory")
+# `guard_padding` only on a machine that `skips_zero_tiles`, `exchange_transfers` only where it exchanges).
+NEST_PASSES = ("peel_boundaries", "pad_primitive", "guard_padding", "infer_dma", "hoist_dma", "exchange_transfers",
+               "double_buffer", "plan_local_memory")
+OPTIONAL_PASSES = ("guard_padding", "exchange_transfers", "double_buffer")
 
 
 def lower(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) -> Stages:
@@ -59,8 +61,8 @@ def lower(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
         if candidate.double_buffer and not any(name == "double_buffer" for per in lowered for name, _ in per):
             raise Rejected("no transfer inside a loop to double buffer")
         for name in NEST_PASSES[:-1]:
-            optional = name in ("double_buffer", "guard_padding")  # stages only where a statement has them
-            if not optional or any(name == done for per in lowered for done, _ in per):
+            # An optional stage only where a statement has it.
+            if name not in OPTIONAL_PASSES or any(name == done for per in lowered for done, _ in per):
                 parts = [_stage(per, name) for per in lowered]
                 module = replace(parts[0], buffers=tuple(b for p in parts for b in p.buffers), context=())
                 stages.append((name, _assemble(initialised, [p.body for p in parts], module)))
@@ -139,6 +141,9 @@ def _lower_nest(module: Module, doubled: bool, machine: LocalMemoryMachine,
     stages.append(("infer_dma", placed))
     module = hoist_dma(module, machine, doubled, placed)
     stages.append(("hoist_dma", module))
+    if (exchanged := exchange_transfers(module, machine)) is not module:
+        module = exchanged
+        stages.append(("exchange_transfers", module))
     if doubled:
         buffered = double_buffer(module)
         if buffered != module:

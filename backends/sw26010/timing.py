@@ -85,19 +85,24 @@ class Timeline:
     now: float = 0.0
     memory_free: float = 0.0
     pending: dict[str, float] = field(default_factory=dict)  # reply -> completion of its last transfer
+    exchanges: dict[str, float] = field(default_factory=dict)  # reply -> CPE cycles its wait spends after it
     stats: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STATS, 0.0))
 
     # --- events --------------------------------------------------------------------------------------
 
-    def transfer(self, direction: str, cost: TransferCost | None, reply: str, local_cycles: float = 0.0) -> None:
+    def transfer(self, direction: str, cost: TransferCost | None, reply: str, local_cycles: float = 0.0,
+                 exchange_cycles: float = 0.0) -> None:
         """Issue one mesh-wide DMA (None: nothing to move, only the reply) after `local_cycles` of
-        CPE work (zeroing the part of a tile outside a padded tensor)."""
+        CPE work (zeroing the part of a tile outside a padded tensor; a put's exchange). A get's
+        `exchange_cycles` are spent by the wait for its reply, once it has arrived."""
         machine = self.machine
         self.now += machine.dma_issue_cycles + local_cycles
         self.stats["compute_cycles"] += local_cycles
         if cost is None:
             self.pending.setdefault(reply, self.now)
             return
+        if exchange_cycles:
+            self.exchanges[reply] = self.exchanges.get(reply, 0.0) + exchange_cycles
         start = max(self.now + machine.dma_latency_cycles, self.memory_free)
         done = start + cost.service_cycles
         self.memory_free = done
@@ -112,6 +117,9 @@ class Timeline:
     def wait(self, reply: str) -> None:
         """Block until every transfer issued with `reply` has completed."""
         self.now = max(self.now, self.pending.pop(reply, 0.0))
+        exchange = self.exchanges.pop(reply, 0.0)
+        self.now += exchange
+        self.stats["compute_cycles"] += exchange
 
     def compute(self, cycles: float, flops: int = 0, gemm: bool = False) -> None:
         self.now += cycles
@@ -126,7 +134,7 @@ class Timeline:
         to 0): equal states at two points evolve identically under identical statements."""
         now = self.now
         waiting = tuple(sorted((r, round(t - now, 6)) for r, t in self.pending.items() if t > now))
-        return round(max(self.memory_free - now, 0.0), 6), waiting
+        return round(max(self.memory_free - now, 0.0), 6), waiting, tuple(sorted(self.exchanges.items()))
 
     def snapshot(self) -> tuple[float, dict[str, float]]:
         return self.now, dict(self.stats)
@@ -213,8 +221,12 @@ class Statements(Visitor):
         element = DTYPE_BYTES[tensor.dtype]
         base = sum(s * t for s, t in zip(starts, strides, strict=True)) * element
         cost = transfer_cost(tensor.shape, tuple(extents), base % self.machine.dma_transaction_bytes, element,
-                             self.machine, stmt.tensor.steps, stmt.buffer.name in self.flat, stmt.tensor.walks)
-        timeline.transfer(stmt.direction, cost, stmt.reply, local)
+                             self.machine, stmt.tensor.steps, stmt.buffer.name in self.flat or stmt.exchanged,
+                             stmt.tensor.walks)
+        exchange = self.machine.exchange_cycles(prod(extents) * element) if stmt.exchanged else 0.0
+        if stmt.direction == "put":
+            local, exchange = local + exchange, 0.0
+        timeline.transfer(stmt.direction, cost, stmt.reply, local, exchange)
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,17 @@ def row_pieces(run: int, rows: int, flat: bool, mesh_columns: int, cpes: int) ->
     return next(p for p in range(most, 0, -1) if run % p == 0)
 
 
+def block_bytes(shape: tuple[int, ...], extents: tuple[int, ...], element_bytes: int, flat: bool, mesh_columns: int,
+                cpes: int, steps: tuple[int, ...] = (), walks: tuple[int, ...] = ()) -> int:
+    """The size in bytes of the blocks the CPEs move for a box (all of one size): its rows, or for a
+    data-parallel (`flat`) buffer its longest contiguous runs, cut in `row_pieces`."""
+    if flat:
+        shape, extents, steps = merged_rows(shape, extents, steps, walks)
+    _, extents = strided_box(shape, extents, steps, walks)
+    run = extents[-1]
+    return run // row_pieces(run, prod(extents[:-1]), flat, mesh_columns, cpes) * element_bytes
+
+
 def dma_pattern(shape: tuple[int, ...], extents: tuple[int, ...], steps: tuple[int, ...] = (),
                 walks: tuple[int, ...] = ()) -> DmaPattern:
     """The contiguous blocks of a box with `extents` (stepping by `steps`, walking axes `walks`) inside

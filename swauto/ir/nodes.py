@@ -193,7 +193,11 @@ class Dma:
     `direction` is 'get' (memory to local) or 'put' (local to memory); `reply` names the counter
     a `DmaWait` waits on (it waits for every transfer issued with that reply). With `zero_fill`, a
     get may reach outside the tensor: those elements of the buffer box become 0 and only the part
-    inside moves (the zero padding of a convolution, without a padded copy of the input).
+    inside moves (the zero padding of a convolution, without a padded copy of the input). An
+    `exchanged` transfer of a mesh-spread buffer moves the box as a data-parallel buffer's would (its
+    longest contiguous runs, about one block per CPE) and the mesh passes the pieces to the CPEs its
+    layout gives them over the register network (a get once it has arrived, before its wait returns;
+    a put before it leaves): the same data lands in the same places (`swauto.passes.exchange_transfers`).
     """
 
     direction: str
@@ -201,6 +205,7 @@ class Dma:
     buffer: Access
     reply: str
     zero_fill: bool = False
+    exchanged: bool = False
 
 
 @dataclass(frozen=True)

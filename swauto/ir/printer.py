@@ -38,7 +38,7 @@ def format_access(access: Access, with_dims: bool = True) -> str:
 def _format_dma(stmt: Dma, module: Module | None) -> str:
     source, target = (stmt.tensor, stmt.buffer) if stmt.direction == "get" else (stmt.buffer, stmt.tensor)
     text = (f"dma {stmt.direction} {format_access(source, False)} -> {format_access(target, False)}"
-            f"{' zero-filled' if stmt.zero_fill else ''} reply {stmt.reply}")
+            f"{' zero-filled' if stmt.zero_fill else ''}{' exchanged' if stmt.exchanged else ''} reply {stmt.reply}")
     if module is not None:
         tensor = module.tensor(stmt.tensor.name)
         size = _DTYPE_BYTES[tensor.dtype]

@@ -40,6 +40,7 @@ from swauto.ir.dependence import loop_ranges
 from swauto.ir.nests import loop_nest, rebuild_nest, statements
 from swauto.ir.nodes import Access, Call, Dma, For, LocalBuffer, Module, Seq, Stmt, seq
 from swauto.machine import DTYPE_BYTES, LocalMemoryMachine
+from swauto.passes.exchange_transfers import exchange_transfers
 from swauto.passes.guard_padding import padding_guards
 from swauto.passes.hoist_dma import cheapest
 from swauto.passes.infer_dma import buffer_names, hoistable, hoisted_extents, transfer_box
@@ -495,7 +496,8 @@ class Sketcher:
             body = For(loop.var, loop.start, loop.stop, loop.stride,
                        seq(*before.get(loop.var, ()), body, *after.get(loop.var, ())))
         body = seq(*before.get(None, ()), body, *after.get(None, ()))
-        return replace(tiles.module, buffers=tuple(ir.buffer for ir in irs), body=body)
+        return exchange_transfers(replace(tiles.module, buffers=tuple(ir.buffer for ir in irs), body=body),
+                                  self.machine)
 
     def _signature(self, tiles: _TileClass, loops: tuple[For, ...],
                    placed: tuple[tuple[str | None, _Transfer], ...]) -> tuple:

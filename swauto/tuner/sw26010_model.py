@@ -65,15 +65,6 @@ class ModelEstimate:
     transfers: int = 0  # mesh-wide transfers one run issues
 
 
-def measured_bandwidth(block_bytes: int, machine: SW26010) -> float:
-    """Bytes per second the measured table gives for blocks of this size (the nearest entry at or above
-    it; the last entry beyond the table), capped at PEAK_BW."""
-    step = machine.dma_measured_block_step
-    table = machine.dma_measured_mbps
-    index = min(max(-(-block_bytes // step), 1), len(table)) - 1
-    return min(table[index] * 1e6, machine.peak_bandwidth)
-
-
 @lru_cache(maxsize=1 << 14)
 def transfer_bytes(shape: tuple[int, ...], extents: tuple[int, ...], base_residue: int, element_bytes: int,
                    mesh_columns: int, line: int, steps: tuple[int, ...] = (), flat: bool = False,
@@ -130,7 +121,7 @@ def moving_seconds(fetched: int, block: int, blocks: int, machine: SW26010) -> f
     that latency (the transfer pays its latency once, in `dma_seconds`)."""
     latency = machine.dma_latency_cycles / machine.clock_hz
     cpes = machine.cpes
-    round_seconds = cpes * block / measured_bandwidth(block, machine) - latency
+    round_seconds = cpes * block / machine.measured_bandwidth(block) - latency
     return max(fetched / machine.peak_bandwidth, blocks / cpes * round_seconds)
 
 
@@ -227,17 +218,23 @@ class _Model:
         if access.walks:
             strides = walked_strides(shape, access.walks)
         key = (shape, access.extents, _offset(access.starts, strides, env) * element % self.line, element,
-               access.steps, dma.buffer.name in self.flat, access.walks)
+               access.steps, dma.buffer.name in self.flat or dma.exchanged, access.walks)
         seconds = self.moving.get(key)
-        return self.latency + (self.moving_seconds(key) if seconds is None else seconds)
+        seconds = self.latency + (self.moving_seconds(key) if seconds is None else seconds)
+        return seconds + self.exchange_seconds(dma, element) if dma.exchanged else seconds
 
     def moving_seconds(self, key: tuple) -> float:
+        """A transfer's time in the memory system after its start latency (an exchanged one moves as a
+        data-parallel buffer's; its exchange is the CPEs' work: `exchange_seconds`)."""
         shape, extents, residue, element, steps, flat, walks = key
         machine = self.machine
         fetched, block, blocks = transfer_bytes(shape, extents, residue, element, machine.mesh_columns, self.line,
                                                 steps, flat, machine.cpes, walks)
         seconds = self.moving[key] = moving_seconds(fetched, block, blocks, machine)
         return seconds
+
+    def exchange_seconds(self, dma: Dma, element: int) -> float:
+        return self.machine.exchange_cycles(prod(dma.tensor.extents) * element) / self.machine.clock_hz
 
     def body(self, stmts: Sequence[Stmt], env: dict[str, int], trips: int,
              nested: bool = True) -> tuple[float, float, float, float, bool, float]:
@@ -262,7 +259,7 @@ class _Model:
                     strides = walked_strides(shape, access.walks)
                 extents = access.extents
                 key = (shape, extents, _offset(access.starts, strides, env) * element % line, element, access.steps,
-                       stmt.buffer.name in flat, access.walks)
+                       stmt.buffer.name in flat or stmt.exchanged, access.walks)
                 seconds = moving.get(key)
                 if seconds is None:
                     seconds = self.moving_seconds(key)
@@ -270,6 +267,10 @@ class _Model:
                 self.dma += trips * seconds
                 self.dma_bytes += trips * element * prod(extents)
                 self.transfers += trips
+                if stmt.exchanged:  # the CPEs' work, where the get is waited for or before the put
+                    exchange = self.exchange_seconds(stmt, element)
+                    self.compute += trips * exchange
+                    work += exchange
                 if stmt.direction == "get" and stmt.buffer.name not in single:
                     gets += seconds
                 else:
