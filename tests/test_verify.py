@@ -105,6 +105,37 @@ def test_the_verifier_refuses_what_breaks_an_invariant(body, problem):
             verify(module)
 
 
+def _stored(half: ex.Expr, row: ex.Expr, wait_first: bool = True) -> list:
+    """A stored result double buffered: half `half` zeroed and computed, the previous write-back waited
+    for, then this one issued."""
+    tile = _box("T", (half, 0, 0), (1, 8, 16))
+    put = Dma("put", _box("Y", (row * 8, 0), (8, 16)), tile, "w")
+    return [Zero(tile), _use(half), *([DmaWait("w")] if wait_first else []), put]
+
+
+def test_a_stored_result_double_buffered_verifies_by_the_iteration_just_before():
+    """The write-back of iteration i - 1 (half (i - 1) % 2) is still in flight while iteration i writes
+    half i % 2: the verifier compares it at that iteration's values, over a chain of loops too (the
+    halves alternate with the linear index). Without the wait before each put, two are in flight and
+    the one of iteration i - 2 meets the half being written; with halves alternating over the inner
+    loop alone, three iterations put the first of the next row's tiles in the half still in flight."""
+    verify(_program(Seq((For("i", ex.Const(0), ex.Const(4), 1, Seq(tuple(_stored(i % 2, i)))), DmaWait("w")))))
+    with pytest.raises(VerificationError, match="while a transfer of it is in flight"):
+        verify(_program(Seq((For("i", ex.Const(0), ex.Const(4), 1, Seq(tuple(_stored(i % 2, i, False)))),
+                             DmaWait("w")))))
+    j = ex.Var("j")
+    tensors = (Tensor("X", (48, 16)), Tensor("Y", (48, 16), is_output=True))
+
+    def chain(half: ex.Expr) -> Module:
+        inner = For("i", ex.Const(0), ex.Const(3), 1, Seq(tuple(_stored(half, j * 3 + i))))
+        return Module("p", tensors, (LocalBuffer("T", (2, 8, 16)),),
+                      Seq((For("j", ex.Const(0), ex.Const(2), 1, inner), DmaWait("w"))))
+
+    verify(chain((j * 3 + i) % 2))
+    with pytest.raises(VerificationError, match="while a transfer of it is in flight"):
+        verify(chain(i % 2))
+
+
 def test_host_phases_must_define_what_they_read():
     """A function that reads a buffer filled only by another thread's function is refused."""
     fill, use = Seq((_get(0), DmaWait("r"))), Seq((_use(), _put(0), DmaWait("w")))
@@ -331,3 +362,34 @@ def test_double_buffering_leaves_an_output_tile_zeroed_in_local_memory_in_its_it
         result = {n: a.copy() for n, a in arrays.items()}
         simulate(final, result, SUNWAY)
         assert np.abs(result["y"] - expected).max() <= 1e-4 * np.abs(expected).max()
+
+
+def test_a_stored_result_is_double_buffered_its_write_back_overlapping_the_next_tile(monkeypatch):
+    """A 1 x 1 convolution that overwrites its output (each tile zeroed in local memory, computed, put):
+    double buffered, the output tile gets two halves and each put is waited for only before the next
+    one, so the write-backs overlap the next tiles' work. Every such candidate verifies and computes
+    the reference's result."""
+    import swauto
+    from conftest import EXAMPLES
+    from swauto.ir.visitor import walk
+
+    monkeypatch.setenv("SWAUTO_VERIFY", "1")
+    source = (EXAMPLES / "conv2d.sw").read_text().replace("C += output[cRo, cCo]", "C = output[cRo, cCo]")
+    params = {"B": 1, "Ni": 16, "No": 8, "Ri": 14, "Ci": 14, "Kr": 1, "Kc": 1, "stride": 2, "pad": 0}
+    op = load(source, params)
+    rng = np.random.default_rng(4)
+    arrays = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in op.seed.tensors}
+    expected = reference(op, arrays)["output"]
+    overlapped = 0
+    for candidate, stages in explore(op, SUNWAY).legal:
+        final = stages[-1][1]
+        stmts = [node for node, _ in walk(final.body)]
+        puts = [k for k, node in enumerate(stmts) if isinstance(node, Dma) and node.tensor.name == "output"]
+        if not candidate.double_buffer or not puts or stmts[puts[0] + 1] == DmaWait(stmts[puts[0]].reply):
+            continue
+        overlapped += 1
+        assert final.buffer(stmts[puts[0]].buffer.name).shape[0] == 2
+        result = {n: a.copy() for n, a in arrays.items()}
+        swauto.compile(source, params, target="sw26010", schedule=candidate)(**result)
+        assert np.abs(result["output"] - expected).max() <= 1e-4 * np.abs(expected).max()
+    assert overlapped

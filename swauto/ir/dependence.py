@@ -21,7 +21,7 @@ def disjoint(starts_a: Sequence[ex.Expr], extents_a: Sequence[int], starts_b: Se
     the distance between their starts exceeds the extent of the box that comes first, whatever the
     variables' values in `ranges` (inclusive). Variables without a range make an axis unprovable."""
     for start_a, extent_a, start_b, extent_b in zip(starts_a, extents_a, starts_b, extents_b, strict=True):
-        if extent_a == extent_b == 1 and _different_residues(start_a, start_b):
+        if extent_a == extent_b == 1 and _different_residues(start_a, start_b, ranges):
             return True
         try:
             low, high = ex.bounds(start_b - start_a, ranges)
@@ -32,14 +32,19 @@ def disjoint(starts_a: Sequence[ex.Expr], extents_a: Sequence[int], starts_b: Se
     return False
 
 
-def _different_residues(a: ex.Expr, b: ex.Expr) -> bool:
-    """True for `x % m` and `(x + c) % m` with c not a multiple of m (the two halves of a double
-    buffer: this iteration's and the next one's)."""
+def _different_residues(a: ex.Expr, b: ex.Expr, ranges: Ranges) -> bool:
+    """True for `x % m` and `y % m` where y - x takes no multiple of m in `ranges` (the two halves of a
+    double buffer: this iteration's and the next one's, or the one before's)."""
     if not (isinstance(a, ex.BinOp) and isinstance(b, ex.BinOp) and a.op == b.op == "%" and a.right == b.right):
         return False
     modulus = ex.constant_value(a.right)
-    offset = ex.constant_value(ex.simplify(b.left - a.left))
-    return modulus is not None and modulus > 0 and offset is not None and offset % modulus != 0
+    if modulus is None or modulus <= 0:
+        return False
+    try:
+        low, high = ex.bounds(ex.simplify(b.left - a.left), ranges)
+    except (ValueError, KeyError):
+        return False
+    return (low - 1) // modulus == high // modulus  # no multiple of the modulus from low to high
 
 
 def disjoint_anywhere(starts_a: Sequence[ex.Expr], extents_a: Sequence[int], ranges_a: Ranges,

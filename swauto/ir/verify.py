@@ -13,9 +13,12 @@
   of a tensor box is issued while another, overlapping one of which either is a put is in flight,
   and every transfer is waited for before the program ends.
 
-Boxes are compared by `swauto.ir.dependence` (sound: "disjoint" only when proven). A transfer still
-in flight from an earlier iteration of a loop is compared as if its variables were independent of
-the current ones. `SWAUTO_VERIFY=1` makes the pipeline verify the IR after every stage.
+Boxes are compared by `swauto.ir.dependence` (sound: "disjoint" only when proven). A loop's first
+iteration sees the transfers in flight before it; the others see what the iteration before left. A
+transfer still in flight from the iteration just before (issued in it with the loops inside it at one
+value each: a write-back double buffered over a chain of loops) is compared at that iteration's
+values of the variables; one from further back, as if its variables were independent of the current
+ones. `SWAUTO_VERIFY=1` makes the pipeline verify the IR after every stage.
 """
 
 from __future__ import annotations
@@ -48,15 +51,18 @@ def enabled() -> bool:
 @dataclass(frozen=True, eq=False)
 class _InFlight:
     """A transfer issued and not yet waited for, with the variables' ranges where it was issued;
-    `earlier` when it comes from an earlier iteration of a loop (its variables had other values).
-    Two are equal when they are the same statement of the module issued under the same ranges."""
+    `earlier` when it comes from an earlier iteration of a loop (its variables had other values);
+    `previous` (loop variable, its step, the values of the loops inside it) when it comes from the
+    iteration just before of that loop. Two are equal when they are the same statement of the module
+    issued under the same ranges."""
 
     dma: Dma
     ranges: tuple[tuple[str, tuple[int, int]], ...]
     earlier: bool = False
+    previous: tuple[str, int, tuple[tuple[str, int], ...]] | None = None
 
     def _key(self) -> tuple:
-        return id(self.dma), self.ranges, self.earlier
+        return id(self.dma), self.ranges, self.earlier, self.previous
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _InFlight) and self._key() == other._key()
@@ -211,19 +217,50 @@ class _Checker(Visitor):
         span = self.span(loop, ranges)
         if span is None:
             return state  # the loop never runs
-        entry = state
-        for _ in range(4):  # transfers left in flight by one iteration reach the next one
-            out = self.visit(loop.body, entry, {**ranges, loop.var: span})
-            carried = frozenset(f if f in state.in_flight else replace(f, earlier=True) for f in out.in_flight)
-            following = _State(state.defined, state.in_flight | carried)
-            if following == entry:
-                break
-            entry = following
-        # After the loop, what its last iteration left is in flight: not the prefetches issued only in
-        # earlier iterations (their recorded range of the loop variable excludes its last value).
-        last = span[1]
-        left = frozenset(f for f in carried if f in state.in_flight or dict(f.ranges).get(loop.var, span)[1] >= last)
-        return _State(out.defined, left | (state.in_flight & out.in_flight))
+        first, last = span
+        # The first iteration sees what was in flight before the loop; each later one what the one
+        # before left (a fixpoint over the iterations after the first).
+        out = self.visit(loop.body, state, {**ranges, loop.var: (first, first)})
+        if last > first:
+            later = (first + loop.stride, last)
+            entry = _State(state.defined, self.carried(out, state, loop, ranges))
+            for _ in range(4):  # transfers left in flight by one iteration reach the next one
+                out = self.visit(loop.body, entry, {**ranges, loop.var: later})
+                following = _State(state.defined, entry.in_flight | self.carried(out, state, loop, ranges))
+                if following == entry:
+                    break
+                entry = following
+        # After the loop, what its last iteration left is in flight: those issued in it, at the loop
+        # variable's last value (not the prefetches issued only in earlier iterations, whose recorded
+        # range excludes it), and those from before it, from further back.
+        left = set()
+        for flight in out.in_flight:
+            issued = dict(flight.ranges)
+            if flight in state.in_flight:
+                left.add(flight)
+            elif issued.get(loop.var, span)[1] >= last:
+                fresh = not flight.earlier and flight.previous is None
+                left.add(replace(flight, ranges=tuple(sorted({**issued, loop.var: (last, last)}.items())))
+                         if fresh else replace(flight, earlier=True, previous=None))
+        return _State(out.defined, frozenset(left))
+
+    @staticmethod
+    def carried(out: _State, before: _State, loop: For, ranges: Ranges) -> frozenset[_InFlight]:
+        """The transfers an iteration of `loop` leaves in flight, as the next iteration sees them: those
+        from before the loop as they are; those it issued with every loop inside it at one value as
+        from the iteration just before (`_InFlight.previous`), the others as from an earlier one."""
+        carried = set()
+        for flight in out.in_flight:
+            if flight in before.in_flight:
+                carried.add(flight)
+                continue
+            inner = {name: span for name, span in flight.ranges if name not in ranges and name != loop.var}
+            if not flight.earlier and flight.previous is None and all(low == high for low, high in inner.values()):
+                values = tuple((name, low) for name, (low, _) in sorted(inner.items()))
+                carried.add(replace(flight, previous=(loop.var, loop.stride, values)))
+            else:
+                carried.add(replace(flight, earlier=True, previous=None))
+        return frozenset(carried)
 
     # --- leaves ---------------------------------------------------------------------------------
 
@@ -288,6 +325,16 @@ def _apart(flight: _InFlight, in_flight: Access, access: Access, ranges: Ranges)
     in_flight, access = in_flight.bounding_box(), access.bounding_box()
     if flight.earlier:
         return disjoint_anywhere(in_flight.starts, in_flight.spans(), issued, access.starts, access.spans(), ranges)
+    if flight.previous is not None:
+        # Issued one step of the loop back, with each loop inside it at the one value of its range.
+        var, stride, inner = flight.previous
+        low, high = issued.pop(var)
+        mapping: dict[str, ex.Expr] = {var: ex.Var(var) - stride}
+        for name, value in inner:
+            mapping[name] = ex.Const(value)
+            del issued[name]
+        in_flight = replace(in_flight, starts=tuple(ex.substitute(start, mapping) for start in in_flight.starts))
+        issued[var] = (low + stride, high + stride)
     both = dict(ranges)
     for name, (low, high) in issued.items():
         if name in both:

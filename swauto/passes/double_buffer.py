@@ -11,8 +11,12 @@ moves its get before the put of the current tile and the statements between, so 
 double buffered only where `swauto.ir.dependence` proves its next tile disjoint from the current
 one and from every other buffer's transfer of that tensor inside the loops (a scatter such as a
 transposed convolution's, whose consecutive tiles overlap, stays single buffered, as does a tile
-whose innermost loop runs once). A tile the body only writes (a stored result) keeps its put in place.
-Transfers at the root run once and are left as they are. The
+whose innermost loop runs once). A tile the body only writes (a stored result: zeroed or overwritten
+in local memory, then put) is double buffered too, where every other transfer of its tensor inside
+the loops is proven disjoint from its tiles: iteration i writes half i % 2, waits for the put of
+iteration i - 1 only after its own work and then puts its half without waiting, so each write-back
+overlaps the next iteration's work (and half i % 2 is free again: its put of iteration i - 2 was
+waited for before iteration i - 1's). Transfers at the root run once and are left as they are. The
 bytes moved are unchanged.
 """
 
@@ -34,11 +38,12 @@ class _Transfer:
     put: Dma | None
 
 
-def _split_body(body: Stmt) -> tuple[list[_Transfer], list[Stmt]]:
-    """The body's leading transfers (zero?, get, wait), its middle, and its trailing (put, wait) pairs.
-    A zeroing among the leading transfers that no get of the same buffer follows (an output tile
-    zeroed in local memory) is not a transfer: it goes to the start of the middle (it commutes with
-    the gets of other buffers before which it stood)."""
+def _split_body(body: Stmt) -> tuple[list[_Transfer], list[Stmt], list[Dma]]:
+    """The body's leading transfers (zero?, get, wait), its middle, and its trailing (put, wait) pairs:
+    those of tiles it also gets with their gets, the others (stored results) apart. A zeroing among the
+    leading transfers that no get of the same buffer follows (an output tile zeroed in local memory) is
+    not a transfer: it goes to the start of the middle (it commutes with the gets of other buffers
+    before which it stood)."""
     stmts = list(body.stmts) if isinstance(body, Seq) else [body]
     transfers: list[_Transfer] = []
     zeroed: list[Zero] = []
@@ -57,14 +62,17 @@ def _split_body(body: Stmt) -> tuple[list[_Transfer], list[Stmt]]:
     end = len(stmts)
     gotten = {t.get.buffer.name for t in transfers}
     puts: dict[str, Dma] = {}
-    # Trailing write-backs of tiles the body also gets; a tile the body only writes (a stored
-    # result) keeps its put and wait in the middle, in place.
-    while end >= 2 and isinstance(stmts[end - 2], Dma) and stmts[end - 2].direction == "put" \
-            and stmts[end - 2].buffer.name in gotten:
-        puts[stmts[end - 2].buffer.name] = stmts[end - 2]
+    stored: list[Dma] = []
+    while end - 2 >= i and isinstance(stmts[end - 2], Dma) and stmts[end - 2].direction == "put" \
+            and stmts[end - 1] == DmaWait(stmts[end - 2].reply):
+        put = stmts[end - 2]
+        if put.buffer.name in gotten:
+            puts[put.buffer.name] = put
+        else:
+            stored.insert(0, put)
         end -= 2
     transfers = [replace(t, put=puts.get(t.get.buffer.name)) for t in transfers]
-    return transfers, [*zeroed, *stmts[i:end]]
+    return transfers, [*zeroed, *stmts[i:end]], stored
 
 
 def _with_half(access: Access, half: ex.Expr) -> Access:
@@ -111,14 +119,14 @@ def _next_tile_disjoint(chain: list[For], box: Access) -> bool:
     return True
 
 
-def _others_disjoint(get: Dma, chain: list[For]) -> bool:
-    """True when every transfer of another buffer inside `chain[0]` moves a box of `get`'s tensor that
-    no tile of `get` meets: a prefetched tile crosses the statements between two iterations, which
-    must not write what it reads."""
+def _others_disjoint(transfer: Dma, chain: list[For]) -> bool:
+    """True when every transfer of another buffer inside `chain[0]` moves a box of `transfer`'s tensor
+    that no tile of `transfer` meets: a prefetched tile (or a write-back still in flight) crosses the
+    statements between two iterations, which must not write what it reads (nor read what it writes)."""
     ranges = loop_ranges(chain)
-    box = get.tensor.bounding_box()
+    box = transfer.tensor.bounding_box()
     for node, loops in walk(chain[0]):
-        if isinstance(node, Dma) and node.tensor.name == box.name and node.buffer.name != get.buffer.name:
+        if isinstance(node, Dma) and node.tensor.name == box.name and node.buffer.name != transfer.buffer.name:
             other = node.tensor.bounding_box()
             if not disjoint_anywhere(box.starts, box.spans(), ranges, other.starts, other.spans(),
                                      loop_ranges(loops)):
@@ -142,15 +150,18 @@ class _DoubleBuffer(Rewriter):
         body = self.rewrite(loop.body)
         chain = list(self.chain)
         self.chain.pop()
-        transfers, middle = _split_body(body)
-        if not transfers:
+        transfers, middle, stored = _split_body(body)
+        stored_doubled = [put for put in stored if _others_disjoint(put, chain)]
+        if not transfers and not stored_doubled:
             result: Stmt = For(loop.var, loop.start, loop.stop, loop.stride, body)
         else:
-            result = For(loop.var, loop.start, loop.stop, loop.stride, self.pipeline(chain, transfers, middle))
+            kept_puts = [stmt for put in stored if put not in stored_doubled for stmt in (put, DmaWait(put.reply))]
+            result = For(loop.var, loop.start, loop.stop, loop.stride,
+                         self.pipeline(chain, transfers, middle + kept_puts, stored_doubled))
         outer = id(loop)
         return seq(*self.prologues.pop(outer, []), result, *self.epilogues.pop(outer, []))
 
-    def pipeline(self, chain: list[For], transfers: list[_Transfer], middle: list[Stmt]) -> Stmt:
+    def pipeline(self, chain: list[For], transfers: list[_Transfer], middle: list[Stmt], stored: list[Dma]) -> Stmt:
         index = _linear_index(chain)
         half, other = index % 2, (index + 1) % 2
         first = {loop.var: loop.start for loop in chain}
@@ -180,24 +191,34 @@ class _DoubleBuffer(Rewriter):
                 issue = seq(*zero_next, next_get)
                 nested = If(cond, issue, nested)
             prefetch.append(nested)
+        # A stored result's previous write-back (from the other half) is waited for after this
+        # iteration's work, just before its own leaves.
+        for put in stored:
+            self.doubled.add(put.buffer.name)
+            puts += [DmaWait(put.reply), replace(put, buffer=_with_half(put.buffer, half))]
+            self.epilogues.setdefault(id(chain[0]), []).append(DmaWait(put.reply))
         kept_before = [s for t in kept for s in ((t.zero,) if t.zero else ()) + (t.get, DmaWait(t.get.reply))]
         kept_after = [s for t in kept if t.put for s in (t.put, DmaWait(t.put.reply))]
-        doubled = {t.get.buffer.name for t in transfers if t not in kept}
+        doubled = {t.get.buffer.name for t in transfers if t not in kept} | {put.buffer.name for put in stored}
         middle = [_UseHalves({name: half for name in doubled}).rewrite(stmt) for stmt in middle]
         return seq(*kept_before, *waits, *prefetch, *middle, *puts, *kept_after)
 
 
 class _UseHalves(Rewriter):
-    """Primitive operands on a doubled buffer read the half of the current iteration."""
+    """Primitive operands (an epilogue's too) and zeroings of a doubled buffer use the half of the
+    current iteration."""
 
     def __init__(self, halves: dict[str, ex.Expr]) -> None:
         self.halves = halves
 
-    def rewrite_Call(self, call: Call) -> Stmt:
-        def use(_: str, access: Access) -> Access:
-            return _with_half(access, self.halves[access.name]) if access.name in self.halves else access
+    def use(self, _: str, access: Access) -> Access:
+        return _with_half(access, self.halves[access.name]) if access.name in self.halves else access
 
-        return call.with_operands(use)
+    def rewrite_Call(self, call: Call) -> Stmt:
+        return replace(call.with_operands(self.use), epilogue=tuple(e.with_operands(self.use) for e in call.epilogue))
+
+    def rewrite_Zero(self, stmt: Zero) -> Stmt:
+        return Zero(self.use("", stmt.buffer))
 
 
 def double_buffer(module: Module) -> Module:
