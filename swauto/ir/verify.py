@@ -218,18 +218,21 @@ class _Checker(Visitor):
         if span is None:
             return state  # the loop never runs
         first, last = span
-        # The first iteration sees what was in flight before the loop; each later one what the one
-        # before left (a fixpoint over the iterations after the first).
-        out = self.visit(loop.body, state, {**ranges, loop.var: (first, first)})
-        if last > first:
-            later = (first + loop.stride, last)
-            entry = _State(state.defined, self.carried(out, state, loop, ranges))
-            for _ in range(4):  # transfers left in flight by one iteration reach the next one
-                out = self.visit(loop.body, entry, {**ranges, loop.var: later})
-                following = _State(state.defined, entry.in_flight | self.carried(out, state, loop, ranges))
-                if following == entry:
-                    break
-                entry = following
+        # A transfer in flight from the iteration just before of a loop around this one (a write-back
+        # double buffered over both) meets only this loop's first iteration: that one is checked
+        # apart, and the others with what the iteration before them left.
+        peel = last > first and any(flight.previous is not None for flight in state.in_flight)
+        base, rest = state.in_flight, span
+        if peel:
+            out = self.visit(loop.body, state, {**ranges, loop.var: (first, first)})
+            base, rest = self.carried(out, state, loop, ranges, span), (first + loop.stride, last)
+        entry = _State(state.defined, base)
+        for _ in range(4):  # transfers left in flight by one iteration reach the next one
+            out = self.visit(loop.body, entry, {**ranges, loop.var: rest})
+            following = _State(state.defined, base | self.carried(out, state, loop, ranges, span))
+            if following == entry:
+                break
+            entry = following
         # After the loop, what its last iteration left is in flight: those issued in it, at the loop
         # variable's last value (not the prefetches issued only in earlier iterations, whose recorded
         # range excludes it), and those from before it, from further back.
@@ -245,21 +248,26 @@ class _Checker(Visitor):
         return _State(out.defined, frozenset(left))
 
     @staticmethod
-    def carried(out: _State, before: _State, loop: For, ranges: Ranges) -> frozenset[_InFlight]:
+    def carried(out: _State, before: _State, loop: For, ranges: Ranges, span: tuple[int, int]
+                ) -> frozenset[_InFlight]:
         """The transfers an iteration of `loop` leaves in flight, as the next iteration sees them: those
         from before the loop as they are; those it issued with every loop inside it at one value as
-        from the iteration just before (`_InFlight.previous`), the others as from an earlier one."""
+        from the iteration just before (`_InFlight.previous`), the others as from an earlier one. The
+        loop variable's recorded range widens to the loop's `span` (the first iteration's and the
+        others' then carry the same)."""
         carried = set()
         for flight in out.in_flight:
             if flight in before.in_flight:
                 carried.add(flight)
                 continue
-            inner = {name: span for name, span in flight.ranges if name not in ranges and name != loop.var}
+            issued = dict(flight.ranges)
+            inner = {name: span for name, span in issued.items() if name not in ranges and name != loop.var}
+            widened = tuple(sorted({**issued, loop.var: span}.items()))
             if not flight.earlier and flight.previous is None and all(low == high for low, high in inner.values()):
                 values = tuple((name, low) for name, (low, _) in sorted(inner.items()))
-                carried.add(replace(flight, previous=(loop.var, loop.stride, values)))
+                carried.add(replace(flight, ranges=widened, previous=(loop.var, loop.stride, values)))
             else:
-                carried.add(replace(flight, earlier=True, previous=None))
+                carried.add(replace(flight, ranges=widened, earlier=True, previous=None))
         return frozenset(carried)
 
     # --- leaves ---------------------------------------------------------------------------------
