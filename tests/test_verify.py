@@ -4,6 +4,7 @@ refusal of programs the machine would not run right."""
 from __future__ import annotations
 
 import operator
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -103,6 +104,15 @@ def test_the_verifier_refuses_what_breaks_an_invariant(body, problem):
     else:
         with pytest.raises(VerificationError, match=problem):
             verify(module)
+
+
+def test_only_a_buffer_spread_over_the_mesh_is_exchanged():
+    body = Seq((replace(_get(0), exchanged=True), DmaWait("r")))
+    verify(_program(body))
+    flat = _program(body)
+    flat = replace(flat, buffers=(replace(flat.buffers[0], spread="flat"),))
+    with pytest.raises(VerificationError, match="is exchanged, but its buffer is not spread over the mesh"):
+        verify(flat)
 
 
 def _stored(half: ex.Expr, row: ex.Expr, wait_first: bool = True) -> list:

@@ -11,7 +11,8 @@
   workspace defined (the host's thread phases: `verify_functions`);
 - no statement touches a box of a local buffer that a transfer still in flight moves, no transfer
   of a tensor box is issued while another, overlapping one of which either is a put is in flight,
-  and every transfer is waited for before the program ends.
+  and every transfer is waited for before the program ends;
+- an exchanged transfer moves a buffer spread over the mesh (`swauto.passes.exchange_transfers`).
 
 Boxes are compared by `swauto.ir.dependence` (sound: "disjoint" only when proven). A loop's first
 iteration sees the transfers in flight before it; the others see what the iteration before left. A
@@ -108,6 +109,7 @@ class _Checker(Visitor):
         self.checked: set[tuple[int, tuple]] = set()  # (statement, ranges) whose boxes were checked
         self.shapes = {t.name: t.shape for t in module.tensors}
         self.buffers = {b.name: b.shape for b in module.buffers}
+        self.spreads = {b.name: b.spread for b in module.buffers}
 
     def error(self, stmt: Stmt, problem: str) -> VerificationError:
         where = f" after {self.stage}" if self.stage else ""
@@ -276,6 +278,8 @@ class _Checker(Visitor):
         self.boxes(dma, ranges)
         if dma.direction not in ("get", "put"):
             raise self.error(dma, f"has direction {dma.direction!r}")
+        if dma.exchanged and self.spreads.get(dma.buffer.name) != "mesh":
+            raise self.error(dma, "is exchanged, but its buffer is not spread over the mesh")
         self.local(dma, dma.buffer, state, ranges, reads=dma.direction == "put")
         for flight in state.in_flight:
             other = flight.dma
