@@ -263,7 +263,7 @@ class _Checker(Visitor):
                 carried.add(flight)
                 continue
             issued = dict(flight.ranges)
-            inner = {name: span for name, span in issued.items() if name not in ranges and name != loop.var}
+            inner = {name: bounds for name, bounds in issued.items() if name not in ranges and name != loop.var}
             widened = tuple(sorted({**issued, loop.var: span}.items()))
             if not flight.earlier and flight.previous is None and all(low == high for low, high in inner.values()):
                 values = tuple((name, low) for name, (low, _) in sorted(inner.items()))
