@@ -185,6 +185,21 @@ def _fake_measurements(monkeypatch, kernel_rates: list[float], peak: float = 120
     return handed
 
 
+def test_a_cache_level_measured_slower_than_the_next_is_taken_as_fast_as_that(tmp_path, monkeypatch):
+    """Copies within L2 measured at 15 GB/s beside 32 GB/s within L3 (a reading seen while the suite's
+    other worker ran) cannot be: the calibration keeps each level at least as fast as the one beyond it,
+    which the model's bounds rely on (a sketch priced below its placement's bound otherwise)."""
+    _fake_measurements(monkeypatch, [105e9])
+
+    def copy_bandwidth(size: int, threads: int = 1) -> float:  # L2's copy is of 1 MB, L3's 8 MB, DRAM's 256 MB
+        return 15e9 if size <= 1 << 20 else 32e9 if size <= 8 << 20 else 10e9
+
+    monkeypatch.setattr(host_model, "_copy_bandwidth", copy_bandwidth)
+    monkeypatch.setattr("swauto.backends.host.isa.cache_sizes", lambda: (32 << 10, 4 << 20, 64 << 20))
+    measured = host_model.recalibrate(tmp_path)
+    assert (measured.l2_bandwidth, measured.l3_bandwidth, measured.dram_bandwidth) == (32e9, 32e9, 10e9)
+
+
 def test_a_micro_kernel_measured_far_below_the_fma_peak_is_measured_again(tmp_path, monkeypatch):
     handed = _fake_measurements(monkeypatch, [20e9, 105e9])  # another process ran during the first
     measured = host_model.recalibrate(tmp_path)
