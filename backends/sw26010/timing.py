@@ -201,17 +201,18 @@ class Statements(Visitor):
 
     def visit_Dma(self, stmt: Dma, env: dict[str, int], timeline: Timeline) -> None:
         tensor = self.tensors[stmt.tensor.name]
-        starts = [ex.compiled(s)(env) for s in stmt.tensor.starts]
-        extents = stmt.tensor.extents
+        box = stmt.moved_box()
+        starts = [ex.compiled(s)(env) for s in box.starts]
+        extents = box.extents
         local = 0.0
         strides = self.strides[tensor.name]
-        if stmt.tensor.walks:
+        if box.walks:
             # A window (rows overlapping along an axis two of its axes walk) moves whole: at the image's
             # edge the CPEs would skip a few of its rows, which this counts as moved.
-            strides = walked_strides(tensor.shape, stmt.tensor.walks)
+            strides = walked_strides(tensor.shape, box.walks)
             local = self.zero_cycles(extents) if stmt.zero_fill else 0.0
         elif stmt.zero_fill and stmt.direction == "get":
-            _, inside, clipped = clip_box(tuple(starts), extents, tensor.shape, stmt.tensor.steps)
+            _, inside, clipped = clip_box(tuple(starts), extents, tensor.shape, box.steps)
             if clipped != extents:  # the CPEs zero their part of the tile, then the inside moves
                 local = self.zero_cycles(extents)
             starts, extents = list(inside), clipped
@@ -221,9 +222,9 @@ class Statements(Visitor):
         element = DTYPE_BYTES[tensor.dtype]
         base = sum(s * t for s, t in zip(starts, strides, strict=True)) * element
         cost = transfer_cost(tensor.shape, tuple(extents), base % self.machine.dma_transaction_bytes, element,
-                             self.machine, stmt.tensor.steps, stmt.buffer.name in self.flat or stmt.exchanged,
-                             stmt.tensor.walks)
-        exchange = self.machine.exchange_cycles(prod(extents) * element) if stmt.exchanged else 0.0
+                             self.machine, box.steps, stmt.buffer.name in self.flat or stmt.exchanged, box.walks)
+        # Each CPE passes on its share of the tile (a window's elements, where its bounding box moved).
+        exchange = self.machine.exchange_cycles(prod(stmt.tensor.extents) * element) if stmt.exchanged else 0.0
         if stmt.direction == "put":
             local, exchange = local + exchange, 0.0
         timeline.transfer(stmt.direction, cost, stmt.reply, local, exchange)

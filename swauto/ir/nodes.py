@@ -198,6 +198,7 @@ class Dma:
     longest contiguous runs, about one block per CPE) and the mesh passes the pieces to the CPEs its
     layout gives them over the register network (a get once it has arrived, before its wait returns;
     a put before it leaves): the same data lands in the same places (`swauto.passes.exchange_transfers`).
+    An exchanged window moves its bounding box (`moved_box`).
     """
 
     direction: str
@@ -206,6 +207,11 @@ class Dma:
     reply: str
     zero_fill: bool = False
     exchanged: bool = False
+
+    def moved_box(self) -> Access:
+        """The box of the tensor the DMA engine moves: an exchanged window's bounding box (its rows
+        overlap: the CPEs build the window while they exchange it), else the transfer's own box."""
+        return self.tensor.bounding_box() if self.exchanged else self.tensor
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,8 @@ def _format_dma(stmt: Dma, module: Module | None) -> str:
     if module is not None:
         tensor = module.tensor(stmt.tensor.name)
         size = _DTYPE_BYTES[tensor.dtype]
-        pattern = dma_pattern(tensor.shape, stmt.tensor.extents, stmt.tensor.steps, stmt.tensor.walks)
+        moved = stmt.moved_box()  # an exchanged window's bounding box
+        pattern = dma_pattern(tensor.shape, moved.extents, moved.steps, moved.walks)
         shape = f"{pattern.count} x {pattern.block * size} B"
         if pattern.stride is not None:
             shape += f", stride {pattern.stride * size} B"

@@ -21,21 +21,28 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import lru_cache
+from math import prod
 
 from swauto.ir.memory import block_bytes
 from swauto.ir.nodes import Dma, Module, Stmt
 from swauto.ir.visitor import Rewriter
 from swauto.machine import DTYPE_BYTES, SW26010, LocalMemoryMachine
 
+Box = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]  # extents, steps, walks
+
 
 @lru_cache(maxsize=1 << 14)
-def exchanges(shape: tuple[int, ...], extents: tuple[int, ...], element_bytes: int, steps: tuple[int, ...],
-              walks: tuple[int, ...], machine: SW26010) -> bool:
-    """Whether a transfer of this box of a tensor of `shape` into a mesh-spread buffer is exchanged."""
-    blocks = [block_bytes(shape, extents, element_bytes, flat, machine.mesh_columns, machine.cpes, steps, walks)
-              for flat in (False, True)]
-    mesh, flat = (machine.measured_bandwidth(block) for block in blocks)
-    return flat >= machine.exchange_min_gain * mesh
+def exchanges(shape: tuple[int, ...], window: Box, bounding: Box, element_bytes: int, machine: SW26010) -> bool:
+    """Whether a transfer of this box of a tensor of `shape` into a mesh-spread buffer is exchanged: its
+    `window` moved in mesh pieces takes at least `exchange_min_gain` times as long, at the measured
+    table's bandwidths, as the box the DMA engine would move instead (`bounding`: the window's bounding
+    box, or the window itself where its rows do not overlap) in data-parallel blocks."""
+    seconds = []
+    for (extents, steps, walks), flat in ((window, False), (bounding, True)):
+        block = block_bytes(shape, extents, element_bytes, flat, machine.mesh_columns, machine.cpes, steps, walks)
+        seconds.append(prod(extents) * element_bytes / machine.measured_bandwidth(block))
+    mesh, flat = seconds
+    return mesh >= machine.exchange_min_gain * flat
 
 
 class _Exchange(Rewriter):
@@ -50,8 +57,9 @@ class _Exchange(Rewriter):
         if dma.buffer.name not in self.mesh or not all(isinstance(e, int) for e in extents):
             return dma
         tensor = self.tensors[dma.tensor.name]
-        if not exchanges(tensor.shape, extents, DTYPE_BYTES[tensor.dtype], dma.tensor.steps, dma.tensor.walks,
-                         self.machine):
+        bounding = replace(dma, exchanged=True).moved_box()
+        if not exchanges(tensor.shape, (extents, dma.tensor.steps, dma.tensor.walks),
+                         (bounding.extents, bounding.steps, bounding.walks), DTYPE_BYTES[tensor.dtype], self.machine):
             return dma
         self.changed = True
         return replace(dma, exchanged=True)

@@ -213,7 +213,7 @@ class _Model:
     def dma_time(self, dma: Dma, env: dict[str, int]) -> float:
         """Equations 3-1/3-2 for one mesh-wide transfer (`dma_seconds`) at the addresses `env` gives
         (`body` inlines the rest of this)."""
-        access = dma.tensor
+        access = dma.moved_box()
         shape, strides, element = self.tensors[access.name]
         if access.walks:
             strides = walked_strides(shape, access.walks)
@@ -253,7 +253,7 @@ class _Model:
             if kind is DmaWait or kind is Alloc:
                 continue
             if kind is Dma:
-                access = stmt.tensor
+                access = stmt.moved_box()
                 shape, strides, element = tensors[access.name]
                 if access.walks:
                     strides = walked_strides(shape, access.walks)
