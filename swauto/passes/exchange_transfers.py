@@ -7,11 +7,14 @@ mesh columns. At batch 1 with the channels innermost, a row is one pixel's chann
 table, against 18 GB/s for 256-byte blocks). Such a transfer is better moved as a data-parallel
 buffer's is, its longest contiguous runs cut so that the CPEs move about one block each. The CPEs
 of each mesh row then pass the pieces to those the mesh layout gives them, over the row register
-network: a get once it has arrived, a put before it leaves.
+network: a get once it has arrived, a put before it leaves. A window (a first layer's input, its
+kernel taps in K: rows of 3 channels, 12-byte mesh pieces, overlapping) moves as its bounding box,
+fewer bytes in long runs, and the CPEs build the window while they exchange it (`Dma.moved_box`).
 
-Guarantees: a transfer between a tensor and a mesh-spread buffer is marked `exchanged` exactly where
-the machine's measured DMA table gives its data-parallel blocks at least `exchange_min_gain` times
-the bandwidth of its mesh pieces (never on a machine whose `exchange_min_gain` is 0: no mesh).
+Guarantees: a transfer between a tensor and a mesh-spread buffer is marked `exchanged` exactly where,
+at the machine's measured DMA table's bandwidths, its box in mesh pieces takes at least
+`exchange_min_gain` times as long as the box the engine moves instead in data-parallel blocks (never
+on a machine whose `exchange_min_gain` is 0: no mesh).
 Nothing else changes: every buffer and tensor holds the same data after every statement (an
 exchange changes which CPE moves a piece, not where it lands), so no dependence or local memory
 changes either.
