@@ -7,7 +7,12 @@ both targets.
 `examples/conv2d.sw` as written, model-tuned (`swauto.compile(..., tuner="model")`):
 - SW26010: the pick's simulated time (the timed simulator's timing-only mode) and its percent of a
   core group's peak, with its output columns and rows per GEMM (M = rows x S x B; S = 1 is the
-  batch-size-aware form, algorithm 3; rows join M only where a row gives M <= 16);
+  batch-size-aware form, algorithm 3; rows join M only where a row gives M <= 16); beside it the same
+  layer as a network runs it with its bias and ReLU (`examples/conv2d_bias_relu.sw`, which overwrites
+  its output instead of adding into it: the output is never read), the percent counting the
+  convolution's flops; and for both the ceiling the memory sets (`*_bound_pct`: every tensor moved
+  once, the output twice where it is added into, at the best bandwidth of the machine's measured DMA
+  table): a 3-channel first layer computes little per byte;
 - host: the median of `--repeat` calls against PyTorch's conv2d (oneDNN) on `--threads` threads,
   swauto on arrays already in its layouts (`Kernel.run_arranged`), PyTorch on NCHW, and the percent
   of this machine's measured FMA peak.
@@ -26,8 +31,9 @@ import swauto
 from swauto.models.layers import arranged
 from swauto.tuner.measure import median_seconds
 
-FIELDS = ["model", "layer", "ci", "co", "in_hw", "kr", "kc", "sw_columns", "sw_rows", "sw_peak_pct", "sw_candidate",
-          "host_gflops", "torch_gflops", "host_vs_torch", "host_peak_pct", "host_candidate"]
+FIELDS = ["model", "layer", "ci", "co", "in_hw", "kr", "kc", "sw_columns", "sw_rows", "sw_peak_pct", "sw_bound_pct",
+          "sw_overwriting_peak_pct", "sw_overwriting_bound_pct", "sw_candidate", "host_gflops", "torch_gflops",
+          "host_vs_torch", "host_peak_pct", "host_candidate"]
 
 
 def strided_layers() -> list[dict[str, str]]:
@@ -49,11 +55,24 @@ def measure(layer: dict[str, str], threads: int, repeat: int) -> dict[str, objec
     source = ROOT / "examples" / "conv2d.sw"
     _, params = conv_example(layer, 1)  # a dense layer (`strided_layers`)
     row: dict[str, object] = {k: layer[k] for k in ("model", "layer", "ci", "co", "in_hw", "kr", "kc")}
+    machine, peak = targets.get("sw26010").machine(), targets.get("sw26010").peak_flops(1)
     sw = swauto.compile(source, params, target="sw26010")
-    seconds = time_module(sw.module, targets.get("sw26010").machine()).seconds
+    flops = sw.report["flops"]  # the convolution's
+    seconds = time_module(sw.module, machine).seconds
+    overwriting = swauto.compile(ROOT / "examples" / "conv2d_bias_relu.sw", params, target="sw26010")
+    overwriting_seconds = time_module(overwriting.module, machine).seconds
+    nbytes = {t.name: 4 * math.prod(t.shape) for t in sw.module.tensors}
+    fastest = max(machine.dma_measured_mbps) * 1e6
+
+    def bound(moved: int) -> float:
+        return round(min(100.0, 100 * flops / (moved / fastest) / peak), 1)
+
     splits = dict(sw.schedule.splits)
     row.update(sw_columns=splits["cCo"], sw_rows=splits.get("cRo", 1),
-               sw_peak_pct=round(100 * sw.report["flops"] / seconds / targets.get("sw26010").peak_flops(1), 1),
+               sw_peak_pct=round(100 * flops / seconds / peak, 1),
+               sw_bound_pct=bound(sum(nbytes.values()) + nbytes["output"]),
+               sw_overwriting_peak_pct=round(100 * flops / overwriting_seconds / peak, 1),
+               sw_overwriting_bound_pct=bound(sum(nbytes.values())),
                sw_candidate=sw.schedule.describe())
     rng = np.random.default_rng(0)
     ci, co, hw, kr, kc = (int(layer[k]) for k in ("ci", "co", "in_hw", "kr", "kc"))
@@ -91,14 +110,17 @@ def main() -> None:
     for layer in tqdm(strided_layers(), desc="stride-2 layers", unit="layer"):
         rows.append(measure(layer, args.threads, args.repeat))
         tqdm.write(f"{layer['model']:12} {layer['layer']:26} SW {rows[-1]['sw_peak_pct']:5.1f}% of peak "
-                   f"(S = {rows[-1]['sw_columns']}); host {rows[-1]['host_vs_torch']:.2f}x PyTorch")
+                   f"(S = {rows[-1]['sw_columns']}; overwriting {rows[-1]['sw_overwriting_peak_pct']:5.1f}%); "
+                   f"host {rows[-1]['host_vs_torch']:.2f}x PyTorch")
     def spread(column: str) -> str:
         ratios = [float(r[column]) for r in rows]
         return (f"{min(ratios):.2f}-{max(ratios):.2f}x PyTorch, geometric mean "
                 f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x, {sum(r < 0.9 for r in ratios)} below 0.9x")
 
     notes = (f"{len(rows)} layers, B = 1: SW26010 {min(float(r['sw_peak_pct']) for r in rows):.1f}-"
-             f"{max(float(r['sw_peak_pct']) for r in rows):.1f}% of a core group's peak; host, {args.threads} "
+             f"{max(float(r['sw_peak_pct']) for r in rows):.1f}% of a core group's peak (overwriting, with bias and "
+             f"ReLU: {min(float(r['sw_overwriting_peak_pct']) for r in rows):.1f}-"
+             f"{max(float(r['sw_overwriting_peak_pct']) for r in rows):.1f}%); host, {args.threads} "
              f"thread(s): {spread('host_vs_torch')}")
     print(header() + f"  torch {torch.__version__}  medians of {args.repeat}")
     print(notes)
