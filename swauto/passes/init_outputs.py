@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from swauto.ir import expr as ex
+from swauto.ir.dependence import loop_ranges
 from swauto.ir.nests import loop_nest, map_statements, rebuild_nest, statements
 from swauto.ir.nodes import Call, For, Module, Stmt
 from swauto.primitives.registry import IDENTITY
@@ -43,10 +44,12 @@ def _complete_tiles(loops: list[For], call: Call) -> bool:
     """Whether each output tile is computed whole inside one iteration of the loops that move the output,
     no other iteration touching it: a sum whose loops that move its output all run outside those that
     do not (which only reduce into the tile), each stepping one axis of the output of its own by at
-    least the box's extent there (a scatter, whose boxes overlap, is not)."""
+    least the box's largest extent there (a last tile's may be shorter; a scatter, whose boxes overlap,
+    is not)."""
     if call.signature.combine != "+":
         return False
     out = call.output
+    ranges = loop_ranges(loops)
     axes: set[int] = set()
     reducing = False
     for loop in loops:
@@ -56,8 +59,7 @@ def _complete_tiles(loops: list[For], call: Call) -> bool:
             if form is None:
                 return False
             step = form[0].get(loop.var, 0)
-            extent = out.extents[axis]
-            if step and not (isinstance(extent, int) and abs(step) >= extent and len(form[0]) == 1):
+            if step and not (abs(step) >= _largest(out.extents[axis], ranges) and len(form[0]) == 1):
                 return False
             if step:
                 stepped.append(axis)
@@ -68,6 +70,17 @@ def _complete_tiles(loops: list[For], call: Call) -> bool:
             return False
         axes.add(stepped[0])
     return True
+
+
+def _largest(extent: int | ex.Expr, ranges: dict[str, tuple[int, int]]) -> float:
+    """The largest value of a box's extent (a last tile's `min(...)` until `peel_boundaries`
+    settles it); infinite where it cannot be bounded."""
+    if isinstance(extent, int):
+        return extent
+    try:
+        return ex.bounds(extent, ranges)[1]
+    except (ValueError, KeyError):
+        return float("inf")
 
 
 def init_outputs(module: Module, in_tiles: bool = True) -> Module:
