@@ -11,8 +11,8 @@ both targets.
   layer as a network runs it with its bias and ReLU (`examples/conv2d_bias_relu.sw`, which overwrites
   its output instead of adding into it: the output is never read), the percent counting the
   convolution's flops; and for both the ceiling the memory sets (`*_bound_pct`: every tensor moved
-  once, the output twice where it is added into, at the best bandwidth of the machine's measured DMA
-  table): a 3-channel first layer computes little per byte;
+  once, of the input the pixels some output reads, the output twice where it is added into, at the
+  best bandwidth of the machine's measured DMA table): a 3-channel first layer computes little per byte;
 - host: the median of `--repeat` calls against PyTorch's conv2d (oneDNN) on `--threads` threads,
   swauto on arrays already in its layouts (`Kernel.run_arranged`), PyTorch on NCHW, and the percent
   of this machine's measured FMA peak.
@@ -62,6 +62,12 @@ def measure(layer: dict[str, str], threads: int, repeat: int) -> dict[str, objec
     overwriting = swauto.compile(ROOT / "examples" / "conv2d_bias_relu.sw", params, target="sw26010")
     overwriting_seconds = time_module(overwriting.module, machine).seconds
     nbytes = {t.name: 4 * math.prod(t.shape) for t in sw.module.tensors}
+    # Of the input, only the rows and columns some output reads (a 1 x 1 kernel at stride 2 reads a quarter).
+    ci, co, hw, kr, kc = (int(layer[k]) for k in ("ci", "co", "in_hw", "kr", "kc"))
+    out_rows, out_columns = (next(t.shape for t in sw.module.tensors if t.name == "output")[axis] for axis in (0, 1))
+    rows = {r * 2 + k - params["pad_r"] for r in range(out_rows) for k in range(kr)} & set(range(hw))
+    columns = {c * 2 + k - params["pad_c"] for c in range(out_columns) for k in range(kc)} & set(range(hw))
+    nbytes["input"] = 4 * ci * len(rows) * len(columns)
     fastest = max(machine.dma_measured_mbps) * 1e6
 
     def bound(moved: int) -> float:
@@ -75,7 +81,6 @@ def measure(layer: dict[str, str], threads: int, repeat: int) -> dict[str, objec
                sw_overwriting_bound_pct=bound(sum(nbytes.values())),
                sw_candidate=sw.schedule.describe())
     rng = np.random.default_rng(0)
-    ci, co, hw, kr, kc = (int(layer[k]) for k in ("ci", "co", "in_hw", "kr", "kc"))
     x = rng.standard_normal((1, ci, hw, hw), dtype=np.float32)  # NCHW, as PyTorch takes it
     w = rng.standard_normal((co, ci, kr, kc), dtype=np.float32)  # OIHW
     declared = {"input": x.transpose(2, 3, 1, 0), "weight": w.transpose(2, 3, 0, 1)}
