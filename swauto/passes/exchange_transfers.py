@@ -60,7 +60,7 @@ class _Exchange(Rewriter):
         if dma.buffer.name not in self.mesh or not all(isinstance(e, int) for e in extents):
             return dma
         tensor = self.tensors[dma.tensor.name]
-        bounding = replace(dma, exchanged=True).moved_box()
+        bounding = dma.tensor.bounding_box()  # what it moves once exchanged (`Dma.moved_box`)
         if not exchanges(tensor.shape, (extents, dma.tensor.steps, dma.tensor.walks),
                          (bounding.extents, bounding.steps, bounding.walks), DTYPE_BYTES[tensor.dtype], self.machine):
             return dma

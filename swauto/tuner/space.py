@@ -42,8 +42,8 @@ MAX_CANDIDATES = 100_000
 # columns x 5 rows, whose sketches priced them 5% too low, and the pick was 3% slower than it. Nor does
 # it see the peeled copies' transfers that a single-buffered candidate waits for in place: on the
 # SW26010, conv2d_bias_relu at B = 1, 56 x 56 (tiles of 32 columns, a last one of 24), the single-buffered
-# sketches priced 0.3% below the double-buffered one, whose real IR is 11% faster (0.70 against 0.50 ms
-# simulated), and took all the lowering of those tiles.
+# sketches priced 0.3% below the double-buffered one, whose real IR runs in 0.50 ms against their 0.70
+# (simulated), and took all the lowering of those tiles.
 LOWERED = 16
 LOWERED_PER_TILES = 4
 # The kinds of `explore_ranked`'s queue entries, in the order they go at one figure.
