@@ -35,7 +35,8 @@ from swauto.tuner.sketch import Sketch, Sketcher, SketchModel
 # minutes and gigabytes to build.
 MAX_CANDIDATES = 100_000
 # How many legal candidates `explore_ranked` lowers: those whose sketches the model prices fastest, at
-# most LOWERED_PER_TILES with the same tile sizes and buffering (of any order and layouts). A sketch
+# most LOWERED_PER_TILES with the same tile sizes (of any order and layouts), as many with each buffering.
+# A sketch
 # prices those against each other closely, but tiles with short last ones only to a few percent against
 # others, so the next tile sizes get their turn: on a 10 x 10 image at stride 2 and B = 1, with tiles of
 # padding skipped, the best host candidate (4 columns x 1 row per GEMM) came after 16 candidates of 4
@@ -171,7 +172,8 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketch
                    lowered: int = LOWERED, max_candidates: int = MAX_CANDIDATES) -> Space:
     """Rank before lowering: candidates are lowered from the cheapest sketch (`swauto.tuner.sketch`)
     on, priced by `model.price` times its share of work (its last tiles weighed by `model.call_seconds`),
-    until `lowered` of them are legal, at most LOWERED_PER_TILES with the same tile sizes and buffering; the rest are
+    until `lowered` of them are legal, at most LOWERED_PER_TILES with the same tile sizes, as many with
+    each buffering; the rest are
     counted in `Space.sketched`. The model tuner ranks the lowered ones on their real IR.
 
     Work is shared and skipped where that cannot change which candidates are lowered:
@@ -271,7 +273,9 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
             bound = least[number](sketcher.least_bytes(bounded)) * nest.share + rest[number]
         heapq.heappush(queue, (bound, OPEN, (number,), first, orders))
     found = 0
-    per_tiles: Counter[tuple] = Counter()  # legal candidates lowered per choice of tile sizes and buffering
+    per_tiles: Counter[tuple] = Counter()  # legal candidates lowered per choice of tile sizes
+    per_buffering: Counter[tuple] = Counter()  # and per choice of tile sizes and buffering
+    per_buffering_cap = LOWERED_PER_TILES // len(bufferings)
     seen: set[tuple] = set()
     while queue and found < lowered:
         _, kind, place, candidate, payload = heapq.heappop(queue)
@@ -286,10 +290,12 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
                 seconds = prices[signature] = (model.price(module, candidate.double_buffer, placement.peeled)
                                                * placement.share + sketcher.rest_seconds(candidate, model))
             heapq.heappush(queue, (seconds, LOWER, place, candidate, signature))
-        elif not (payload and payload in seen) and per_tiles[tiles := (candidate.splits, candidate.double_buffer)] \
-                < LOWERED_PER_TILES and add(place, candidate):
+        elif not (payload and payload in seen) and per_tiles[candidate.splits] < LOWERED_PER_TILES \
+                and per_buffering[buffering := (candidate.splits, candidate.double_buffer)] < per_buffering_cap \
+                and add(place, candidate):
             found += 1
-            per_tiles[tiles] += 1
+            per_tiles[candidate.splits] += 1
+            per_buffering[buffering] += 1
             seen.add(payload)  # an illegal one does not stand for the others: their peeled tiles may fit
     # In the space's order (tile classes, then orders): the model tuner breaks ties by it.
     space.legal = [entry for _, entries in sorted(lowered_at, key=lambda pair: pair[0]) for entry in entries]
