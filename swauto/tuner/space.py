@@ -202,6 +202,7 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
                     total: int) -> Space:
     sketcher = Sketcher(op, machine, model.commuting, model.call_seconds)
     space = Space(op)
+    units = {t.name: frozenset(axis for axis, extent in enumerate(t.shape) if extent == 1) for t in op.seed.tensors}
     bufferings = (False, True) if machine.asynchronous_dma else (False,)
     micro_kernels = len(machine.micro_kernels or (None,))
     lowered_at: list[tuple[tuple[int, ...], list[tuple[Candidate, Stages]]]] = []
@@ -273,6 +274,7 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
             bound = least[number](sketcher.least_bytes(bounded)) * nest.share + rest[number]
         heapq.heappush(queue, (bound, OPEN, (number,), first, orders))
     found = 0
+    programs: set[tuple] = set()  # `_program` of each legal candidate lowered
     per_tiles: Counter[tuple] = Counter()  # legal candidates lowered per choice of tile sizes
     per_buffering: Counter[tuple] = Counter()  # and per choice of tile sizes and buffering
     per_buffering_cap = LOWERED_PER_TILES // len(bufferings)
@@ -292,8 +294,9 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
             heapq.heappush(queue, (seconds, LOWER, place, candidate, signature))
         elif not (payload and payload in seen) and per_tiles[candidate.splits] < LOWERED_PER_TILES \
                 and per_buffering[buffering := (candidate.splits, candidate.double_buffer)] < per_buffering_cap \
-                and add(place, candidate):
+                and (program := _program(candidate, units)) not in programs and add(place, candidate):
             found += 1
+            programs.add(program)
             per_tiles[candidate.splits] += 1
             per_buffering[buffering] += 1
             seen.add(payload)  # an illegal one does not stand for the others: their peeled tiles may fit
@@ -305,6 +308,16 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
     if not space.legal:
         raise ScheduleError(_explain_empty(op, space))
     return space
+
+
+def _program(candidate: Candidate, units: dict[str, frozenset[int]]) -> tuple:
+    """What makes a candidate's program, up to the place of a tensor's axes of extent 1 in its layout: at
+    B = 1, [Ri, Ci, Ni, B] and [Ri, Ci, B, Ni] are the same memory, so the lowering quota of a tile class
+    is not spent on one order in each of them (VGG16 conv1_1 at B = 1 on the SW26010: the 4 lowerings of
+    the best tiles went to one order in four such layouts, and the pick was 1.41x the best)."""
+    layouts = tuple((name, tuple(axis for axis in permutation if axis not in units[name]))
+                    for name, permutation in candidate.layouts)
+    return (candidate.splits, candidate.order, candidate.vectorize, candidate.double_buffer, candidate.fused, layouts)
 
 
 def _lowered(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine,
