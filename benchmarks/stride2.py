@@ -64,9 +64,10 @@ def measure(layer: dict[str, str], threads: int, repeat: int) -> dict[str, objec
     nbytes = {t.name: 4 * math.prod(t.shape) for t in sw.module.tensors}
     # Of the input, only the rows and columns some output reads (a 1 x 1 kernel at stride 2 reads a quarter).
     ci, co, hw, kr, kc = (int(layer[k]) for k in ("ci", "co", "in_hw", "kr", "kc"))
-    out_rows, out_columns = (next(t.shape for t in sw.module.tensors if t.name == "output")[axis] for axis in (0, 1))
-    rows = {r * 2 + k - params["pad_r"] for r in range(out_rows) for k in range(kr)} & set(range(hw))
-    columns = {c * 2 + k - params["pad_c"] for c in range(out_columns) for k in range(kc)} & set(range(hw))
+    out_rows, out_columns, *_ = next(t.shape for t in sw.module.tensors if t.name == "output")
+    stride = params["stride"]
+    rows = {r * stride + k - params["pad_r"] for r in range(out_rows) for k in range(kr)} & set(range(hw))
+    columns = {c * stride + k - params["pad_c"] for c in range(out_columns) for k in range(kc)} & set(range(hw))
     nbytes["input"] = 4 * ci * len(rows) * len(columns)
     fastest = max(machine.dma_measured_mbps) * 1e6
 

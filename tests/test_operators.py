@@ -306,7 +306,7 @@ def test_an_overwritten_output_reduced_inside_its_tiles_is_zeroed_there_not_fill
     kinds = set()
     for candidate in _space("conv2d_bias_relu", target):
         splits = dict(candidate.splits)  # a tap loop fused whole into K runs once: it reduces nothing
-        reducing = [v for v in candidate.order if v.startswith(("cKr", "cKc")) and splits.get(v[:3], 1) < 3]
+        reducing = [v for v in candidate.order if v.startswith(("cKr", "cKc")) and splits.get(v[:3], 1) < params["Kr"]]
         taps_inside = max(candidate.order.index(v) for v in moving) < min(
             (candidate.order.index(v) for v in reducing), default=len(candidate.order))
         if taps_inside in kinds:

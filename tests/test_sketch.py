@@ -262,12 +262,12 @@ def test_the_lowering_quota_is_not_spent_on_layouts_that_are_the_same_memory():
     memory: the model tuner lowers one candidate per such program, so the quota of a tile class reaches
     its other loop orders (VGG16 conv1_1 at B = 1 on the SW26010: the 4 lowerings of the best tiles went
     to one order in four such layouts, and the pick was 1.41x the best)."""
-    from swauto.tuner.space import _program
+    from swauto.tuner.space import _program, unit_axes
 
     op = load(EXAMPLES / "conv2d.sw", {"B": 1, "Ni": 3, "No": 64, "Ri": 32, "Ci": 32})
     target = targets.get("sw26010")
     space = explore_ranked(op, target.machine(), target.sketch_model(1))
-    units = {t.name: frozenset(a for a, e in enumerate(t.shape) if e == 1) for t in op.seed.tensors}
+    units = unit_axes(op)
     programs = [_program(candidate, units) for candidate in space.candidates]
     assert len(programs) == len(set(programs)) == len(space.legal)
     first = space.candidates[0]

@@ -514,7 +514,8 @@ def calibrate(cpu: str) -> Machine:
         rate = max(rate, _kernel_rate(), key=lambda rate: rate["kernel_flops"])
     # A copy within a nearer level is never slower than one beyond it; a reading that says so was
     # disturbed (seen: L2 below L3 while two test processes ran), and the model's bounds assume the order.
-    dram = _copy_bandwidth(max(4 * l3, 64 << 20))
+    beyond_l3 = max(4 * l3, 64 << 20)  # bytes of a copy that lives in DRAM
+    dram = _copy_bandwidth(beyond_l3)
     l3_copy = max(_copy_bandwidth(min(l3 // 4, 8 << 20)), dram)
     return Machine(
         cpu=cpu,
@@ -524,7 +525,7 @@ def calibrate(cpu: str) -> Machine:
         l2_bandwidth=max(_copy_bandwidth(l2 // 4), l3_copy),
         l3_bandwidth=l3_copy,
         dram_bandwidth=dram,
-        dram_bandwidth_total=_copy_bandwidth(max(4 * l3, 64 << 20), threads=2),
+        dram_bandwidth_total=_copy_bandwidth(beyond_l3, threads=2),
         transpose_bandwidth=_transpose_bandwidth(min(l2 // 2, 1 << 20)),
         l1_bytes=l1,
         l2_bytes=l2,

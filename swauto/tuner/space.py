@@ -35,16 +35,15 @@ from swauto.tuner.sketch import Sketch, Sketcher, SketchModel
 # minutes and gigabytes to build.
 MAX_CANDIDATES = 100_000
 # How many legal candidates `explore_ranked` lowers: those whose sketches the model prices fastest, at
-# most LOWERED_PER_TILES with the same tile sizes (of any order and layouts), as many with each buffering.
-# A sketch
-# prices those against each other closely, but tiles with short last ones only to a few percent against
-# others, so the next tile sizes get their turn: on a 10 x 10 image at stride 2 and B = 1, with tiles of
-# padding skipped, the best host candidate (4 columns x 1 row per GEMM) came after 16 candidates of 4
-# columns x 5 rows, whose sketches priced them 5% too low, and the pick was 3% slower than it. Nor does
-# it see the peeled copies' transfers that a single-buffered candidate waits for in place: on the
-# SW26010, conv2d_bias_relu at B = 1, 56 x 56 (tiles of 32 columns, a last one of 24), the single-buffered
-# sketches priced 0.3% below the double-buffered one, whose real IR runs in 0.50 ms against their 0.70
-# (simulated), and took all the lowering of those tiles.
+# most LOWERED_PER_TILES with the same tile sizes (of any order and layouts), as many with each
+# buffering. A sketch prices those against each other closely, but tiles with short last ones only to a
+# few percent against others, so the next tile sizes get their turn: on a 10 x 10 image at stride 2 and
+# B = 1, with tiles of padding skipped, the best host candidate (4 columns x 1 row per GEMM) came after
+# 16 candidates of 4 columns x 5 rows, whose sketches priced them 5% too low, and the pick was 3% slower
+# than it. Nor does it see the peeled copies' transfers that a single-buffered candidate waits for in
+# place: on the SW26010, conv2d_bias_relu at B = 1, 56 x 56 (tiles of 32 columns, a last one of 24), the
+# single-buffered sketches priced 0.3% below the double-buffered one, whose real IR runs in 0.50 ms
+# against their 0.70 (simulated), and took all the lowering of those tiles.
 LOWERED = 16
 LOWERED_PER_TILES = 4
 # The kinds of `explore_ranked`'s queue entries, in the order they go at one figure.
@@ -173,8 +172,8 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketch
     """Rank before lowering: candidates are lowered from the cheapest sketch (`swauto.tuner.sketch`)
     on, priced by `model.price` times its share of work (its last tiles weighed by `model.call_seconds`),
     until `lowered` of them are legal, at most LOWERED_PER_TILES with the same tile sizes, as many with
-    each buffering; the rest are
-    counted in `Space.sketched`. The model tuner ranks the lowered ones on their real IR.
+    each buffering, and one per program (`_program`); the rest are counted in `Space.sketched`. The
+    model tuner ranks the lowered ones on their real IR.
 
     Work is shared and skipped where that cannot change which candidates are lowered:
     - a tile class (the candidates that differ only in loop order and buffering) is scheduled once;
@@ -202,7 +201,7 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
                     total: int) -> Space:
     sketcher = Sketcher(op, machine, model.commuting, model.call_seconds)
     space = Space(op)
-    units = {t.name: frozenset(axis for axis, extent in enumerate(t.shape) if extent == 1) for t in op.seed.tensors}
+    units = unit_axes(op)
     bufferings = (False, True) if machine.asynchronous_dma else (False,)
     micro_kernels = len(machine.micro_kernels or (None,))
     lowered_at: list[tuple[tuple[int, ...], list[tuple[Candidate, Stages]]]] = []
@@ -275,8 +274,9 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
         heapq.heappush(queue, (bound, OPEN, (number,), first, orders))
     found = 0
     programs: set[tuple] = set()  # `_program` of each legal candidate lowered
-    per_tiles: Counter[tuple] = Counter()  # legal candidates lowered per choice of tile sizes
-    per_buffering: Counter[tuple] = Counter()  # and per choice of tile sizes and buffering
+    # Legal candidates lowered per choice of tile sizes and buffering: as many of each buffering, so at
+    # most LOWERED_PER_TILES per choice of tile sizes.
+    per_buffering: Counter[tuple] = Counter()
     per_buffering_cap = LOWERED_PER_TILES // len(bufferings)
     seen: set[tuple] = set()
     while queue and found < lowered:
@@ -292,12 +292,11 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
                 seconds = prices[signature] = (model.price(module, candidate.double_buffer, placement.peeled)
                                                * placement.share + sketcher.rest_seconds(candidate, model))
             heapq.heappush(queue, (seconds, LOWER, place, candidate, signature))
-        elif not (payload and payload in seen) and per_tiles[candidate.splits] < LOWERED_PER_TILES \
+        elif not (payload and payload in seen) \
                 and per_buffering[buffering := (candidate.splits, candidate.double_buffer)] < per_buffering_cap \
                 and (program := _program(candidate, units)) not in programs and add(place, candidate):
             found += 1
             programs.add(program)
-            per_tiles[candidate.splits] += 1
             per_buffering[buffering] += 1
             seen.add(payload)  # an illegal one does not stand for the others: their peeled tiles may fit
     # In the space's order (tile classes, then orders): the model tuner breaks ties by it.
@@ -308,6 +307,11 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
     if not space.legal:
         raise ScheduleError(_explain_empty(op, space))
     return space
+
+
+def unit_axes(op: BoundOperator) -> dict[str, frozenset[int]]:
+    """Per tensor, its declared axes of extent 1 (the batch at B = 1)."""
+    return {t.name: frozenset(axis for axis, extent in enumerate(t.shape) if extent == 1) for t in op.seed.tensors}
 
 
 def _program(candidate: Candidate, units: dict[str, frozenset[int]]) -> tuple:
