@@ -84,6 +84,7 @@ def test_every_layer_of_a_small_network_compiles_and_matches_onnxruntime():
     assert by_node["conv_a"] is by_node["conv_b"] and by_node["conv_a"].nodes == ("conv_a", "conv_b")
     assert by_node["conv_a"].op == "FusedConv" and by_node["conv_a"].operator == "conv2d_relu.sw"
     assert by_node["conv_a"].shape.endswith("+ add + relu") and by_node["conv1"].shape.endswith("+ relu")
+    assert by_node["conv1"].operator == "conv2d_bias_relu.sw"  # a first layer overwrites, its bias in the kernel
     assert not {"bn_a", "add_a", "relu_a", "relu1"} & set(by_node) and by_node["bn_pool"].operator == "batchnorm.sw"
     assert by_node["flat"].status == "no kernel"
     compiled = [layer for layer in tuning.layers if layer.status == "ok"]
@@ -163,6 +164,8 @@ def test_a_whole_network_runs_on_swauto_kernels_as_onnxruntime_runs_it(network):
     proto = getattr(zoo, network)(image=32, classes=10)
     model = swauto.Model(proto, batch=2)
     assert all(layer.operator is not None or layer.node.op == "Flatten" for layer in model.layers)
+    first = {"resnet18": "conv2d_bias_relu.sw", "mobilenet_v2": "conv2d_bias_relu6.sw"}[network]
+    assert model.layers[0].operator == first  # 3 channels: overwrites its output, the bias in the kernel
     x = np.random.default_rng(1).standard_normal((2, 3, 32, 32), dtype=np.float32)
     ours = model(input=x)["fc"]
     session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
