@@ -183,6 +183,8 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketch
       and the fewest bytes any placement moves (`Sketcher.least_bytes`), times its share of work;
     - a sketch's module is built and priced only when the bound of the bytes its placement moves
       (`Placement.moved`) is below the price of every candidate still to lower;
+    - a tile class whose layouts differ from those of a class already queued only in where axes of
+      extent 1 go (`_program`: the same memory, so the same programs) is skipped;
     - of sketches with one signature (the same nest up to the order of loops with no transfer
       between them; `model.commuting`: its price is unchanged by that order), one is priced, and lowered
       until one is legal: the others are the same program to the model. (Their real IR may differ
@@ -257,13 +259,19 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
                     bound = least[number](placement.moved) * placement.share + rest.get(number, 0.0)
                     heapq.heappush(queue, (bound, PRICE, place, candidate, (signature, placement)))
 
+    same_memory: set[tuple] = set()  # `_program` of each class with a bound, its order and buffering aside
     for number, (first, orders) in enumerate(tile_classes(op)):
+        memory = _program(replace(first, order=(), double_buffer=False), units)
+        if memory in same_memory:  # the same programs as a class already queued: ranked out with it
+            continue
         orders = list(orders)
         found_nest = class_nest(first, orders)
         if found_nest is None:  # a primitive constraint: the class's every candidate
             space.rejected["primitive constraint"] += len(orders) * len(bufferings) * micro_kernels
             continue
         nest, bounded = found_nest
+        if nest is not None:
+            same_memory.add(memory)
         if nest is None:  # no bound for the class: each of its candidates is priced before any is lowered
             bound = -math.inf
             least[number] = lambda _moved: -math.inf
@@ -302,7 +310,7 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
     # In the space's order (tile classes, then orders): the model tuner breaks ties by it.
     space.legal = [entry for _, entries in sorted(lowered_at, key=lambda pair: pair[0]) for entry in entries]
     # The rest, neither lowered nor rejected, was ranked out: by its sketch's price or bound, one of its
-    # signature, or its class's bound.
+    # signature, its class's bound, or a class of the same programs (`_program`).
     space.sketched = total - len(space.legal) - sum(space.rejected.values())
     if not space.legal:
         raise ScheduleError(_explain_empty(op, space))
