@@ -49,13 +49,14 @@ def hand_schedule(op: BoundOperator, columns: int, double_buffer: bool) -> Candi
     once |= {"K_outer"} if wanted["K"] == op.params["Ni"] else set()
     once |= {"cKr", "cKc"} if op.params["Kr"] == op.params["Kc"] == 1 else set()
     for candidate in candidates(op):
-        # With 8 input channels or fewer, the kernel loops are split too (taps joining K): swDNN's
-        # candidate keeps one tap per GEMM, its outer loops the taps' loops.
+        # With 8 input channels or fewer, the kernel loops are split too (taps joining K), and so are
+        # the output rows (rows joining M): swDNN's candidate keeps one tap and one row per GEMM, its
+        # outer loops those loops.
         splits = dict(candidate.splits)
-        taps = {loop: splits.pop(loop) for loop in ("cKr", "cKc") if loop in splits}
-        if any(factor != 1 for factor in taps.values()):
+        whole = {loop: splits.pop(loop) for loop in ("cKr", "cKc", "cRo") if loop in splits}
+        if any(factor != 1 for factor in whole.values()):
             continue
-        order = [loop.removesuffix("_outer") if loop.removesuffix("_outer") in taps else loop
+        order = [loop.removesuffix("_outer") if loop.removesuffix("_outer") in whole else loop
                  for loop in candidate.order]
         order = [loop for loop in order if loop in nest and loop not in once]
         if splits == wanted and candidate.double_buffer == double_buffer and \

@@ -270,12 +270,11 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
             space.rejected["primitive constraint"] += len(orders) * len(bufferings) * micro_kernels
             continue
         nest, bounded = found_nest
-        if nest is not None:
-            same_memory.add(memory)
         if nest is None:  # no bound for the class: each of its candidates is priced before any is lowered
             bound = -math.inf
             least[number] = lambda _moved: -math.inf
         else:
+            same_memory.add(memory)
             least[number] = model.bound(nest.module)
             rest[number] = sketcher.rest_seconds(bounded, model, bound=True)
             bound = least[number](sketcher.least_bytes(bounded)) * nest.share + rest[number]
