@@ -193,8 +193,10 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketch
     A candidate of a main nest and maps is ranked by its main nest's placement and the maps' sketches
     (`Sketcher.rest_seconds`; bounded by the maps' least seconds); the other candidates without a
     sketch are all lowered. Those whose sketch finds no
-    placement that fits local memory come last: the sketch doubles every buffer of a double-buffered
-    candidate, the pipeline only those it prefetches."""
+    placement that fits local memory come last, and only while no candidate is legal: the sketch
+    doubles every buffer of a double-buffered candidate, the pipeline only those it prefetches, but most
+    of them overflow. Where fewer than `lowered` are legal within the quota (few tile sizes fit, as at
+    large batches), the candidates past their tiles' quota are lowered after the others, cheapest first."""
     with _cycle_collector_paused():
         return _explore_ranked(op, machine, model, lowered, _check_size(op, machine, max_candidates))
 
@@ -286,8 +288,20 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
     per_buffering: Counter[tuple] = Counter()
     per_buffering_cap = LOWERED_PER_TILES // len(bufferings)
     seen: set[tuple] = set()
+    deferred: list[tuple[tuple[int, ...], Candidate, object]] = []  # past their tiles' quota, cheapest first
+
+    def lower_one(place: tuple[int, ...], candidate: Candidate, signature: object, program: tuple) -> None:
+        nonlocal found
+        if add(place, candidate):
+            found += 1
+            programs.add(program)
+            per_buffering[candidate.splits, candidate.double_buffer] += 1
+            seen.add(signature)  # an illegal one does not stand for the others: their peeled tiles may fit
+
     while queue and found < lowered:
-        _, kind, place, candidate, payload = heapq.heappop(queue)
+        price, kind, place, candidate, payload = heapq.heappop(queue)
+        if price == math.inf and found:
+            break  # no placement fits by the sketches of the rest: they are lowered only while none is legal
         if kind == OPEN:
             open_class(place[0], payload, candidate)  # type: ignore[arg-type]
         elif kind == PRICE:
@@ -299,13 +313,18 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
                 seconds = prices[signature] = (model.price(module, candidate.double_buffer, placement.peeled)
                                                * placement.share + sketcher.rest_seconds(candidate, model))
             heapq.heappush(queue, (seconds, LOWER, place, candidate, signature))
-        elif not (payload and payload in seen) \
-                and per_buffering[buffering := (candidate.splits, candidate.double_buffer)] < per_buffering_cap \
-                and (program := _program(candidate, units)) not in programs and add(place, candidate):
-            found += 1
-            programs.add(program)
-            per_buffering[buffering] += 1
-            seen.add(payload)  # an illegal one does not stand for the others: their peeled tiles may fit
+        elif not (payload and payload in seen) and (program := _program(candidate, units)) not in programs:
+            if per_buffering[candidate.splits, candidate.double_buffer] < per_buffering_cap:
+                lower_one(place, candidate, payload, program)
+            else:
+                deferred.append((place, candidate, payload))
+    # Fewer legal than `lowered` within the quota (few tile sizes fit; a big batch): the deferred ones,
+    # before any whose sketch fits no placement (lowering all of those took 9 s on AlexNet conv5 at B = 128).
+    for place, candidate, payload in deferred:
+        if found >= lowered:
+            break
+        if not (payload and payload in seen) and (program := _program(candidate, units)) not in programs:
+            lower_one(place, candidate, payload, program)
     # In the space's order (tile classes, then orders): the model tuner breaks ties by it.
     space.legal = [entry for _, entries in sorted(lowered_at, key=lambda pair: pair[0]) for entry in entries]
     # The rest, neither lowered nor rejected, was ranked out: by its sketch's price or bound, one of its
