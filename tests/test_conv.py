@@ -204,10 +204,11 @@ def test_rows_join_m_on_small_images_at_batch_1(stride):
     op = load(CONV_SW, params)
     rows = {split.target: split.factors for split in op.space.splits}["cRo"]
     co = op.seed.tensor("output").shape[1]
-    assert rows == (1, 256 // co)
+    assert rows == tuple(sorted({1, 256 // co, 16}))  # 16 rows too: Ni <= 8, a first layer's tile
     fused = [c for c in candidates(op) if dict(c.splits)["cRo"] > 1 and dict(c.splits)["cCo"] < co]
     _compare(params, _sample(fused, 3, seed=stride), seed=stride)
-    assert "cRo" in load(CONV_SW, {**params, "B": 32}).space.loops  # M = Co x 32 > 128: no split
+    # M = Co x 32 > 128 and more than 8 channels (not a first layer): no split.
+    assert "cRo" in load(CONV_SW, {**params, "B": 32, "Ni": 9}).space.loops
 
 
 def test_double_buffering_moves_exactly_the_same_bytes():

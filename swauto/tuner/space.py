@@ -290,6 +290,11 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
     seen: set[tuple] = set()
     deferred: list[tuple[tuple[int, ...], Candidate, object]] = []  # past their tiles' quota, cheapest first
 
+    def new_program(candidate: Candidate, signature: object) -> tuple | None:
+        """The candidate's `_program`; None where one of its signature is legal or its program lowered."""
+        program = _program(candidate, units)
+        return None if (signature and signature in seen) or program in programs else program
+
     def lower_one(place: tuple[int, ...], candidate: Candidate, signature: object, program: tuple) -> None:
         nonlocal found
         if add(place, candidate):
@@ -313,7 +318,7 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
                 seconds = prices[signature] = (model.price(module, candidate.double_buffer, placement.peeled)
                                                * placement.share + sketcher.rest_seconds(candidate, model))
             heapq.heappush(queue, (seconds, LOWER, place, candidate, signature))
-        elif not (payload and payload in seen) and (program := _program(candidate, units)) not in programs:
+        elif (program := new_program(candidate, payload)) is not None:
             if per_buffering[candidate.splits, candidate.double_buffer] < per_buffering_cap:
                 lower_one(place, candidate, payload, program)
             else:
@@ -323,7 +328,7 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
     for place, candidate, payload in deferred:
         if found >= lowered:
             break
-        if not (payload and payload in seen) and (program := _program(candidate, units)) not in programs:
+        if (program := new_program(candidate, payload)) is not None:
             lower_one(place, candidate, payload, program)
     # In the space's order (tile classes, then orders): the model tuner breaks ties by it.
     space.legal = [entry for _, entries in sorted(lowered_at, key=lambda pair: pair[0]) for entry in entries]
