@@ -348,7 +348,6 @@ def test_a_last_tile_shorter_than_the_others_is_still_complete_in_its_iteration(
     assert _error(kernel) < 1e-5
 
 
-
 @pytest.mark.parametrize("target", ["host", "sw26010"])
 def test_a_first_layer_with_bias_and_relu6_joins_sixteen_rows_and_matches_the_reference(target: str):
     """conv2d_bias_relu6.sw (MobileNetV2's first layer: 3 channels, stride 2, as a network runs it): a

@@ -276,7 +276,7 @@ def test_the_lowering_quota_is_not_spent_on_layouts_that_are_the_same_memory(mon
     to one order in four such layouts, and the pick was 1.41x the best); and it bounds one tile class of
     such layouts, not four (a first layer's model tuning took 2.5-4x as long)."""
     from swauto.tuner.sketch import Sketcher
-    from swauto.tuner.space import _program, unit_axes
+    from swauto.tuner.space import _program, _tile_memory, unit_axes
 
     op = load(EXAMPLES / "conv2d.sw", {"B": 1, "Ni": 3, "No": 64, "Ri": 32, "Ci": 32})
     units = unit_axes(op)
@@ -284,8 +284,7 @@ def test_the_lowering_quota_is_not_spent_on_layouts_that_are_the_same_memory(mon
     compute_nest = Sketcher.compute_nest
 
     def recording(self, candidate):
-        memory = _program(replace(candidate, order=(), double_buffer=False), units)
-        bounded.setdefault(memory, set()).add(candidate.layouts)
+        bounded.setdefault(_tile_memory(candidate, units), set()).add(candidate.layouts)
         return compute_nest(self, candidate)
 
     monkeypatch.setattr(Sketcher, "compute_nest", recording)

@@ -236,6 +236,11 @@ _CONVOLUTIONS = {(False, None): "conv2d.sw", (False, "relu"): "conv2d_relu.sw", 
 _FIRST_LAYERS = {"relu": "conv2d_bias_relu.sw", "relu6": "conv2d_bias_relu6.sw"}
 
 
+def _overwrites(layer: Layer) -> bool:
+    """Whether the layer's kernel is a first layer's, which overwrites its output and adds the bias."""
+    return layer.operator in _FIRST_LAYERS.values()
+
+
 def _residual(node: Node) -> str:
     """A FusedConv's residual input (added to its output before the activation), or ''."""
     return node.inputs[3] if len(node.inputs) > 3 else ""
@@ -246,7 +251,7 @@ def _conv_weights(layer: Layer, graph: Graph) -> Arrays:
     if "C" in layer.params:  # depthwise
         return {"weight": np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0))}  # [Kr, Kc, C]
     weights = {"weight": np.ascontiguousarray(weight.transpose(2, 3, 0, 1))}  # [Kr, Kc, No, Ni]
-    if layer.operator in _FIRST_LAYERS.values():
+    if _overwrites(layer):
         bias = _bias(graph, layer.node, 2)
         weights["bias"] = np.zeros(weight.shape[0], np.float32) if bias is None else bias
     return weights
@@ -256,7 +261,7 @@ def _conv_arrays(layer: Layer, graph: Graph, values: Mapping[str, np.ndarray], o
     """The window's arrays, the output starting from the bias (or zero) plus a FusedConv's residual: the
     kernel adds the convolution to it."""
     arrays = _window_arrays(layer, graph, values, outputs)
-    if layer.operator in _FIRST_LAYERS.values():
+    if _overwrites(layer):
         return arrays  # the kernel overwrites its output and adds the bias itself
     bias = _bias(graph, layer.node, 2)
     bias = np.float32(0) if bias is None else bias.reshape(1, 1, -1, 1)  # NumPy walks the views in memory order

@@ -34,16 +34,17 @@ from swauto.tuner.sketch import Sketch, Sketcher, SketchModel
 # 2304 on either target); a seed with 9 loops under `reorder any` has 9! orders alone, which takes
 # minutes and gigabytes to build.
 MAX_CANDIDATES = 100_000
-# How many legal candidates `explore_ranked` lowers: those whose sketches the model prices fastest, at
-# most LOWERED_PER_TILES with the same tile sizes (of any order and layouts), as many with each
-# buffering. A sketch prices those against each other closely, but tiles with short last ones only to a
-# few percent against others, so the next tile sizes get their turn: on a 10 x 10 image at stride 2 and
-# B = 1, with tiles of padding skipped, the best host candidate (4 columns x 1 row per GEMM) came after
-# 16 candidates of 4 columns x 5 rows, whose sketches priced them 5% too low, and the pick was 3% slower
-# than it. Nor does it see the peeled copies' transfers that a single-buffered candidate waits for in
-# place: on the SW26010, conv2d_bias_relu at B = 1, 56 x 56 (tiles of 32 columns, a last one of 24), the
-# single-buffered sketches priced 0.3% below the double-buffered one, whose real IR runs in 0.50 ms
-# against their 0.70 (simulated), and took all the lowering of those tiles.
+# How many legal candidates `explore_ranked` lowers: those whose sketches the model prices fastest, at most
+# LOWERED_PER_TILES with the same tile sizes (of any order and layouts), as many with each buffering, unless
+# fewer than LOWERED would be legal so (few tile sizes fit). A sketch prices those against each other
+# closely, but tiles with short last ones only to a few percent against others, so the next tile sizes get
+# their turn: on a 10 x 10 image at stride 2 and B = 1, with tiles of padding skipped, the best host
+# candidate (4 columns x 1 row per GEMM) came after 16 candidates of 4 columns x 5 rows, whose sketches
+# priced them 5% too low, and the pick was 3% slower than it. Nor does it see the peeled copies' transfers
+# that a single-buffered candidate waits for in place: on the SW26010, conv2d_bias_relu at B = 1, 56 x 56
+# (tiles of 32 columns, a last one of 24), the single-buffered sketches priced 0.3% below the
+# double-buffered one, whose real IR runs in 0.50 ms against their 0.70 (simulated), and took all the
+# lowering of those tiles.
 LOWERED = 16
 LOWERED_PER_TILES = 4
 # The kinds of `explore_ranked`'s queue entries, in the order they go at one figure.
@@ -184,7 +185,7 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketch
     - a sketch's module is built and priced only when the bound of the bytes its placement moves
       (`Placement.moved`) is below the price of every candidate still to lower;
     - a tile class whose layouts differ from those of a class already queued only in where axes of
-      extent 1 go (`_program`: the same memory, so the same programs) is skipped;
+      extent 1 go (`_tile_memory`: the same memory, so the same programs) is skipped;
     - of sketches with one signature (the same nest up to the order of loops with no transfer
       between them; `model.commuting`: its price is unchanged by that order), one is priced, and lowered
       until one is legal: the others are the same program to the model. (Their real IR may differ
@@ -261,9 +262,9 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
                     bound = least[number](placement.moved) * placement.share + rest.get(number, 0.0)
                     heapq.heappush(queue, (bound, PRICE, place, candidate, (signature, placement)))
 
-    same_memory: set[tuple] = set()  # `_program` of each class with a bound, its order and buffering aside
+    same_memory: set[tuple] = set()  # `_tile_memory` of each class with a bound
     for number, (first, orders) in enumerate(tile_classes(op)):
-        memory = _program(replace(first, order=(), double_buffer=False), units)
+        memory = _tile_memory(first, units)
         if memory in same_memory:  # the same programs as a class already queued: ranked out with it
             continue
         orders = list(orders)
@@ -333,7 +334,7 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
     # In the space's order (tile classes, then orders): the model tuner breaks ties by it.
     space.legal = [entry for _, entries in sorted(lowered_at, key=lambda pair: pair[0]) for entry in entries]
     # The rest, neither lowered nor rejected, was ranked out: by its sketch's price or bound, one of its
-    # signature, its class's bound, or a class of the same programs (`_program`).
+    # signature, its class's bound, or a class of the same memory (`_tile_memory`).
     space.sketched = total - len(space.legal) - sum(space.rejected.values())
     if not space.legal:
         raise ScheduleError(_explain_empty(op, space))
@@ -345,14 +346,21 @@ def unit_axes(op: BoundOperator) -> dict[str, frozenset[int]]:
     return {t.name: frozenset(axis for axis, extent in enumerate(t.shape) if extent == 1) for t in op.seed.tensors}
 
 
-def _program(candidate: Candidate, units: dict[str, frozenset[int]]) -> tuple:
-    """What makes a candidate's program, up to the place of a tensor's axes of extent 1 in its layout: at
-    B = 1, [Ri, Ci, Ni, B] and [Ri, Ci, B, Ni] are the same memory, so the lowering quota of a tile class
-    is not spent on one order in each of them (VGG16 conv1_1 at B = 1 on the SW26010: the 4 lowerings of
-    the best tiles went to one order in four such layouts, and the pick was 1.41x the best)."""
+def _tile_memory(candidate: Candidate, units: dict[str, frozenset[int]]) -> tuple:
+    """What makes a candidate's tile class, up to the place of a tensor's axes of extent 1 in its layout:
+    at B = 1, [Ri, Ci, Ni, B] and [Ri, Ci, B, Ni] are the same memory, so two such classes hold the same
+    programs."""
     layouts = tuple((name, tuple(axis for axis in permutation if axis not in units[name]))
                     for name, permutation in candidate.layouts)
-    return (candidate.splits, candidate.order, candidate.vectorize, candidate.double_buffer, candidate.fused, layouts)
+    return candidate.splits, candidate.vectorize, candidate.fused, layouts
+
+
+def _program(candidate: Candidate, units: dict[str, frozenset[int]]) -> tuple:
+    """What makes a candidate's program: its `_tile_memory`, loop order and buffering. The lowering quota
+    of a tile class is not spent on one order in each of its same-memory layouts (VGG16 conv1_1 at B = 1
+    on the SW26010: the 4 lowerings of the best tiles went to one order in four such layouts, and the
+    pick was 1.41x the best)."""
+    return _tile_memory(candidate, units), candidate.order, candidate.double_buffer
 
 
 def _lowered(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine,
