@@ -298,3 +298,37 @@ def test_the_lowering_quota_is_not_spent_on_layouts_that_are_the_same_memory(mon
                     for name, perm in first.layouts)
     assert _program(replace(first, layouts=flipped), units) == _program(first, units)
     assert _program(replace(first, splits=(("cCo", 1),)), units) != _program(first, units)
+
+
+@pytest.mark.parametrize("target_name", ["sw26010", "host"])
+def test_a_tile_class_and_its_maps_are_priced_as_if_alone_and_the_maps_once(target_name, monkeypatch):
+    """A convolution with its bias and ReLU apart: the maps are the same in every tile class of the
+    convolution, so the sketcher keeps one class per map and prices it once per loop order and
+    buffering (a first layer's model tuning spent half its time on them). Shared or not, each partial
+    class's maps cost what a sketcher that saw no other class prices them at, whatever class it saw
+    first: a tile class is the same whichever of its orders scheduled it (before, the first order
+    decided for all whether the overwritten output is filled first by a nest of its own or zeroed
+    in local memory, and the maps of orders of the other kind were priced without or with the fill)."""
+    monkeypatch.setattr(host_model, "machine", lambda cache_dir=None: quiet_machine(host_model._cpu()))
+    target = targets.get(target_name)
+    machine = target.machine()
+    op = load(EXAMPLES / "conv2d_bias_relu.sw", {"B": 1, "Ni": 3, "No": 32, "Ri": 13, "Ci": 13, "stride": 2})
+    model = target.sketch_model(1)
+    shared = Sketcher(op, machine, model.commuting, model.call_seconds)
+    maps, checked = set(), 0
+    for candidate in list(candidates(op, (False, True) if machine.asynchronous_dma else (False,)))[::7]:
+        try:
+            placement = shared.placement(candidate)
+        except Rejected:
+            continue
+        if placement is None or not placement.tiles.partial:
+            continue
+        maps.update(id(rest) for rest in placement.tiles.rest if rest.call.primitive != "fill")
+        alone = Sketcher(op, machine, model.commuting, model.call_seconds)
+        own = alone.placement(candidate)
+        assert (model.price(shared.module(placement), candidate.double_buffer, placement.peeled)
+                == model.price(alone.module(own), candidate.double_buffer, own.peeled))
+        for bound in (False, True):
+            assert shared.rest_seconds(candidate, model, bound) == alone.rest_seconds(candidate, model, bound)
+        checked += 1
+    assert checked > 20 and len(maps) == 8  # the bias and the ReLU, each in the 4 layouts of input and output

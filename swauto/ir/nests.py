@@ -5,7 +5,7 @@ a loop whose body is a Seq is a sequence loop, and any other loop belongs to a n
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from swauto.ir import expr as ex
@@ -94,3 +94,15 @@ def rebuild_nest(loops: list[For], call: Call) -> Stmt:
     for loop in reversed(loops):
         body = For(loop.var, loop.start, loop.stop, loop.stride, body)
     return body
+
+
+def outermost(order: Iterable[str], loops: frozenset[str]) -> bool:
+    """Whether a nest whose loops run in `order` (outermost first) runs each of `loops` outside every
+    other loop."""
+    inner = False
+    for var in order:
+        if var not in loops:
+            inner = True
+        elif inner:
+            return False
+    return True

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from swauto.ir import expr as ex
 from swauto.ir.dependence import loop_ranges
-from swauto.ir.nests import loop_nest, map_statements, rebuild_nest, statements
+from swauto.ir.nests import loop_nest, map_statements, outermost, rebuild_nest, statements
 from swauto.ir.nodes import Call, For, Module, Stmt
 from swauto.primitives.registry import IDENTITY
 
@@ -40,36 +40,36 @@ def _fill(loops: list[For], call: Call) -> Stmt:
     return body
 
 
-def _complete_tiles(loops: list[For], call: Call) -> bool:
-    """Whether each output tile is computed whole inside one iteration of the loops that move the output,
-    no other iteration touching it: a sum whose loops that move its output all run outside those that
-    do not (which only reduce into the tile), each stepping one axis of the output of its own by at
-    least the box's largest extent there (a last tile's may be shorter; a scatter, whose boxes overlap,
-    is not)."""
+def moving_loops(loops: list[For], call: Call) -> frozenset[str] | None:
+    """The loops that move the output of a sum whose output tiles may each be computed whole inside one
+    iteration of them, no other iteration touching it: each steps one axis of the output of its own by
+    at least the box's largest extent there (a last tile's may be shorter; a scatter, whose boxes
+    overlap, may not). Those iterations complete the tiles where the loops run outside all others
+    (`swauto.ir.nests.outermost`), which only reduce into the tile. None where no order of `loops` does."""
     if call.signature.combine != "+":
-        return False
+        return None
     out = call.output
     ranges = loop_ranges(loops)
     axes: set[int] = set()
-    reducing = False
+    moving = set()
     for loop in loops:
         stepped = []
         for axis, start in enumerate(out.starts):
             form = ex.linear_form(start)
             if form is None:
-                return False
+                return None
             step = form[0].get(loop.var, 0)
             if step and not (abs(step) >= _largest(out.extents[axis], ranges) and len(form[0]) == 1):
-                return False
+                return None
             if step:
                 stepped.append(axis)
         if not stepped:
-            reducing = True
             continue
-        if reducing or len(stepped) != 1 or stepped[0] in axes:
-            return False
+        if len(stepped) != 1 or stepped[0] in axes:
+            return None
         axes.add(stepped[0])
-    return True
+        moving.add(loop.var)
+    return frozenset(moving)
 
 
 def _largest(extent: int | ex.Expr, ranges: dict[str, tuple[int, int]]) -> float:
@@ -89,7 +89,8 @@ def init_outputs(module: Module, in_tiles: bool = True) -> Module:
 
     def initialised(_: int, nest: Stmt) -> list[Stmt]:
         loops, call = loop_nest(nest)
-        if not call.overwrite or in_tiles and _complete_tiles(loops, call):
+        moving = moving_loops(loops, call) if in_tiles else None
+        if not call.overwrite or moving is not None and outermost((loop.var for loop in loops), moving):
             return [nest]
         cleared = rebuild_nest(loops, replace(call, overwrite=False))
         return [_fill(loops, call), cleared] if call.signature.combine else [cleared]

@@ -9,12 +9,13 @@ element, and the consumer's other inputs carry only its dimensions, each on one 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 
 from swauto.errors import Rejected
 from swauto.ir import expr as ex
-from swauto.ir.nests import loop_nest, map_statements, rebuild_nest, statements
-from swauto.ir.nodes import Access, Call, Module
+from swauto.ir.nests import loop_nest, map_statements, outermost, rebuild_nest, statements
+from swauto.ir.nodes import Access, Call, For, Module
 
 
 def _input_box(access: Access, consumer: Call, producer: Call, layout: tuple[int, ...]) -> Access:
@@ -35,6 +36,22 @@ def _input_box(access: Access, consumer: Call, producer: Call, layout: tuple[int
     return Access(access.name, tuple(starts), tuple(extents), tuple(dims))
 
 
+def indexing_loops(loops: list[For], call: Call) -> frozenset[str]:
+    """The loops of a producer's nest that index its output tile (`check_order`). A loop that runs once
+    completes nothing: it counts as indexing."""
+    return frozenset(loop.var for loop in loops if any(loop.var in ex.free_vars(start) for start in call.output.starts)
+                     or ex.constant_value(loop.stop - loop.start) == 1)
+
+
+def check_order(order: Iterable[str], indexing: frozenset[str]) -> None:
+    """Raises `Rejected` unless the producer's loops in `order` (outermost first) run its `indexing_loops`
+    outside the others: otherwise a loop completes the output tile after its write-back, and the
+    consumer would see a partial result."""
+    if not outermost(order, indexing):
+        raise Rejected("reduction outside the fused output tile",
+                       "a loop that does not index the output runs outside one that does")
+
+
 def fuse_consumers(module: Module, seed: Module, fusions: list[tuple[int, int]]) -> Module:
     """Fuse each (consumer, producer) pair, given by statement indices of `seed` (the same in `module`,
     whose statements are scheduled): the consumer becomes part of the producer's call (`Call.epilogue`)
@@ -46,13 +63,7 @@ def fuse_consumers(module: Module, seed: Module, fusions: list[tuple[int, int]])
     gone = set()
     for consumer, producer in fusions:
         loops, call = loop_nest(nests[producer])
-        # A loop that runs once cannot complete a tile after its write-back: it counts as indexing.
-        indexing = [any(loop.var in ex.free_vars(start) for start in call.output.starts)
-                    or ex.constant_value(loop.stop - loop.start) == 1 for loop in loops]
-        innermost = max((i for i, indexes in enumerate(indexing) if indexes), default=-1)
-        if not all(indexing[:innermost]):
-            raise Rejected("reduction outside the fused output tile",
-                           "a loop that does not index the output runs outside one that does")
+        check_order((loop.var for loop in loops), indexing_loops(loops, call))
         seed_consumer = seeds[consumer]
         scheduled = loop_nest(nests[consumer])[1]
         tensor = call.output.name

@@ -12,7 +12,7 @@ from swauto.errors import Rejected
 from swauto.frontend.check import BoundOperator, FuseChoice, ScheduleSpace, SplitChoice
 from swauto.ir import expr as ex
 from swauto.ir.nests import loop_nest, replace_statements, statements
-from swauto.ir.nodes import Module, Stmt
+from swauto.ir.nodes import Module, Stmt, Tensor
 from swauto.machine import GemmConstraints, LocalMemoryMachine
 from swauto.schedule import transforms
 from swauto.schedule.candidate import Candidate
@@ -68,9 +68,6 @@ def apply(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
     if candidate.micro_kernel is not None and candidate.micro_kernel not in machine.micro_kernels:
         raise Rejected("not in this space", "this target has no micro-kernel of {} rows x {} vectors".format(
             *candidate.micro_kernel))
-    laid_out = op.seed
-    for tensor, permutation in candidate.layouts:
-        laid_out = transforms.set_layout(laid_out, tensor, permutation)
     nests = []
     for index, nest in enumerate(statements(op.seed)):
         loops = set(space.nests[index])
@@ -82,12 +79,20 @@ def apply(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
             tuple(name for name in candidate.order if name in loops),
             tuple((tensor, perm) for tensor, perm in candidate.layouts if tensor in used),
             candidate.vectorize, machine.gemm))
-    module = replace_statements(replace(op.seed, tensors=laid_out.tensors), nests)
+    module = replace_statements(replace(op.seed, tensors=_laid_out(op.seed, candidate.layouts)), nests)
     if candidate.fused:
         pairs = [(names[name].consumer, names[name].producer) for name in sorted(candidate.fused,
                                                                                key=lambda n: names[n].consumer)]
         module = fuse_consumers(module, op.seed, pairs)
     return module
+
+
+@functools.lru_cache(maxsize=256)
+def _laid_out(seed: Module, layouts: tuple[tuple[str, tuple[int, ...]], ...]) -> tuple[Tensor, ...]:
+    """`seed`'s tensors in `layouts` (the nests are laid out one by one, `_scheduled_nest`)."""
+    for tensor, permutation in layouts:
+        seed = transforms.set_layout(seed, tensor, permutation)
+    return seed.tensors
 
 
 @functools.lru_cache(maxsize=4096)

@@ -37,18 +37,20 @@ from swauto.frontend.check import BoundOperator
 from swauto.ir import expr as ex
 from swauto.ir.analysis import trip_count
 from swauto.ir.dependence import loop_ranges
-from swauto.ir.nests import loop_nest, rebuild_nest, statements
+from swauto.ir.nests import loop_nest, outermost, rebuild_nest, statements
 from swauto.ir.nodes import Access, Call, Dma, For, LocalBuffer, Module, Seq, Stmt, seq
 from swauto.machine import DTYPE_BYTES, LocalMemoryMachine
 from swauto.passes.exchange_transfers import exchange_transfers
 from swauto.passes.guard_padding import padding_guards
 from swauto.passes.hoist_dma import cheapest
 from swauto.passes.infer_dma import buffer_names, hoistable, hoisted_extents, transfer_box
-from swauto.passes.init_outputs import init_outputs
+from swauto.passes.init_outputs import init_outputs, moving_loops
 from swauto.passes.pad_primitive import multiples, pad_primitive
 from swauto.passes.plan_local_memory import aligned, per_cpe_bytes
 from swauto.schedule.candidate import Candidate
+from swauto.schedule.fusion import check_order, indexing_loops
 from swauto.schedule.space import apply
+from swauto.schedule.transforms import reorder
 
 
 @dataclass(frozen=True)
@@ -94,10 +96,40 @@ class _TileClass:
     # The classes of the other nests (maps) of a candidate of several, of which this is the main nest
     # (a partial class: the module docstring).
     rest: tuple[_TileClass, ...] = ()
+    # As a map of partial classes (`Sketcher.rest_seconds`): its seconds per model, order of its loops
+    # and buffering, and its least per model.
+    seconds: dict[tuple, float] = field(default_factory=dict)
 
     @property
     def partial(self) -> bool:
         return bool(self.rest)
+
+
+@dataclass(frozen=True)
+class _Scheduled:
+    """A choice of tiles scheduled (`apply` at some loop order, before `init_outputs`). A candidate's
+    order decides its tile class by, per nest whose call overwrites a sum, its loops and its
+    `moving_loops` (none where no order completes its tiles); and whether it is legal by, per nest
+    with fused consumers, its loops and its `indexing_loops`."""
+
+    module: Module
+    sums: tuple[tuple[frozenset[str], frozenset[str]], ...]
+    fused: tuple[tuple[frozenset[str], frozenset[str]], ...]
+
+    @staticmethod
+    def of(module: Module) -> _Scheduled:
+        try:
+            nests = [loop_nest(nest) for nest in statements(module)]
+        except ValueError:  # a nest that is not perfect: no sketch (`_tile_class`)
+            nests = []
+        sums, fused = [], []
+        for loops, call in nests:
+            names = frozenset(loop.var for loop in loops)
+            if call.overwrite and call.signature.combine == "+":
+                sums.append((names, moving_loops(loops, call) or frozenset()))
+            if call.epilogue:
+                fused.append((names, indexing_loops(loops, call)))
+        return _Scheduled(module, tuple(sums), tuple(fused))
 
 
 @dataclass(eq=False)
@@ -199,8 +231,12 @@ class Sketcher:
         # The target model's time of one primitive call (tiles in local memory): what a class's last,
         # shorter tiles are weighed by in its share of work. None: their padded volume.
         self.call_seconds = call_seconds
-        # Per tile class (the candidate's choices but its order, buffering and micro-kernel).
-        self.classes: dict[tuple, _TileClass | Rejected | None] = {}
+        # Per choice of tiles (the candidate's choices but its order, buffering and micro-kernel): its
+        # scheduled module, or why it has none whatever the order.
+        self.scheduled: dict[tuple, _Scheduled | Rejected] = {}
+        # Per tile class: a choice of tiles and whether its order completes each overwritten sum's tiles.
+        self.classes: dict[tuple, _TileClass | None] = {}
+        self.maps: dict[Module, _TileClass | None] = {}  # the partial classes' maps, by their module
 
     def sketch(self, candidate: Candidate) -> Sketch | None:
         """The sketch of `candidate`, or None when it is not one perfect loop nest once scheduled
@@ -254,8 +290,10 @@ class Sketcher:
         assert tiles is not None
         seconds = 0.0
         for rest in tiles.rest:
-            priced = None
-            if not bound:
+            key = (model,) if bound else (model, tuple(var for var in candidate.order if var in rest.loops),
+                                          candidate.double_buffer)
+            priced = rest.seconds.get(key)
+            if priced is None and not bound:
                 try:
                     placement = self._place(rest, candidate)
                     priced = model.price(self.module(placement), candidate.double_buffer, placement.peeled)
@@ -263,6 +301,7 @@ class Sketcher:
                     pass
             if priced is None:
                 priced = model.bound(self._compute_nest(rest).module)(self._least_bytes(rest))
+            rest.seconds[key] = priced
             seconds += priced * rest.share
         return seconds
 
@@ -287,22 +326,29 @@ class Sketcher:
     def _class_of(self, candidate: Candidate) -> _TileClass | None:
         # A tuple, not `replace(candidate, ...)`: this runs for every candidate of the space.
         key = (candidate.splits, candidate.layouts, candidate.vectorize, candidate.fused)
-        if key in self.classes:
-            found = self.classes[key]
-        else:
+        scheduled = self.scheduled.get(key)
+        if scheduled is None:
             try:
-                found = self._tile_class(candidate)
+                scheduled = _Scheduled.of(apply(self.op, candidate, self.machine))
             except Rejected as rejection:
                 if rejection.reason != "primitive constraint":  # the others may depend on the loop order
                     raise
-                found = rejection
-            self.classes[key] = found
-        if isinstance(found, Rejected):
-            raise found
-        return found
+                scheduled = rejection
+            self.scheduled[key] = scheduled
+        if isinstance(scheduled, Rejected):
+            raise scheduled
+        for loops, indexing in scheduled.fused:  # as `fuse_consumers` checks at the candidate's order
+            check_order((var for var in candidate.order if var in loops), indexing)
+        # The loop order decides whether an overwritten sum's output is filled first (`init_outputs`: a
+        # fill nest and a call that reads its output) or zeroed in local memory: two tile classes.
+        complete = tuple(outermost((var for var in candidate.order if var in loops), moving)
+                         for loops, moving in scheduled.sums)
+        if (key, complete) not in self.classes:
+            module = reorder(scheduled.module, candidate.order) if scheduled.sums else scheduled.module
+            self.classes[key, complete] = self._tile_class(init_outputs(module))
+        return self.classes[key, complete]
 
-    def _tile_class(self, candidate: Candidate) -> _TileClass | None:
-        module = init_outputs(apply(self.op, candidate, self.machine))
+    def _tile_class(self, module: Module) -> _TileClass | None:
         nests = statements(module)
         if len(nests) == 1:
             return self._nest_class(module)
@@ -315,11 +361,19 @@ class Sketcher:
             return None
         if len(main) != 1:
             return None
-        classes = [self._nest_class(replace(module, body=nest)) for nest in (main[0], *(n for n in nests
-                                                                                         if n is not main[0]))]
+        classes = [self._nest_class(replace(module, body=main[0])),
+                   *(self._map_class(replace(module, body=nest)) for nest in nests if nest is not main[0])]
         if None in classes:
             return None
         return replace(classes[0], rest=tuple(classes[1:]))  # type: ignore[arg-type]
+
+    def _map_class(self, module: Module) -> _TileClass | None:
+        """`_nest_class` of a partial class's map, remembered: the maps beside a main nest are mostly the
+        same in every tile class (their own splits, not the main nest's), so their placements and prices
+        are too (`rest_seconds`)."""
+        if module not in self.maps:
+            self.maps[module] = self._nest_class(module)
+        return self.maps[module]
 
     def _nest_class(self, module: Module) -> _TileClass | None:
         """The tile class of `module`'s one nest; None where it is not one perfect nest."""
@@ -603,24 +657,22 @@ def _share_of_work(loops: list[For], call: Call, first: dict[str, int], machine:
     rounding = multiples(machine, call.vectorize) if call.signature.kind == "gemm" and call.vectorize else {}
 
     costs: dict[tuple, float] = {}  # per padded sizes
+    # Compiled once: a nest of many tiles evaluates them thousands of times (a third of ranking's time).
+    evaluated = [(dim, ex.compiled(ex.as_expr(size)), rounding.get(dim, 1)) for dim, size in sizes.items()]
+    varying_bounds = [(ex.compiled(loop.start), ex.compiled(loop.stop), loop.stride) for loop in varying]
 
     def volume(env: dict[str, int]) -> float:
-        padded = {}
-        for dim, size in sizes.items():
-            value = size if isinstance(size, int) else ex.evaluate(size, env)
-            step = rounding.get(dim, 1)
-            padded[dim] = -(-value // step) * step
-        key = tuple(padded.items())
+        key = tuple((dim, -(-size(env) // step) * step) for dim, size, step in evaluated)
         total = costs.get(key)
         if total is None:  # the iterations of a split loop have two sizes: a whole tile's and the last one's
             def settle(_: str, access: Access) -> Access:  # the tile's boxes at this iteration
                 return replace(access, extents=tuple(e if isinstance(e, int) else ex.evaluate(e, env)
                                                      for e in access.extents))
 
-            total = costs[key] = (prod(padded.values()) if call_seconds is None else
+            total = costs[key] = (prod(padded for _, padded in key) if call_seconds is None else
                                   call_seconds(replace(call.with_operands(settle), sizes=key, epilogue=())))
-        for loop in varying:
-            total *= trip_count(loop, env)
+        for start, stop, stride in varying_bounds:
+            total *= max(0, (stop(env) - start(env) + stride - 1) // stride)
         return total
 
     ranges = [range(ex.evaluate(loop.start, {}), ex.evaluate(loop.stop, {}), loop.stride) for loop in outer]
