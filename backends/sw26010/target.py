@@ -50,7 +50,8 @@ def estimate(stages: Stages, threads: int, machine: SW26010 = SUNWAY) -> Estimat
 def sketch_model(threads: int) -> SketchModel:
     """The thesis' model on candidates' sketches (`threads` does not apply)."""
     return SketchModel(
-        price=lambda sketch, double_buffered, _peeled: sw26010_model.sketch_seconds(sketch, double_buffered, SUNWAY),
+        price=lambda sketch, double_buffered, peeled: sw26010_model.sketch_seconds(sketch, double_buffered, SUNWAY,
+                                                                                  peeled),
         bound=lambda nest: sw26010_model.least_seconds(nest, SUNWAY),
         call_seconds=lambda call: sw26010_model.call_seconds(call, SUNWAY))
 

@@ -167,8 +167,10 @@ class Sketch:
 
     `signature` is equal for two sketches of one tile class whose nests differ only by the order of
     loops within a *run* (consecutive loops with no transfer between them): the same transfers, each
-    crossing the same loops and running as often, the same trips. A price that depends on the loops'
-    order only through where transfers sit (`commuting` in `Sketcher`) is the same for both."""
+    crossing the same loops and running as often, the same trips (and a run's transfers in the same
+    loop where that loop runs one whole tile and a shorter one: `Sketcher._signature`). A price that
+    depends on the loops' order only through where transfers sit (`commuting` in `Sketcher`) is the
+    same for both."""
 
     module: Module
     share: float
@@ -558,7 +560,9 @@ class Sketcher:
         """`Sketch.signature`: the class, the transfers outside every loop, then each run of loops (a set;
         where the loops do not commute, the outermost in order, and one holding loops whose last tile is
         shorter as those in order with the sets between them: where they sit decides which loops the
-        threads share) with the transfers at its end."""
+        threads share) with the transfers at its end, and whether the loop that holds them runs one whole
+        tile and a shorter one (`double_buffer` prefetches no output tile there: the real IR runs the
+        whole tile in a loop of one trip)."""
         homed: dict[str | None, list[int]] = {}
         for home, transfer in placed:
             homed.setdefault(home, []).append(id(transfer))  # transfers live as long as their class
@@ -567,7 +571,8 @@ class Sketcher:
         for loop in loops:
             run.append(loop.var)
             if loop.var in homed:
-                runs.append((self._run(run, len(runs) == 2, tiles), tuple(homed[loop.var])))
+                once = loop.var in tiles.peeled and tiles.trips[loop.var] == 2
+                runs.append((self._run(run, len(runs) == 2, tiles), tuple(homed[loop.var]), once))
                 run = []
         runs.append(self._run(run, len(runs) == 2, tiles))
         return tuple(runs)
