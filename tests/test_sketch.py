@@ -354,3 +354,37 @@ def test_an_output_tile_in_a_loop_of_one_whole_tile_and_a_shorter_one_is_priced_
         sketched = model.price(sketcher.module(placement), True, placement.peeled) * placement.share
         real = target.estimate(lower(op, candidate, machine), 1).seconds
         assert 0.95 * real <= sketched <= 1.05 * real, candidate
+
+
+@pytest.mark.parametrize("target_name", ["sw26010", "host"])
+def test_the_share_of_work_from_grouped_iterations_is_the_mean_over_every_iteration(target_name, monkeypatch):
+    """`_share_of_work` weighs one iteration per group of a loop's iterations that give the same parts
+    of the sizes, extents and bounds (a split loop's whole tiles, its last one): its share is the mean
+    over every iteration (`_parts` made to return the loop variables themselves: every iteration its
+    own group), on tiles with shorter last tiles along rows, columns and K."""
+    from swauto.ir import expr as ex
+    from swauto.tuner import sketch
+
+    target = targets.get(target_name)
+    machine = target.machine()
+    model = target.sketch_model(1)
+    op = load(EXAMPLES / "conv2d_bias_relu.sw", {"B": 2, "Ni": 3, "No": 40, "Ri": 29, "Ci": 29, "stride": 2})
+    chosen = list(candidates(op, (False,)))[::37]
+
+    def shares() -> list[float]:
+        sketcher = Sketcher(op, machine, model.commuting, model.call_seconds)
+        found = []
+        for candidate in chosen:
+            try:
+                placement = sketcher.placement(candidate)
+            except Rejected:
+                continue
+            if placement is not None:
+                found.append(placement.share)
+        return found
+
+    grouped = shares()
+    monkeypatch.setattr(sketch, "_parts", lambda expr, names: [ex.Var(n) for n in sorted(ex.free_vars(expr) & names)])
+    every = shares()
+    assert len(grouped) > 20 and sum(share < 1 for share in grouped) > 5
+    assert grouped == pytest.approx(every, rel=1e-12)

@@ -662,7 +662,7 @@ def _share_of_work(loops: list[For], call: Call, first: dict[str, int], machine:
     rounding = multiples(machine, call.vectorize) if call.signature.kind == "gemm" and call.vectorize else {}
 
     costs: dict[tuple, float] = {}  # per padded sizes
-    # Compiled once: a nest of many tiles evaluates them thousands of times (a third of ranking's time).
+    # Compiled once: a nest of many tiles evaluates them many times.
     evaluated = [(dim, ex.compiled(ex.as_expr(size)), rounding.get(dim, 1)) for dim, size in sizes.items()]
     varying_bounds = [(ex.compiled(loop.start), ex.compiled(loop.stop), loop.stride) for loop in varying]
 
@@ -680,7 +680,36 @@ def _share_of_work(loops: list[For], call: Call, first: dict[str, int], machine:
             total *= max(0, (stop(env) - start(env) + stride - 1) // stride)
         return total
 
-    ranges = [range(ex.evaluate(loop.start, {}), ex.evaluate(loop.stop, {}), loop.stride) for loop in outer]
-    volumes = [volume({**first, **dict(zip((loop.var for loop in outer), values, strict=True))})
-               for values in itertools.product(*ranges)]
-    return sum(volumes) / (len(volumes) * volume(first)) if volumes else 1.0
+    # Per loop, its iterations grouped by the values they give every part of a size, extent or bound
+    # that depends on it alone (`_parts`: a split loop's whole tiles, its last one), one value standing
+    # for each group: the same mean from a few iterations instead of up to 4096.
+    outer_names = {loop.var for loop in outer}
+    parts = [part for expr in (*(size for size in sizes.values() if not isinstance(size, int)),
+                               *(e for _, access in call.operands for e in access.extents if not isinstance(e, int)),
+                               *(bound for loop in varying for bound in (loop.start, loop.stop)))
+             for part in _parts(expr, outer_names)]
+    choices = []  # per loop of `outer`: [a value, how many iterations it stands for]
+    for loop in outer:
+        mine = [ex.compiled(part) for part in parts if loop.var in ex.free_vars(part)]
+        groups: dict[tuple, list[int]] = {}
+        for value in range(ex.evaluate(loop.start, {}), ex.evaluate(loop.stop, {}), loop.stride):
+            env = {**first, loop.var: value}
+            groups.setdefault(tuple(f(env) for f in mine), [value, 0])[1] += 1
+        choices.append(list(groups.values()))
+    total = count = 0.0
+    for combination in itertools.product(*choices):
+        weight = prod(times for _, times in combination)
+        values = {loop.var: value for loop, (value, _) in zip(outer, combination, strict=True)}
+        total += weight * volume({**first, **values})
+        count += weight
+    return total / (count * volume(first)) if count else 1.0
+
+
+def _parts(expr: ex.Expr, names: set[str]) -> list[ex.Expr]:
+    """The largest parts of `expr` that each depend on one of `names` (its value is a function of
+    theirs and of the other variables)."""
+    used = ex.free_vars(expr) & names
+    if len(used) <= 1:
+        return [expr] if used else []
+    assert isinstance(expr, ex.BinOp)  # two variables: an operation on parts
+    return _parts(expr.left, names) + _parts(expr.right, names)
