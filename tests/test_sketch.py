@@ -388,3 +388,56 @@ def test_the_share_of_work_from_grouped_iterations_is_the_mean_over_every_iterat
     every = shares()
     assert len(grouped) > 20 and sum(share < 1 for share in grouped) > 5
     assert grouped == pytest.approx(every, rel=1e-12)
+
+
+@pytest.mark.parametrize("target_name", ["sw26010", "host"])
+@pytest.mark.parametrize(("example", "params"), [
+    ("conv2d_bias_relu.sw", {"B": 2, "Ni": 3, "No": 40, "Ri": 29, "Ci": 29, "stride": 2}),
+    ("conv2d_relu.sw", {"B": 2, "Ni": 16, "No": 32, "Ri": 8, "Ci": 8}),
+    ("gemm.sw", {"M": 200, "N": 96, "K": 600})])
+def test_no_class_of_a_fusion_group_is_bounded_below_the_groups_bound(target_name, example, params):
+    """`explore_ranked` bounds the tile classes that differ only in their fused consumers as one group
+    (`_group_bound`: the class with none, at an order that completes its tiles, its maps aside) until that
+    bound comes up: no class of the group has a lower bound, so none is opened later than alone. (A first
+    layer's classes that leave the bias or the activation apart were bounded and never opened.) And a
+    class's own bound, taken at an order that completes its tiles, holds for its sketches at every
+    order, those whose output is filled first and read back too."""
+    from swauto.tuner.space import _class_nest, _group_bound, _tile_memory, unit_axes
+
+    target = targets.get(target_name)
+    model = target.sketch_model(1)
+    op = load(EXAMPLES / example, params)
+    sketcher = Sketcher(op, target.machine(), model.commuting, model.call_seconds)
+    units = unit_axes(op)
+    groups: dict[tuple, list] = {}
+    for first, orders in tile_classes(op):
+        splits, vectorize, _, layouts = _tile_memory(first, units)
+        groups.setdefault((splits, vectorize, layouts), []).append((first, list(orders)))
+    checked = 0
+    for group in groups.values():
+        plain = next((member for member in group if not member[0].fused), None)
+        bound = _group_bound(sketcher, model, *plain) if plain else None
+        if bound is None:
+            continue
+        for first, orders in group:
+            found = _class_nest(sketcher, first, orders)
+            if found is None or found[0] is None:
+                continue
+            nest, bounded = found
+            own = (model.bound(nest.module)(sketcher.least_bytes(bounded)) * nest.share
+                   + sketcher.rest_seconds(bounded, model, bound=True))
+            assert own >= bound * (1 - 1e-12), first
+            for order in orders[::5]:  # and the class's bound holds at its other orders
+                for doubled in (False, True):
+                    candidate = replace(first, order=order, double_buffer=doubled)
+                    try:
+                        placement = sketcher.placement(candidate)
+                    except Rejected:
+                        continue
+                    if placement is None:
+                        continue
+                    price = (model.price(sketcher.module(placement), doubled, placement.peeled) * placement.share
+                             + sketcher.rest_seconds(candidate, model))
+                    assert price >= own * (1 - 1e-12), candidate
+            checked += 1
+    assert checked > 10

@@ -109,12 +109,18 @@ class _TileClass:
 class _Scheduled:
     """A choice of tiles scheduled (`apply` at some loop order, before `init_outputs`). A candidate's
     order decides its tile class by, per nest whose call overwrites a sum, its loops and its
-    `moving_loops` (none where no order completes its tiles); and whether it is legal by, per nest
-    with fused consumers, its loops and its `indexing_loops`."""
+    `moving_loops` (None where no order completes its tiles: `completes`); and whether it is legal by,
+    per nest with fused consumers, its loops and its `indexing_loops`."""
 
     module: Module
-    sums: tuple[tuple[frozenset[str], frozenset[str]], ...]
+    sums: tuple[tuple[frozenset[str], frozenset[str] | None], ...]
     fused: tuple[tuple[frozenset[str], frozenset[str]], ...]
+
+    def completes(self, order: tuple[str, ...]) -> tuple[bool, ...]:
+        """Per overwritten sum, whether `order` completes its tiles (`init_outputs` zeroes them in local
+        memory rather than filling the output first)."""
+        return tuple(moving is not None and outermost((var for var in order if var in loops), moving)
+                     for loops, moving in self.sums)
 
     @staticmethod
     def of(module: Module) -> _Scheduled:
@@ -126,7 +132,7 @@ class _Scheduled:
         for loops, call in nests:
             names = frozenset(loop.var for loop in loops)
             if call.overwrite and call.signature.combine == "+":
-                sums.append((names, moving_loops(loops, call) or frozenset()))
+                sums.append((names, moving_loops(loops, call)))
             if call.epilogue:
                 fused.append((names, indexing_loops(loops, call)))
         return _Scheduled(module, tuple(sums), tuple(fused))
@@ -325,7 +331,13 @@ class Sketcher:
             total += min(least)
         return total
 
-    def _class_of(self, candidate: Candidate) -> _TileClass | None:
+    def fills_output(self, candidate: Candidate) -> bool:
+        """Whether at `candidate`'s order `init_outputs` fills an overwritten sum's output by a nest of its
+        own, which the sum then reads (otherwise its tiles are zeroed in local memory). `Rejected` as
+        `sketch`."""
+        return not all(self._scheduled(candidate).completes(candidate.order))
+
+    def _scheduled(self, candidate: Candidate) -> _Scheduled:
         # A tuple, not `replace(candidate, ...)`: this runs for every candidate of the space.
         key = (candidate.splits, candidate.layouts, candidate.vectorize, candidate.fused)
         scheduled = self.scheduled.get(key)
@@ -339,16 +351,20 @@ class Sketcher:
             self.scheduled[key] = scheduled
         if isinstance(scheduled, Rejected):
             raise scheduled
+        return scheduled
+
+    def _class_of(self, candidate: Candidate) -> _TileClass | None:
+        scheduled = self._scheduled(candidate)
         for loops, indexing in scheduled.fused:  # as `fuse_consumers` checks at the candidate's order
             check_order((var for var in candidate.order if var in loops), indexing)
         # The loop order decides whether an overwritten sum's output is filled first (`init_outputs`: a
         # fill nest and a call that reads its output) or zeroed in local memory: two tile classes.
-        complete = tuple(outermost((var for var in candidate.order if var in loops), moving)
-                         for loops, moving in scheduled.sums)
-        if (key, complete) not in self.classes:
+        key = (candidate.splits, candidate.layouts, candidate.vectorize, candidate.fused,
+               scheduled.completes(candidate.order))
+        if key not in self.classes:
             module = reorder(scheduled.module, candidate.order) if scheduled.sums else scheduled.module
-            self.classes[key, complete] = self._tile_class(init_outputs(module))
-        return self.classes[key, complete]
+            self.classes[key] = self._tile_class(init_outputs(module))
+        return self.classes[key]
 
     def _tile_class(self, module: Module) -> _TileClass | None:
         nests = statements(module)

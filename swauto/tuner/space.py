@@ -48,7 +48,7 @@ MAX_CANDIDATES = 100_000
 LOWERED = 16
 LOWERED_PER_TILES = 4
 # The kinds of `explore_ranked`'s queue entries, in the order they go at one figure.
-OPEN, PRICE, LOWER = 0, 1, 2
+GROUP, OPEN, PRICE, LOWER = 0, 1, 2, 3
 
 
 def count(op: BoundOperator, machine: LocalMemoryMachine) -> tuple[int, list[str]]:
@@ -184,6 +184,9 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketch
       and the fewest bytes any placement moves (`Sketcher.least_bytes`), times its share of work;
     - a sketch's module is built and priced only when the bound of the bytes its placement moves
       (`Placement.moved`) is below the price of every candidate still to lower;
+    - tile classes that differ only in their fused consumers are bounded as a group (`_group_bound`)
+      until that bound comes up, each then on its own (with a model whose price ignores the order of
+      loops without transfers);
     - a tile class whose layouts differ from those of a class already queued only in where axes of
       extent 1 go (`_tile_memory`: the same memory, so the same programs) is skipped;
     - of sketches with one signature (the same nest up to the order of loops with no transfer
@@ -210,10 +213,12 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
     bufferings = (False, True) if machine.asynchronous_dma else (False,)
     micro_kernels = len(machine.micro_kernels or (None,))
     lowered_at: list[tuple[tuple[int, ...], list[tuple[Candidate, Stages]]]] = []
-    # Entries (seconds, kind, place, candidate, payload), by kind: a class to open at its bound (OPEN,
-    # payload its orders); a candidate to price at its placement's bound (PRICE, payload its signature
-    # and placement); a candidate to lower at its price (LOWER, payload its signature). At one figure a
-    # class opens before a candidate is priced, and one is priced before one is lowered.
+    # Entries (seconds, kind, place, candidate, payload), by kind: a group of classes to bound at their
+    # least bound (GROUP, payload its classes); a class to open at its bound (OPEN, payload its orders);
+    # a candidate to price at its placement's bound (PRICE, payload its signature and placement); a
+    # candidate to lower at its price (LOWER, payload its signature). At one figure a group is bounded
+    # before a class opens, a class opens before a candidate is priced, and one is priced before one is
+    # lowered.
     queue: list[tuple[float, int, tuple[int, ...], Candidate, object]] = []
     least: dict[int, Callable[[int], float]] = {}  # per class: its bound, by the bytes a sketch moves
     rest: dict[int, float] = {}  # per partial class: its other nests' least seconds (`Sketcher.rest_seconds`)
@@ -224,19 +229,6 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
         if entries:
             lowered_at.append((place, entries))
         return bool(entries)
-
-    def class_nest(first: Candidate, orders: list[tuple[str, ...]]) -> tuple[Sketch | None, Candidate] | None:
-        """The class's compute nest (`Sketcher.compute_nest`) at its first order that schedules (fused
-        statements need their reductions inside), with that candidate; None when a primitive constraint
-        rejects the class whole."""
-        for order in orders:
-            candidate = replace(first, order=order)
-            try:
-                return sketcher.compute_nest(candidate), candidate
-            except Rejected as rejection:
-                if rejection.reason == "primitive constraint":
-                    return None
-        return None, first  # no order schedules: each candidate says why
 
     def open_class(number: int, orders: Iterable[tuple[str, ...]], first: Candidate) -> None:
         for position, order in enumerate(orders):
@@ -262,26 +254,42 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
                     bound = least[number](placement.moved) * placement.share + rest.get(number, 0.0)
                     heapq.heappush(queue, (bound, PRICE, place, candidate, (signature, placement)))
 
-    same_memory: set[tuple] = set()  # `_tile_memory` of each class with a bound
-    for number, (first, orders) in enumerate(tile_classes(op)):
-        memory = _tile_memory(first, units)
-        if memory in same_memory:  # the same programs as a class already queued: ranked out with it
-            continue
-        orders = list(orders)
-        found_nest = class_nest(first, orders)
+    def bound_class(number: int, first: Candidate, orders: list[tuple[str, ...]]) -> None:
+        found_nest = _class_nest(sketcher, first, orders)
         if found_nest is None:  # a primitive constraint: the class's every candidate
             space.rejected["primitive constraint"] += len(orders) * len(bufferings) * micro_kernels
-            continue
+            return
         nest, bounded = found_nest
         if nest is None:  # no bound for the class: each of its candidates is priced before any is lowered
             bound = -math.inf
             least[number] = lambda _moved: -math.inf
         else:
-            same_memory.add(memory)
             least[number] = model.bound(nest.module)
             rest[number] = sketcher.rest_seconds(bounded, model, bound=True)
             bound = least[number](sketcher.least_bytes(bounded)) * nest.share + rest[number]
         heapq.heappush(queue, (bound, OPEN, (number,), first, orders))
+
+    # Tile classes that differ only in their fused consumers form a group, bounded as one until its bound
+    # comes up (a first layer's 2/3 of classes leave the bias or the activation apart and are never
+    # opened). Only where the model's price ignores the order of loops without transfers: the compute
+    # nests of a group's classes are one nest in several orders.
+    groups: dict[tuple, list[tuple[int, Candidate, list[tuple[str, ...]]]]] = {}
+    same_memory: set[tuple] = set()  # `_tile_memory` of each class queued
+    for number, (first, orders) in enumerate(tile_classes(op)):
+        memory = _tile_memory(first, units)
+        if memory in same_memory:  # the same programs as a class already queued: ranked out with it
+            continue
+        same_memory.add(memory)
+        splits, vectorize, _, layouts = memory
+        groups.setdefault((splits, vectorize, layouts), []).append((number, first, list(orders)))
+    for group in groups.values():
+        plain = next((member for member in group if not member[1].fused), None)
+        bound = _group_bound(sketcher, model, *plain[1:]) if len(group) > 1 and plain and model.commuting else None
+        if bound is None:
+            for member in group:
+                bound_class(*member)
+        else:
+            heapq.heappush(queue, (bound, GROUP, (group[0][0],), plain[1], group))
     found = 0
     programs: set[tuple] = set()  # `_program` of each legal candidate lowered
     # Legal candidates lowered per choice of tile sizes and buffering: as many of each buffering, so at
@@ -308,7 +316,10 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
         price, kind, place, candidate, payload = heapq.heappop(queue)
         if price == math.inf and found:
             break  # no placement fits by the sketches of the rest: they are lowered only while none is legal
-        if kind == OPEN:
+        if kind == GROUP:
+            for member in payload:  # type: ignore[attr-defined]
+                bound_class(*member)
+        elif kind == OPEN:
             open_class(place[0], payload, candidate)  # type: ignore[arg-type]
         elif kind == PRICE:
             signature, placement = payload  # type: ignore[misc]
@@ -340,6 +351,42 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
         raise ScheduleError(_explain_empty(op, space))
     return space
 
+
+def _class_nest(sketcher: Sketcher, first: Candidate,
+                orders: list[tuple[str, ...]]) -> tuple[Sketch | None, Candidate] | None:
+    """The class's compute nest (`Sketcher.compute_nest`) at its first order that schedules (fused
+    statements need their reductions inside), with that candidate; None when a primitive constraint
+    rejects the class whole. Orders that complete its overwritten sums' tiles come first: their
+    sketches move the fewest bytes (at the others the output is filled first and read back), so the
+    class's bound holds for all."""
+    try:
+        complete = [order for order in orders if not sketcher.fills_output(replace(first, order=order))]
+    except Rejected as rejection:
+        if rejection.reason == "primitive constraint":
+            return None
+        complete = []
+    for order in itertools.chain(complete, orders):
+        candidate = replace(first, order=order)
+        try:
+            return sketcher.compute_nest(candidate), candidate
+        except Rejected as rejection:
+            if rejection.reason == "primitive constraint":
+                return None
+    return None, first  # no order schedules: each candidate says why
+
+
+def _group_bound(sketcher: Sketcher, model: SketchModel, first: Candidate,
+                 orders: list[tuple[str, ...]]) -> float | None:
+    """A bound of every class of a group (tile classes that differ only in their fused consumers): the
+    bound of its class with none, `first`, its maps aside. The others' compute nests are the same nest
+    (an epilogue is no work of a bound) in other orders, and they move as many bytes or more (a fused
+    consumer's output tile is not hoisted). Valid where the model's price ignores the order of loops
+    without transfers (`SketchModel.commuting`). None: bound each class."""
+    found = _class_nest(sketcher, first, orders)
+    if found is None or found[0] is None:
+        return None
+    nest, bounded = found
+    return model.bound(nest.module)(sketcher.least_bytes(bounded)) * nest.share
 
 def unit_axes(op: BoundOperator) -> dict[str, frozenset[int]]:
     """Per tensor, its declared axes of extent 1 (the batch at B = 1)."""
