@@ -304,7 +304,7 @@ def test_the_lowering_quota_is_not_spent_on_layouts_that_are_the_same_memory(mon
 def test_a_tile_class_and_its_maps_are_priced_as_if_alone_and_the_maps_once(target_name, monkeypatch):
     """A convolution with its bias and ReLU apart: the maps are the same in every tile class of the
     convolution, so the sketcher keeps one class per map and prices it once per loop order and
-    buffering (a first layer's model tuning spent half its time on them). Shared or not, each partial
+    buffering (a first layer's model tuning spent about a quarter of its time on them). Shared or not, each partial
     class's maps cost what a sketcher that saw no other class prices them at, whatever class it saw
     first: a tile class is the same whichever of its orders scheduled it (before, the first order
     decided for all whether the overwritten output is filled first by a nest of its own or zeroed
@@ -402,24 +402,19 @@ def test_no_class_of_a_fusion_group_is_bounded_below_the_groups_bound(target_nam
     layer's classes that leave the bias or the activation apart were bounded and never opened.) And a
     class's own bound, taken at an order that completes its tiles, holds for its sketches at every
     order, those whose output is filled first and read back too."""
-    from swauto.tuner.space import _class_nest, _group_bound, _tile_memory, unit_axes
+    from swauto.tuner.space import _class_nest, _fusion_groups, _group_bound, unit_axes
 
     target = targets.get(target_name)
     model = target.sketch_model(1)
     op = load(EXAMPLES / example, params)
     sketcher = Sketcher(op, target.machine(), model.commuting, model.call_seconds)
-    units = unit_axes(op)
-    groups: dict[tuple, list] = {}
-    for first, orders in tile_classes(op):
-        splits, vectorize, _, layouts = _tile_memory(first, units)
-        groups.setdefault((splits, vectorize, layouts), []).append((first, list(orders)))
     checked = 0
-    for group in groups.values():
-        plain = next((member for member in group if not member[0].fused), None)
-        bound = _group_bound(sketcher, model, *plain) if plain else None
+    for group in _fusion_groups(op, unit_axes(op)):
+        plain = next((member for member in group if not member[1].fused), None)
+        bound = _group_bound(sketcher, model, plain[1], plain[2]) if plain else None
         if bound is None:
             continue
-        for first, orders in group:
+        for _, first, orders in group:
             found = _class_nest(sketcher, first, orders)
             if found is None or found[0] is None:
                 continue

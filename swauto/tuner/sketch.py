@@ -331,11 +331,12 @@ class Sketcher:
             total += min(least)
         return total
 
-    def fills_output(self, candidate: Candidate) -> bool:
-        """Whether at `candidate`'s order `init_outputs` fills an overwritten sum's output by a nest of its
-        own, which the sum then reads (otherwise its tiles are zeroed in local memory). `Rejected` as
-        `sketch`."""
-        return not all(self._scheduled(candidate).completes(candidate.order))
+    def complete_orders(self, candidate: Candidate, orders: Iterable[tuple[str, ...]]) -> set[tuple[str, ...]]:
+        """Those of `orders` at which `init_outputs` zeroes every overwritten sum's tiles in local memory for
+        `candidate`'s tile class (at the others it fills the output by a nest of its own, which the sum
+        then reads). `Rejected` as `sketch`."""
+        scheduled = self._scheduled(candidate)
+        return {order for order in orders if all(scheduled.completes(order))}
 
     def _scheduled(self, candidate: Candidate) -> _Scheduled:
         # A tuple, not `replace(candidate, ...)`: this runs for every candidate of the space.

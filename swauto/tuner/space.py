@@ -273,23 +273,17 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
     # comes up (a first layer's 2/3 of classes leave the bias or the activation apart and are never
     # opened). Only where the model's price ignores the order of loops without transfers: the compute
     # nests of a group's classes are one nest in several orders.
-    groups: dict[tuple, list[tuple[int, Candidate, list[tuple[str, ...]]]]] = {}
-    same_memory: set[tuple] = set()  # `_tile_memory` of each class queued
-    for number, (first, orders) in enumerate(tile_classes(op)):
-        memory = _tile_memory(first, units)
-        if memory in same_memory:  # the same programs as a class already queued: ranked out with it
-            continue
-        same_memory.add(memory)
-        splits, vectorize, _, layouts = memory
-        groups.setdefault((splits, vectorize, layouts), []).append((number, first, list(orders)))
-    for group in groups.values():
-        plain = next((member for member in group if not member[1].fused), None)
-        bound = _group_bound(sketcher, model, *plain[1:]) if len(group) > 1 and plain and model.commuting else None
+    for group in _fusion_groups(op, units):
+        plain = next((member for member in group if not member[1].fused), None)  # no fused consumer
+        bound = None
+        if len(group) > 1 and plain is not None and model.commuting:
+            _, plain_first, plain_orders = plain
+            bound = _group_bound(sketcher, model, plain_first, plain_orders)
         if bound is None:
             for member in group:
                 bound_class(*member)
         else:
-            heapq.heappush(queue, (bound, GROUP, (group[0][0],), plain[1], group))
+            heapq.heappush(queue, (bound, GROUP, (group[0][0],), group[0][1], group))
     found = 0
     programs: set[tuple] = set()  # `_program` of each legal candidate lowered
     # Legal candidates lowered per choice of tile sizes and buffering: as many of each buffering, so at
@@ -360,12 +354,12 @@ def _class_nest(sketcher: Sketcher, first: Candidate,
     sketches move the fewest bytes (at the others the output is filled first and read back), so the
     class's bound holds for all."""
     try:
-        complete = [order for order in orders if not sketcher.fills_output(replace(first, order=order))]
+        complete = sketcher.complete_orders(first, orders)
     except Rejected as rejection:
         if rejection.reason == "primitive constraint":
             return None
-        complete = []
-    for order in itertools.chain(complete, orders):
+        complete = set()
+    for order in sorted(orders, key=lambda order: order not in complete):  # stable: the complete first
         candidate = replace(first, order=order)
         try:
             return sketcher.compute_nest(candidate), candidate
@@ -387,6 +381,24 @@ def _group_bound(sketcher: Sketcher, model: SketchModel, first: Candidate,
         return None
     nest, bounded = found
     return model.bound(nest.module)(sketcher.least_bytes(bounded)) * nest.share
+
+
+def _fusion_groups(op: BoundOperator, units: dict[str, frozenset[int]]) -> list[list[tuple[int, Candidate,
+                                                                                        list[tuple[str, ...]]]]]:
+    """The space's tile classes, numbered in `tile_classes`' order, each with its candidate at its first
+    order and its orders; one class per memory (`_tile_memory`: a class of the same memory as one before
+    holds the same programs), grouped by all but their fused consumers (`_group_bound`)."""
+    groups: dict[tuple, list[tuple[int, Candidate, list[tuple[str, ...]]]]] = {}
+    same_memory: set[tuple] = set()
+    for number, (first, orders) in enumerate(tile_classes(op)):
+        memory = _tile_memory(first, units)
+        if memory in same_memory:
+            continue
+        same_memory.add(memory)
+        splits, vectorize, _, layouts = memory
+        groups.setdefault((splits, vectorize, layouts), []).append((number, first, list(orders)))
+    return list(groups.values())
+
 
 def unit_axes(op: BoundOperator) -> dict[str, frozenset[int]]:
     """Per tensor, its declared axes of extent 1 (the batch at B = 1)."""
