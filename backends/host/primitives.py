@@ -178,18 +178,33 @@ def emit_map(lw: Lowering, call: Call, env: Env, taps: Sequence[Mapping[str, int
     level(0, {})
 
 
-def contiguous_lanes(call: Call) -> bool:
-    """Whether `emit_map`'s innermost loop longer than 1 steps every operand that moves along it one
-    element at a time: its dimension is carried by one axis of the operand, the innermost longer than 1,
-    with no step. Then LLVM vectorizes the loop with plain vector loads; otherwise each lane is
-    loaded and computed alone (a depthwise conv's channels with the batch innermost in memory)."""
+def contiguous_lanes(call: Call, shapes: Mapping[str, tuple[int, ...]] | None = None) -> bool:
+    """Whether `emit_map`'s (or `emit_transform`'s) innermost loop longer than 1 steps every operand that
+    moves along it one element at a time. Then LLVM vectorizes the loop with plain vector loads;
+    otherwise each lane is loaded and computed alone (a depthwise conv's channels with the batch
+    innermost in memory). With the arrays' row-major `shapes`, the elements' offsets are computed, so
+    a dimension carried by several axes counts where they run on in memory (a Winograd transform's
+    channels x batch, the tile whole along the batch); without them, the dimension must be carried by
+    one axis of each operand, its innermost longer than 1, with no step."""
     sizes = {dim: int(value) for dim, value in call.sizes}
     lanes = next((dim for dim in reversed(call.signature.dims) if sizes.get(dim, 1) > 1), None)
     for _, access in call.operands:
+        axes = [axis for axis, dim in enumerate(access.dims) if dim == lanes]
+        shape = (shapes or {}).get(access.name)
+        if shape is not None and axes:
+            extents = access.padded_extents()
+            strides = [prod(shape[access.walked(axis) + 1:]) * access.step(axis) for axis in axes]
+            for index in range(sizes[lanes]):
+                offset, rest = 0, index
+                for axis, stride in zip(reversed(axes), reversed(strides), strict=True):
+                    offset += rest % extents[axis] * stride
+                    rest //= extents[axis]
+                if offset != index:
+                    return False
+            continue
         steps = access.steps or (1,) * len(access.dims)
-        axes = [(extent, step) for dim, extent, step in zip(access.dims, access.padded_extents(), steps, strict=True)
-                if dim == lanes and extent > 1]
-        if axes and (len(axes) > 1 or axes[0][1] != 1 or innermost_dim(access) != lanes):
+        runs = [(access.padded_extents()[axis], steps[axis]) for axis in axes if access.padded_extents()[axis] > 1]
+        if runs and (len(runs) > 1 or runs[0][1] != 1 or innermost_dim(access) != lanes):
             return False
     return True
 

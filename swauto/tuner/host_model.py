@@ -40,8 +40,8 @@ from swauto.ir.visitor import walk
 
 CALIBRATION_FILE = "host_machine.json"
 CACHE_LINE_BYTES = 64
-CALIBRATION_VERSION = 9  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
-# 9: the FMA latency and the loads of a K step, measured on panels in L1
+CALIBRATION_VERSION = 10  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
+# 9: the FMA latency and the loads of a K step, measured on panels in L1; 10: a map's bandwidth on tiles in L1
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,8 @@ class Machine:
     latency_accumulators: float  # a register tile with fewer accumulators waits on FMA latency
     load_slots: float  # FMA slots a K step takes per register it loads (a vector or a broadcast element)
     vector_lanes: int  # float32 lanes of the instruction set the kernels are compiled for
+    l1_map_bandwidth: float  # operand bytes per second of a vectorized map on tiles in L1
+    l2_map_bandwidth: float  # the same on tiles in L2 that do not fit L1
     l2_bandwidth: float
     l3_bandwidth: float
     dram_bandwidth: float
@@ -101,6 +103,7 @@ _FLOPS, _BANDWIDTH, _BYTES = (1e8, 1e13), (1e7, 1e13), (1 << 10, 1 << 40)
 _PLAUSIBLE: dict[str, tuple[float, float]] = {
     "kernel_flops": _FLOPS, "peak_flops": _FLOPS, "accumulator_seconds": (0.0, 1e-5),
     "latency_accumulators": (1.0, 256.0), "load_slots": (0.01, 64.0), "vector_lanes": (1, 64),
+    "l1_map_bandwidth": _BANDWIDTH, "l2_map_bandwidth": _BANDWIDTH,
     "l2_bandwidth": _BANDWIDTH, "l3_bandwidth": _BANDWIDTH, "dram_bandwidth": _BANDWIDTH,
     "dram_bandwidth_total": _BANDWIDTH, "transpose_bandwidth": _BANDWIDTH,
     "l1_bytes": _BYTES, "l2_bytes": _BYTES, "l3_bytes": _BYTES, "parallel_call_seconds": (0.0, 1e-2),
@@ -251,7 +254,8 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
                cycled: int = 1) -> tuple[int, int, float, float]:
     """(flops, copied bytes, compute seconds, traffic seconds) of one execution of `node`: a copy, a
     GEMM on register tiles of `tile` (rows, vectors), or a map or reduction on tiles in the caches
-    (its operands' bytes at the L2's measured bandwidth, its output's once per `taps` executions where
+    (its operands' bytes at a map's measured bandwidth on tiles in L1 where they fit it, else on tiles
+    in L2; its output's once per `taps` executions where
     the loops around it run inside its points (`taps_around`); its operations one per lane of a vector
     FMA slot, or one per slot where its lanes are not contiguous in memory: a lower bound where it
     calls a libm function). A copy whose rows in the tensor are shorter than a cache line moves a line
@@ -271,8 +275,13 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
         return 0, size, 0.0, moved / source_bandwidth
     if node.signature.kind != "gemm":
         touched = 4 * sum(prod(access.extents) / (taps if role == "Z" else 1) for role, access in node.operands)
-        rate = machine.kernel_flops / 2 / (1 if contiguous_lanes(node) else machine.vector_lanes)
-        return node.flops, 0, node.flops / rate, touched / machine.l2_bandwidth
+        rate = machine.kernel_flops / 2 / (1 if contiguous_lanes(node, shapes) else machine.vector_lanes)
+        # A transform's flops count a multiply and an add per nonzero of its matrix; its code adds or
+        # subtracts the elements of its coefficients of 1 and -1 (`emit_transform`): one operation.
+        operations = node.flops / 2 if node.signature.kind == "transform" else node.flops
+        tiles = 4 * sum(prod(access.padded_extents()) for _, access in node.operands)
+        bandwidth = machine.l1_map_bandwidth if tiles <= machine.l1_bytes else machine.l2_map_bandwidth
+        return node.flops, 0, operations / rate, touched / bandwidth
     from swauto.backends.host.knobs import Knobs
     from swauto.backends.host.layout import gemm_roles, whole_vectors
     from swauto.backends.host.microkernel import lane_groups
@@ -522,6 +531,8 @@ def calibrate(cpu: str) -> Machine:
         measured=datetime.date.today().isoformat(),
         **rate,
         vector_lanes=select().width,
+        l1_map_bandwidth=_map_bandwidth(l1 // 2),
+        l2_map_bandwidth=_map_bandwidth(l2 // 2),
         l2_bandwidth=max(_copy_bandwidth(l2 // 4), l3_copy),
         l3_bandwidth=l3_copy,
         dram_bandwidth=dram,
@@ -765,6 +776,31 @@ def kernel_benchmark_module(repeat: int = 400, k: int = 128, m: int = KERNEL_BEN
     return Module("kernel_rate", (), (LocalBuffer("A", (m, k)), LocalBuffer("B", (k, n)), LocalBuffer("C", (m, n))),
                   Seq((Zero(a), Zero(b), Zero(c),
                        For("r", Const(0), Const(repeat), 1, gemm_call(m, n, k, a, b, c, "N")))))
+
+
+def map_benchmark_module(size: int, repeat: int) -> Module:
+    """`repeat` element-wise additions `Z = X + Y` of three local buffers of `size` bytes together
+    (zeroed once, no copies): what a vectorized map moves on tiles in the cache level they fit."""
+    from swauto.ir.expr import Const
+    from swauto.ir.nodes import Access, LocalBuffer, Zero
+
+    n = size // 3 // 4
+    boxes = {role: Access(role, (Const(0),), (n,), ("N",)) for role in ("X", "Y", "Z")}
+    add = Call("add", (("N", n),), tuple(boxes.items()))
+    return Module("map_rate", (), tuple(LocalBuffer(role, (n,)) for role in boxes),
+                  Seq((*(Zero(box) for box in boxes.values()), For("r", Const(0), Const(repeat), 1, add))))
+
+
+def _map_bandwidth(size: int) -> float:
+    """The operand bytes per second of `map_benchmark_module` on tiles of `size` bytes together, the
+    best of several runs of about 32 MB moved."""
+    from swauto.backends.host import compile_module
+
+    repeat = max(4, (32 << 20) // size)
+    module = map_benchmark_module(size, repeat)
+    program = compile_module(module)
+    touched = repeat * sum(4 * prod(buffer.shape) for buffer in module.buffers)
+    return touched / _best_seconds(lambda: program.run({}, threads=1))
 
 
 def _transpose_bandwidth(size: int) -> float:
