@@ -1,9 +1,11 @@
 """swauto's host convolution against PyTorch's conv2d (oneDNN), side by side.
 
     python benchmarks/host_conv.py [--batch 1 32] [--threads 1 2] [--kernel 3] [--models resnet50 vgg16]
-                                   [--all] [--repeat 5] [--limit N]
+                                   [--all] [--repeat 5] [--limit N] [--implicit-only]
 
-The operator is examples/conv2d.sw as written. Layers come from ../shared/workloads/cnn_conv_layers.csv
+The operator is examples/conv2d.sw as written; for a 3 x 3 layer at stride 1, `swauto.choose` takes
+it or examples/conv2d_winograd.sw, whichever the host model predicts faster (`algorithm`; with
+`--implicit-only`, conv2d.sw always). Layers come from ../shared/workloads/cnn_conv_layers.csv
 (default: the 3x3 layers of ResNet50 and VGG16); `--all` takes every distinct shape of that file and of
 benchmarks/workloads/networks.csv (ResNet-18, MobileNetV2, Inception-v3: 121 shapes; MobileNetV2's
 depthwise layers from examples/conv2d_depthwise.sw, against PyTorch's grouped conv2d). For each layer,
@@ -44,8 +46,8 @@ from swauto.models.layers import arranged
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"
 EXAMPLES = ROOT / "examples"
-FIELDS = ["model", "layer", "batch", "threads", "gflop", "swauto_gflops", "torch_gflops", "swauto_vs_torch",
-          "swauto_peak_pct", "layout_s", "tuning_s", "candidate"]
+FIELDS = ["model", "layer", "batch", "threads", "gflop", "algorithm", "swauto_gflops", "torch_gflops",
+          "swauto_vs_torch", "swauto_peak_pct", "layout_s", "tuning_s", "candidate"]
 
 
 def layers(path: Path, kernel: int | None, models: list[str] | None) -> list[dict[str, str]]:
@@ -54,7 +56,14 @@ def layers(path: Path, kernel: int | None, models: list[str] | None) -> list[dic
             if (kernel is None or int(r["k"]) == kernel) and (not models or r["model"] in models)]
 
 
-def measure(layer: dict[str, str], batch: int, threads: int, repeat: int) -> dict[str, object]:
+def winograd_applies(layer: dict[str, str]) -> bool:
+    """Whether examples/conv2d_winograd.sw computes `layer`: dense, 3 x 3, stride 1, padded alike on
+    every side."""
+    return (layer["groups"] == "1" and layer["kr"] == layer["kc"] == "3" and layer["stride"] == "1"
+            and layer["pad_r"] == layer["pad_c"])
+
+
+def measure(layer: dict[str, str], batch: int, threads: int, repeat: int, choose: bool) -> dict[str, object]:
     import torch
 
     from swauto.tuner.cost_model import peak_flops
@@ -65,7 +74,12 @@ def measure(layer: dict[str, str], batch: int, threads: int, repeat: int) -> dic
     ci, co, hw, kr, kc, stride, pad_r, pad_c, groups = (
         int(layer[key]) for key in ("ci", "co", "in_hw", "kr", "kc", "stride", "pad_r", "pad_c", "groups"))
     started = time.perf_counter()
-    kernel = swauto.compile(EXAMPLES / example, params, target="host", threads=threads)
+    if choose and winograd_applies(layer):
+        params = {**{k: v for k, v in params.items() if k not in ("pad_r", "pad_c")}, "pad": pad_r}
+        kernel = swauto.choose([EXAMPLES / example, EXAMPLES / "conv2d_winograd.sw"], params, target="host",
+                               threads=threads)
+    else:
+        kernel = swauto.compile(EXAMPLES / example, params, target="host", threads=threads)
     tuning = time.perf_counter() - started
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, ci, hw, hw), dtype=np.float32)  # NCHW, as PyTorch takes it
@@ -83,10 +97,11 @@ def measure(layer: dict[str, str], batch: int, threads: int, repeat: int) -> dic
         ours, theirs = median_seconds(lambda: kernel.run_arranged(**ready),
                                       lambda: torch.nn.functional.conv2d(tx, tw, stride=stride, padding=(pad_r, pad_c),
                                                                          groups=groups), repeat=repeat)
-    flops = kernel.report["flops"]
+    # Every tap's flops, the padding's too, whichever algorithm runs (Winograd's own count is lower).
+    flops = 2 * math.prod(out_shape) * (ci // groups) * kr * kc
     return {
         "model": layer["model"], "layer": layer["layer"], "batch": batch, "threads": threads,
-        "gflop": round(flops / 1e9, 3), "swauto_gflops": round(flops / ours / 1e9, 1),
+        "gflop": round(flops / 1e9, 3), "algorithm": kernel.operator.name, "swauto_gflops": round(flops / ours / 1e9, 1),
         "torch_gflops": round(flops / theirs / 1e9, 1), "swauto_vs_torch": round(theirs / ours, 3),
         "swauto_peak_pct": round(100 * flops / ours / peak_flops("host", threads), 1),
         "layout_s": round(layout_s, 4), "tuning_s": round(tuning, 2), "candidate": kernel.schedule.describe(),
@@ -102,6 +117,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--all", action="store_true", help="every distinct shape of both layer files")
     parser.add_argument("--limit", type=int, default=0, help="at most this many layers (0: all)")
+    parser.add_argument("--implicit-only", action="store_true",
+                        help="the implicit convolution everywhere (no choice of Winograd's)")
     args = parser.parse_args()
     steady_allocator()
     import torch
@@ -112,10 +129,11 @@ def main() -> None:
     rows = []
     jobs = [(layer, b, t) for layer in chosen for b in args.batch for t in args.threads]
     for layer, batch, threads in tqdm(jobs, desc="layers", unit=" runs"):
-        row = measure(layer, batch, threads, args.repeat)
+        row = measure(layer, batch, threads, args.repeat, not args.implicit_only)
         rows.append(row)
         tqdm.write(f"{row['model']:9} {row['layer']:10} B={batch:<3} t={threads}  swauto {row['swauto_gflops']:7.1f}  "
-                   f"torch {row['torch_gflops']:7.1f}  ratio {row['swauto_vs_torch']:.2f}  ({row['candidate']})")
+                   f"torch {row['torch_gflops']:7.1f}  ratio {row['swauto_vs_torch']:.2f}  {row['algorithm']} "
+                   f"({row['candidate']})")
     summary = []
     for batch in args.batch:
         for threads in args.threads:

@@ -93,6 +93,27 @@ def test_both_thread_pools_share_the_iterations(pool, monkeypatch):
         assert relative_error(arrays["C"], expected) <= TOLERANCE, count
 
 
+@pytest.mark.parametrize("pool", ["native", "python"])
+def test_each_nest_of_an_operator_of_several_statements_is_shared_by_the_threads(pool, monkeypatch):
+    """Winograd's convolution is seven statements (the filter's and the input's transforms, the GEMMs,
+    the output's transforms, the crop), each its own loop nest: each is a segment of its own
+    (`parallel.segments`), whose nest the threads share on either pool (before, only one nest was
+    shared and the others ran on the calling thread), and two threads give the reference's result."""
+    monkeypatch.setenv(thread_pools.ENV_VAR, pool)
+    if pool == "native" and not thread_pools.native():
+        pytest.skip("libgomp cannot be loaded here")
+    params = {"B": 3, "Ni": 5, "No": 6, "Ri": 7, "Ci": 9, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1}
+    kernel = swauto_compile(EXAMPLES / "conv2d_winograd.sw", params, target="host", threads=2)
+    shared = [phases for phases in kernel.program.plan.segments if phases.loops]
+    assert len(shared) == 8 and ("parallel" in kernel.program.plan.symbols) == (pool == "native")
+    rng = np.random.default_rng(1)
+    arrays = {t.name: rng.standard_normal(t.shape).astype(np.float32)
+              for t in kernel.operator.seed.tensors if not t.is_local}
+    expected = reference(kernel.operator, arrays)["output"]
+    kernel(**arrays)
+    assert relative_error(arrays["output"], expected) <= TOLERANCE
+
+
 def _thread_cores() -> dict[int, set[int]]:
     """The cores each thread of this process may run on, by thread id."""
     cores = {}

@@ -1,8 +1,9 @@
 """Lowering of a final IR `Module` to LLVM IR (llvmlite.ir) for the host CPU.
 
-The generated module defines up to three functions (`Plan.symbols`), one per phase of
-`parallel.split`: 'before', 'loop' and 'after' (and, on the native thread pool, 'parallel', which
-runs the three, 'loop' on the threads: `threads`). Each takes one `noalias float*` per tensor in
+The generated module defines a function per phase (`Plan.symbols`) of each of `parallel.segments`:
+its 'before' and 'loop' ('before1' and 'loop1' for the second segment, and so on), then 'after' (and,
+on the native thread pool, 'parallel', which runs them all, each 'loop' on the threads: `threads`).
+A kernel without a parallel group has 'before' alone. Each takes one `noalias float*` per tensor in
 `module.tensors` order, a `float*` to a per-thread workspace holding the local buffers at
 `Plan.offsets`, and an i64 range `lo, hi`: 'loop' runs those flattened iterations of the parallel
 nest, the others ignore it. Buffers live in the layouts of `layout.plan`; a DMA is a copy loop nest
@@ -66,10 +67,10 @@ def is_ignored_buffer(buffer: LocalBuffer) -> bool:
 
 @dataclass(frozen=True)
 class Plan:
-    """What the runtime needs besides the machine code: the phases, each phase's function symbol, and
-    the per-thread workspace (buffer offsets and total size, in float32 elements)."""
+    """What the runtime needs besides the machine code: the segments' phases, each phase's function
+    symbol (`phase`), and the per-thread workspace (buffer offsets and total size, in float32 elements)."""
 
-    phases: parallel.Phases
+    segments: tuple[parallel.Phases, ...]
     symbols: dict[str, str]
     offsets: dict[str, int]  # buffers, and for a view the slot holding its pointer
     workspace_elements: int
@@ -98,14 +99,23 @@ def plan_kernel(module: Module, isa: Isa, knobs: Knobs) -> Plan:
         verify(module, "host", asynchronous=False)
     except VerificationError as error:
         raise CodegenError(f"internal error, please report it: {error}") from None
-    phases = parallel.split(module)
+    segments = parallel.segments(module)
     base = "swauto_" + re.sub(r"\W", "_", module.name)
-    symbols = {"before": f"{base}_before"}
-    if phases.loops:
-        symbols.update(loop=f"{base}_loop", after=f"{base}_after")
+    symbols = {}
+    for index, phases in enumerate(segments):
+        kinds = ("before", "loop") if phases.loops else ("before",)
+        symbols.update({phase(kind, index): f"{base}_{phase(kind, index)}" for kind in kinds})
+    if segments[-1].loops:
+        symbols.update(after=f"{base}_after")
         if threads.native():
             symbols.update(parallel=f"{base}_parallel")
-    return Plan(phases, symbols, offsets, size, placed, views)
+    return Plan(segments, symbols, offsets, size, placed, views)
+
+
+def phase(kind: str, segment: int) -> str:
+    """The name of a segment's 'before' or 'loop' phase: the first segment's are 'before' and 'loop',
+    the next one's 'before1' and 'loop1', and so on."""
+    return kind + (str(segment) if segment else "")
 
 
 def generate(module: Module, isa: Isa, knobs: Knobs) -> ir.Module:
@@ -116,17 +126,20 @@ def generate(module: Module, isa: Isa, knobs: Knobs) -> ir.Module:
     """
     plan = plan_kernel(module, isa, knobs)
     ir_module = ir.Module(name=module.name)
-    phases = plan.phases
-    lets = phases.lets
-    before = Lowering(module, plan, isa, knobs, ir_module, plan.symbols["before"])
-    before.emit(phases.before)
-    if phases.loops:
-        loop = Lowering(module, plan, isa, knobs, ir_module, plan.symbols["loop"], parallel=True)
-        loop.emit_parallel(lets)
+    shared = []  # per segment with a parallel group: its 'before', its 'loop', the group's iterations
+    for index, phases in enumerate(plan.segments):
+        before = Lowering(module, plan, isa, knobs, ir_module, plan.symbols[phase("before", index)])
+        before.emit(phases.before)
+        if phases.loops:
+            loop = Lowering(module, plan, isa, knobs, ir_module, plan.symbols[phase("loop", index)], phases)
+            loop.emit_parallel(phases.lets)
+            shared.append((before.function, loop.function, phases.iterations))
+    last = plan.segments[-1]
+    if last.loops:
         after = Lowering(module, plan, isa, knobs, ir_module, plan.symbols["after"])
-        after.emit(lets + phases.after)
+        after.emit(last.lets + last.after)
         if "parallel" in plan.symbols:
-            threads.emit_parallel_entry(ir_module, before.function, loop.function, after.function, len(module.tensors),
+            threads.emit_parallel_entry(ir_module, shared, after.function, len(module.tensors),
                                         plan.symbols["parallel"])
     return ir_module
 
@@ -143,12 +156,12 @@ def _check_dtypes(module: Module) -> None:
 
 
 class Lowering(Visitor):
-    """One use: builds one function of the kernel (`emit`, or `emit_parallel` with `parallel`)."""
+    """One use: builds one function of the kernel (`emit`, or `emit_parallel` for a segment's `phases`)."""
 
     def __init__(self, module: Module, plan: Plan, isa: Isa, knobs: Knobs, ir_module: ir.Module, symbol: str,
-                 parallel: bool = False) -> None:
+                 phases: parallel.Phases | None = None) -> None:
         self.module, self.plan, self.isa, self.knobs = module, plan, isa, knobs
-        self.parallel = parallel  # lower the parallel group as a range lo..hi of its iterations
+        self.phases = phases  # with them, the parallel group is lowered as a range lo..hi of its iterations
         self.ir_module = ir_module
         pointer = F32.as_pointer()
         signature = ir.FunctionType(ir.VoidType(), [pointer] * (len(module.tensors) + 1) + [I64, I64])
@@ -192,8 +205,8 @@ class Lowering(Visitor):
     def emit_parallel(self, lets: tuple[Let, ...]) -> None:
         """The function runs the prologue and the top-level nest (after the top-level lets), with only
         the flattened iterations lo..hi of the parallel group."""
-        phases = self.plan.phases
-        assert phases.nest is not None
+        phases = self.phases
+        assert phases is not None and phases.nest is not None
         scope: dict[str, ir.Value] = {}
         for let in lets:
             scope[let.var] = self.expr(let.value, scope)
@@ -203,7 +216,8 @@ class Lowering(Visitor):
 
     def _parallel_group(self, env: Env) -> None:
         """Iterations lo..hi of the parallel group, its loop variables decoded from the flat index."""
-        phases = self.plan.phases
+        phases = self.phases
+        assert phases is not None
 
         def iteration(flat: ir.Value) -> None:
             scope = dict(env)
@@ -231,7 +245,7 @@ class Lowering(Visitor):
                 self.visit(child, scope)
 
     def visit_For(self, stmt: For, env: Env) -> None:
-        if self.parallel and self.plan.phases.loops[0] is stmt:
+        if self.phases is not None and self.phases.loops[0] is stmt:
             self._parallel_group(env)
             return
         if stmt.stride == 0:

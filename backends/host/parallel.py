@@ -14,11 +14,16 @@ hoisted to the root), and define the nest's other buffers before they read them.
 where the IR verifier shows every generated function reads only what it, or an earlier one on its
 workspace, defined, and the statements after the nest only what they or those before it (prologue
 included) defined; otherwise the kernel runs on one thread.
+
+An operator of several statements has a nest per statement: `segments` splits the statements after
+a nest again, so each nest with a parallel group is a segment of its own, whose threads finish before
+the next segment starts (Winograd's transforms and GEMMs, an LSTM step's GEMMs and gate maps).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from math import prod
 
 from swauto.ir.expr import Const, linear_form
@@ -72,7 +77,42 @@ class Phases:
 def split(module: Module, verify: bool = True) -> Phases:
     """The phases of `module` (see the module docstring); without `verify`, as if the IR verifier agreed
     (for a model's sketch, which is an estimate's input, not a program)."""
-    top = module.body.stmts if isinstance(module.body, Seq) else (module.body,)
+    for phases in _splits(module):
+        if not verify or _verified(module, (phases,)):
+            return phases
+    return Phases(_top(module.body), None, (), ())
+
+
+def segments(module: Module, verify: bool = True) -> tuple[Phases, ...]:
+    """The kernel as a sequence of segments, each split from what the segments before it left as `split`
+    splits a kernel: a segment's 'before' runs on the calling thread, then its nest's parallel group on
+    the threads, and the next segment starts when every thread is done. Only the last segment has an
+    'after' (what no further parallel group was found in). An operator of several statements
+    (Winograd's transforms and GEMMs, an LSTM step's gate maps) so shares each statement's nest, where
+    `split` alone shares one. The chain is verified whole (`_verified`) as each segment is added."""
+    found: list[Phases] = []
+    body = module.body
+    while True:
+        phases = next((phases for phases in _splits(replace(module, body=body))
+                       if not verify or _verified(module, (*found, phases))), None)
+        if phases is None:  # nothing more to share: what is left runs after the last nest
+            if not found:
+                return (Phases(_top(body), None, (), ()),)
+            return (*found[:-1], replace(found[-1], after=_top(body)[len(found[-1].lets):]))
+        if not phases.after:
+            return (*found, phases)
+        found.append(replace(phases, after=()))
+        body = Seq(phases.lets + phases.after)
+
+
+def _top(body: Stmt) -> tuple[Stmt, ...]:
+    return body.stmts if isinstance(body, Seq) else (body,)
+
+
+def _splits(module: Module) -> Iterator[Phases]:
+    """Each way to split `module`'s top level at a nest with a parallel group, the first nest first; not
+    verified."""
+    top = _top(module.body)
     written = _written(module.body) & {tensor.name for tensor in module.tensors}
     for position, stmt in enumerate(top):
         if not isinstance(stmt, For):
@@ -87,22 +127,26 @@ def split(module: Module, verify: bool = True) -> Phases:
         if shared & _locals_used(rest) or {s.buffer.name for s in prologue} & (_written(stmt) | _filled(stmt)):
             continue
         group = _best_group(stmt, written, _let_vars(before))
-        phases = Phases(rest, stmt, group, after, prologue)
-        if group and (not verify or _verified(module, phases)):
-            return phases
-    return Phases(tuple(top), None, (), ())
+        if group:
+            yield Phases(rest, stmt, group, after, prologue)
 
 
-def _verified(module: Module, phases: Phases) -> bool:
-    """True when the IR verifier shows each function of `phases` reads only buffers it, or an earlier
-    function on its workspace, defined: 'before', the nest and 'after' run on the calling thread's
-    workspace, the nest alone on every other thread's; and 'after' reads nothing only the nest defined
-    (the calling thread's nest ran only some iterations)."""
-    nest = Seq((*phases.lets, *phases.prologue, phases.nest))
-    after = Seq(phases.lets + phases.after)
+def _verified(module: Module, chain: tuple[Phases, ...]) -> bool:
+    """True when the IR verifier shows each function of the segments `chain` (the last one's 'after'
+    holding the rest of the kernel) reads only buffers it, or an earlier function on its workspace,
+    defined: each segment's 'before' and nest, then the last 'after', run on the calling thread's
+    workspace; each nest alone (its prologue first) on every other thread's, as a worker may have had
+    no share of the segments before; and the calling thread's functions read nothing only a nest
+    defined (it ran only some of the nest's iterations, or none)."""
+    def nest(phases: Phases) -> Seq:
+        return Seq((*phases.lets, *phases.prologue, phases.nest))
+
+    after = Seq(chain[0].lets + chain[-1].after)
+    caller = [function for phases in chain for function in (Seq(phases.before), nest(phases))]
+    least = [function for phases in chain for function in (Seq(phases.before), Seq(phases.lets + phases.prologue))]
     try:
-        verify_functions(module, [[Seq(phases.before), nest, after], [nest],
-                                  [Seq(phases.before), Seq(phases.lets + phases.prologue), after]], "host phases")
+        verify_functions(module, [[*caller, after], *([nest(phases)] for phases in chain), [*least, after]],
+                         "host phases")
     except VerificationError:
         return False
     return True

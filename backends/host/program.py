@@ -1,9 +1,10 @@
 """A compiled host kernel and its runtime: per-thread workspaces and the thread pools.
 
-A call runs the 'before' phase on the calling thread, the parallel nest's flattened iterations split
-into one contiguous range per thread, then 'after'. On the native pool (`threads`) that is one call
-into the kernel's 'parallel' function, which runs all three; where it is not available, Python calls
-each phase and a Python pool runs the ranges (ctypes releases the GIL while native code runs).
+A call runs, for each segment (`parallel.segments`), its 'before' phase on the calling thread and its
+parallel nest's flattened iterations split into one contiguous range per thread; then 'after'. On the
+native pool (`threads`) that is one call into the kernel's 'parallel' function, which runs them all;
+where it is not available, Python calls each phase and a Python pool runs the ranges (ctypes releases
+the GIL while native code runs).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from swauto.ir.nodes import Module
 from . import cache
 from . import threads as threads_module
 from .codegen import Plan
+from .codegen import phase as codegen_phase
 from .knobs import Knobs
 
 
@@ -87,17 +89,24 @@ class HostProgram:
         self.module, self.plan, self.build, self.isa, self.knobs = module, plan, build, isa, knobs
         self._engine = engine
         self._llvm_ir = llvm_ir
-        # Every phase takes the tensors, a workspace (for 'parallel': an array of one per thread) and two
-        # integers (a range of iterations; for 'parallel': the iterations and the threads).
-        signature = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * (len(module.tensors) + 1)),
-                                     ctypes.c_int64, ctypes.c_int64)
-        self._functions = {phase: signature(address) for phase, address in addresses.items()}
+        # Every phase takes the tensors, a workspace and a range of iterations; 'parallel' the tensors, an
+        # array of workspaces (one per thread) and the threads.
+        pointers = [ctypes.c_void_p] * (len(module.tensors) + 1)
+        phase = ctypes.CFUNCTYPE(None, *pointers, ctypes.c_int64, ctypes.c_int64)
+        entry = ctypes.CFUNCTYPE(None, *pointers, ctypes.c_int64)
+        self._functions = {name: (entry if name == "parallel" else phase)(address)
+                           for name, address in addresses.items()}
         self._tensor_names = tuple(t.name for t in module.tensors)
         self._workspaces: list[np.ndarray] = []
         self._workspace_addresses: list[int] = []  # each 64-byte aligned
         self._workspace_arrays: dict[int, ctypes.Array] = {}
-        self._iterations = plan.phases.iterations
-        self._ranges: dict[int, tuple[tuple[int, int], ...]] = {}  # per thread count, each thread's iterations
+        # Per segment: its 'before', its 'loop' (None: none) and the iterations the threads share.
+        self._segments = [(self._functions[codegen_phase("before", index)],
+                           self._functions.get(codegen_phase("loop", index)), phases.iterations)
+                          for index, phases in enumerate(plan.segments)]
+        self._iterations = max(iterations for _, _, iterations in self._segments)
+        # Per thread count, each segment's ranges of iterations, one per thread.
+        self._ranges: dict[int, list[tuple[tuple[int, int], ...]]] = {}
         # Workspaces are reused between calls: simultaneous calls of one program are serialised.
         self._run_lock = threading.Lock()
 
@@ -115,7 +124,8 @@ class HostProgram:
 
     @property
     def parallel_iterations(self) -> int:
-        """How many independent iterations the threads share (0: the kernel runs on one thread)."""
+        """How many independent iterations the threads share, in the segment with the most (0: the
+        kernel runs on one thread)."""
         return self._iterations
 
     def run(self, arrays: dict[str, np.ndarray], threads: int | None = None) -> None:
@@ -131,32 +141,34 @@ class HostProgram:
         pointers = [_address(arrays[name]) for name in self._tensor_names]
         ranges = self._ranges.get(threads)
         if ranges is None:
-            ranges = self._ranges[threads] = split_range(self._iterations, threads)
+            ranges = self._ranges[threads] = [split_range(iterations, threads) for _, _, iterations in self._segments]
         with self._run_lock:
-            count = max(len(ranges), 1)
+            count = max(1, *map(len, ranges))
             # The pool was chosen when the code was generated ('parallel' exists where it is the native
             # one); a forked child cannot use libgomp's team and takes the Python pool.
             if "parallel" in self._functions and not threads_module.forked():
-                # One call runs every phase ('before', 'loop' on the threads, 'after').
+                # One call runs every phase (each segment's 'before' and 'loop' on the threads, 'after').
                 array = self._workspace_arrays.get(count)
                 if array is None:
                     array = self._workspace_arrays[count] = (ctypes.c_void_p * count)(*self._workspace_pointers(count))
-                self._functions["parallel"](*pointers, ctypes.addressof(array), self._iterations, count)
+                self._functions["parallel"](*pointers, ctypes.addressof(array), count)
                 return
             workspaces = self._workspace_pointers(count)
-            self._functions["before"](*pointers, workspaces[0], 0, 0)
-            if "loop" in self._functions:
-                loop = self._functions["loop"]
-                if len(ranges) == 1:
-                    loop(*pointers, workspaces[0], *ranges[0])
+            for (before, loop, _), shares in zip(self._segments, ranges, strict=True):
+                before(*pointers, workspaces[0], 0, 0)
+                if loop is None:
+                    continue
+                if len(shares) == 1:
+                    loop(*pointers, workspaces[0], *shares[0])
                 else:
                     # The calling thread runs the first range itself (ctypes releases the GIL):
                     # one hand-over fewer, which small kernels feel.
                     futures = [_pool().submit(loop, *pointers, workspace, lo, hi)
-                               for workspace, (lo, hi) in zip(workspaces[1:], ranges[1:], strict=False)]
-                    loop(*pointers, workspaces[0], *ranges[0])
+                               for workspace, (lo, hi) in zip(workspaces[1:], shares[1:], strict=False)]
+                    loop(*pointers, workspaces[0], *shares[0])
                     for future in futures:
                         future.result()
+            if "after" in self._functions:
                 self._functions["after"](*pointers, workspaces[0], 0, 0)
 
     def _workspace_pointers(self, count: int) -> list[int]:

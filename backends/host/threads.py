@@ -3,12 +3,13 @@ runtime (GNU libgomp), so a call crosses from Python into native code once and n
 woken per range.
 
 A kernel with a parallel group gets one more function, 'parallel' (`emit_parallel_entry`): its
-arguments are the tensors' pointers, an array of per-thread workspace pointers, the group's iteration
-count and the number of threads. It runs the whole call: 'before' on the first workspace, then, on more
-than one thread, `GOMP_parallel` on an outlined function, in which each thread of the team runs the
-'loop' function on its own workspace and its contiguous share of the iterations (the shares
-`program.split_range` makes), else 'loop' over every iteration, then 'after'. So a call crosses from
-Python once. libgomp keeps its team between calls.
+arguments are the tensors' pointers, an array of per-thread workspace pointers and the number of
+threads. It runs the whole call: for each segment (`parallel.segments`), its 'before' on the first
+workspace, then, where more than one thread has iterations to run, `GOMP_parallel` on an outlined
+function, in which each thread of the team runs the segment's 'loop' function on its own workspace and
+its contiguous share of the iterations (the shares `program.split_range` makes), else 'loop' over
+every iteration; at last 'after'. So a call crosses from Python once, and an operator of several
+statements shares each statement's nest. libgomp keeps its team between calls.
 
 Where libgomp cannot be loaded, or `$SWAUTO_HOST_THREADS` is `python`, kernels are generated
 without 'parallel' and the Python pool of `program` shares the ranges instead. libgomp's team does not
@@ -115,8 +116,11 @@ def _placement() -> _Placement:
 def _emit_pin_worker(builder: ir.IRBuilder, ir_module: ir.Module, thread: ir.Value, caller_core: ir.Value) -> None:
     """On team member `thread`'s (> 0) first share: pin it to the `thread`-th core after `caller_core`
     among the process's (see the module docstring)."""
-    placement = ir.GlobalVariable(ir_module, PLACEMENT_TYPE, PLACEMENT_SYMBOL)
-    set_affinity = ir.Function(ir_module, ir.FunctionType(I32, [I32, I64, I64.as_pointer()]), "sched_setaffinity")
+    # Declared once per module: each segment's outlined function pins its workers.
+    placement = ir_module.globals.get(PLACEMENT_SYMBOL) or ir.GlobalVariable(ir_module, PLACEMENT_TYPE,
+                                                                             PLACEMENT_SYMBOL)
+    set_affinity = ir_module.globals.get("sched_setaffinity") or ir.Function(
+        ir_module, ir.FunctionType(I32, [I32, I64, I64.as_pointer()]), "sched_setaffinity")
     cores = builder.sext(builder.load(builder.gep(placement, [I32(0), I32(0)])), I64)
     is_worker = builder.and_(builder.icmp_signed(">", thread, I64(0)),
                              builder.icmp_signed("<", thread, I64(MAX_WORKERS)))
@@ -139,11 +143,12 @@ def _emit_pin_worker(builder: ir.IRBuilder, ir_module: ir.Module, thread: ir.Val
             builder.call(set_affinity, [I32(0), I64(words * 8), builder.bitcast(mask, I64.as_pointer())])
 
 
-def emit_parallel_entry(ir_module: ir.Module, before: ir.Function, loop: ir.Function, after: ir.Function,
-                        tensors: int, symbol: str) -> None:
-    """Define `symbol` in `ir_module`: (tensor pointers..., workspace pointers, iterations, threads),
-    which runs `before`, then `loop` on `threads` threads of the OpenMP team, each on its own workspace
-    and its share of the iterations (on one thread, directly), then `after` (see the module docstring)."""
+def emit_parallel_entry(ir_module: ir.Module, segments: list[tuple[ir.Function, ir.Function, int]],
+                        after: ir.Function, tensors: int, symbol: str) -> None:
+    """Define `symbol` in `ir_module`: (tensor pointers..., workspace pointers, threads), which runs each
+    of `segments` in turn, (before, loop, iterations): `before` on the first workspace, then `loop` on
+    min(threads, iterations) threads of the OpenMP team, each on its own workspace and its share of the
+    iterations (on one thread, directly); then `after` (see the module docstring)."""
     pointer = F32.as_pointer()
     # The tensors, the workspaces, the iterations and the caller's core.
     arguments = ir.LiteralStructType([ir.ArrayType(pointer, tensors), pointer.as_pointer(), I64, I32])
@@ -156,44 +161,50 @@ def emit_parallel_entry(ir_module: ir.Module, before: ir.Function, loop: ir.Func
     team_size = ir.Function(ir_module, ir.FunctionType(I32, []), "omp_get_num_threads")
     current_core = ir.Function(ir_module, ir.FunctionType(I32, []), "sched_getcpu") if PINS else None
 
-    outlined = ir.Function(ir_module, outlined_type, f"{symbol}_share")
-    outlined.linkage = "internal"
-    builder = ir.IRBuilder(outlined.append_basic_block("entry"))
-    packed = builder.bitcast(outlined.args[0], arguments.as_pointer())
-    thread = builder.sext(builder.call(thread_number, []), I64)
-    team = builder.sext(builder.call(team_size, []), I64)
-    iterations = builder.load(builder.gep(packed, [I32(0), I32(2)]))
-    if PINS:
-        _emit_pin_worker(builder, ir_module, thread, builder.load(builder.gep(packed, [I32(0), I32(3)])))
-    # The shares `split_range` makes: thread t runs [n t / T, n (t + 1) / T).
-    lo = builder.sdiv(builder.mul(iterations, thread), team)
-    hi = builder.sdiv(builder.mul(iterations, builder.add(thread, I64(1))), team)
-    with builder.if_then(builder.icmp_signed("<", lo, hi)):
-        tensor_pointers = [builder.load(builder.gep(packed, [I32(0), I32(0), I32(index)])) for index in range(tensors)]
-        workspaces = builder.load(builder.gep(packed, [I32(0), I32(1)]))
-        workspace = builder.load(builder.gep(workspaces, [thread]))
-        builder.call(loop, [*tensor_pointers, workspace, lo, hi])
-    builder.ret_void()
+    def share(loop: ir.Function, index: int) -> ir.Function:
+        """The function each thread of the team runs: its share of `loop`'s iterations."""
+        outlined = ir.Function(ir_module, outlined_type, f"{symbol}_share{index}")
+        outlined.linkage = "internal"
+        builder = ir.IRBuilder(outlined.append_basic_block("entry"))
+        packed = builder.bitcast(outlined.args[0], arguments.as_pointer())
+        thread = builder.sext(builder.call(thread_number, []), I64)
+        team = builder.sext(builder.call(team_size, []), I64)
+        iterations = builder.load(builder.gep(packed, [I32(0), I32(2)]))
+        if PINS:
+            _emit_pin_worker(builder, ir_module, thread, builder.load(builder.gep(packed, [I32(0), I32(3)])))
+        # The shares `split_range` makes: thread t runs [n t / T, n (t + 1) / T).
+        lo = builder.sdiv(builder.mul(iterations, thread), team)
+        hi = builder.sdiv(builder.mul(iterations, builder.add(thread, I64(1))), team)
+        with builder.if_then(builder.icmp_signed("<", lo, hi)):
+            tensor_pointers = [builder.load(builder.gep(packed, [I32(0), I32(0), I32(index)]))
+                               for index in range(tensors)]
+            workspaces = builder.load(builder.gep(packed, [I32(0), I32(1)]))
+            workspace = builder.load(builder.gep(workspaces, [thread]))
+            builder.call(loop, [*tensor_pointers, workspace, lo, hi])
+        builder.ret_void()
+        return outlined
 
     entry = ir.Function(ir_module, ir.FunctionType(ir.VoidType(), [pointer] * tensors
-                                                   + [pointer.as_pointer(), I64, I64]), symbol)
+                                                   + [pointer.as_pointer(), I64]), symbol)
     entry.attributes.add("nounwind")
     builder = ir.IRBuilder(entry.append_basic_block("entry"))
-    *tensor_arguments, workspaces, iterations, threads = entry.args
+    *tensor_arguments, workspaces, threads = entry.args
     packed = builder.alloca(arguments)
+    for index, argument in enumerate(tensor_arguments):
+        builder.store(argument, builder.gep(packed, [I32(0), I32(0), I32(index)]))
+    builder.store(workspaces, builder.gep(packed, [I32(0), I32(1)]))
     first = builder.load(workspaces)
-    builder.call(before, [*tensor_arguments, first, I64(0), I64(0)])
-    with builder.if_else(builder.icmp_signed(">", threads, I64(1))) as (shared, alone):
-        with shared:
-            for index, argument in enumerate(tensor_arguments):
-                builder.store(argument, builder.gep(packed, [I32(0), I32(0), I32(index)]))
-            builder.store(workspaces, builder.gep(packed, [I32(0), I32(1)]))
-            builder.store(iterations, builder.gep(packed, [I32(0), I32(2)]))
-            if PINS:
-                builder.store(builder.call(current_core, []), builder.gep(packed, [I32(0), I32(3)]))
-            builder.call(gomp_parallel, [outlined, builder.bitcast(packed, bytes_pointer), builder.trunc(threads, I32),
-                                         I32(0)])
-        with alone:
-            builder.call(loop, [*tensor_arguments, first, I64(0), iterations])
+    for index, (before, loop, iterations) in enumerate(segments):
+        builder.call(before, [*tensor_arguments, first, I64(0), I64(0)])
+        team = builder.select(builder.icmp_signed("<", threads, I64(iterations)), threads, I64(iterations))
+        with builder.if_else(builder.icmp_signed(">", team, I64(1))) as (shared, alone):
+            with shared:
+                builder.store(I64(iterations), builder.gep(packed, [I32(0), I32(2)]))
+                if PINS:
+                    builder.store(builder.call(current_core, []), builder.gep(packed, [I32(0), I32(3)]))
+                builder.call(gomp_parallel, [share(loop, index), builder.bitcast(packed, bytes_pointer),
+                                             builder.trunc(team, I32), I32(0)])
+            with alone:
+                builder.call(loop, [*tensor_arguments, first, I64(0), I64(iterations)])
     builder.call(after, [*tensor_arguments, first, I64(0), I64(0)])
     builder.ret_void()

@@ -2,8 +2,8 @@
 accumulator (loading and storing C around the K loop), packing (DMA) traffic against the bandwidth of
 the memory level its data comes from (a cache line per row where the rows are shorter; half of it for
 an operand the backend reads in place: `backends/host/layout.read_in_place`), and the parallel nest's
-iterations shared by the threads (a call shared out also pays the native pool's measured fork and
-join).
+iterations shared by the threads, in each segment of an operator of several statements (each segment
+shared out also pays the native pool's measured fork and join).
 
 Its machine constants come from `calibrate()`, a micro-benchmark of a few seconds (the micro-kernel on
 cache-resident panels at a long and a short K, whole GEMMs with each register tile the instruction set
@@ -137,25 +137,27 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     phases are taken as the IR verifier would agree (`parallel.split`)."""
     from swauto.backends.host.knobs import Knobs
     from swauto.backends.host.layout import read_in_place
-    from swauto.backends.host.parallel import split
+    from swauto.backends.host.parallel import segments
     from swauto.backends.host.primitives import taps_around
 
     peeled = peeled or {}
 
     tile = machine.register_tiles[0]
-    # On one thread, where the parallel phases would start changes nothing: they are not looked for.
-    phases = split(module, verify) if threads > 1 else None
     # The backend reads some vector operands in place instead of packing them: the micro-kernel reads
     # their bytes once from where they are, half the traffic of a copy (which reads and writes them).
     in_place = read_in_place(module, Knobs(*tile), machine.vector_lanes, _cache_resident(module, machine))
     nodes = [(node, loops) for node, loops in walk(module.body) if isinstance(node, Dma | Call)]
     transposing = _transposing_buffers(nodes)
-    in_group = set()
-    shared, share = 1, 1.0
-    if phases is not None and phases.loops:
+    level = _source_bandwidth(module, machine)
+    # Per node of a parallel group, its segment's (compute share, traffic share); the others run on one
+    # thread. On one thread, where the parallel phases would start changes nothing: they are not looked for.
+    shares: dict[int, tuple[float, float]] = {}
+    forks = 0  # segments shared out: each wakes and joins the threads once per call
+    for phases in segments(module, verify) if threads > 1 else ():
+        if not phases.loops:
+            continue
         first, *inner = phases.loops
         group = [first, *itertools.takewhile(lambda loop: loop.var not in peeled, inner)]
-        in_group = {id(node) for node, _ in walk(group[-1].body)}
         trips = [trip_count(loop) for loop in group]
         iterations = prod(trips)
         # The outermost loop's last tile (`apart` iterations of the group, each `last` of a whole one's work).
@@ -168,13 +170,14 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
             if loop.var in peeled:
                 whole, last = trip_count(loop) - 1, peeled[loop.var]
                 share = (whole * share + last) / (whole + last)
-    level = _source_bandwidth(module, machine)
-    # Compute and traffic out of the caches scale with the threads; DRAM traffic only up to its total bandwidth.
-    traffic_share = share
-    if level == machine.dram_bandwidth:
-        traffic_share = 1.0 / max(1.0, min(shared, machine.dram_bandwidth_total / machine.dram_bandwidth))
-    parallel = [0.0, 0.0]
-    serial = [0.0, 0.0]
+        # Compute and traffic out of the caches scale with the threads; DRAM traffic only up to its total
+        # bandwidth.
+        traffic_share = share
+        if level == machine.dram_bandwidth:
+            traffic_share = 1.0 / max(1.0, min(shared, machine.dram_bandwidth_total / machine.dram_bandwidth))
+        shares.update({id(node): (share, traffic_share) for node, _ in walk(group[-1].body)})
+        forks += shared > 1
+    total_compute = total_traffic = seconds = 0.0
     flops = copy_bytes = copies = 0
     shapes = {array.name: array.shape for array in (*module.tensors, *module.buffers)}
     for node, loops in nodes:
@@ -191,13 +194,12 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
                 copies += trips
         flops += node_flops * trips
         copy_bytes += node_bytes * trips
-        target = parallel if id(node) in in_group else serial
-        target[0] += compute * trips
-        target[1] += traffic * trips
-    seconds = parallel[0] * share + parallel[1] * traffic_share + serial[0] + serial[1]
-    if shared > 1:
-        seconds += machine.parallel_call_seconds  # the threads are woken and joined once per call
-    return HostEstimate(flops, copy_bytes, parallel[0] + serial[0], parallel[1] + serial[1], seconds, copies)
+        total_compute += compute * trips
+        total_traffic += traffic * trips
+        compute_share, traffic_share = shares.get(id(node), (1.0, 1.0))
+        seconds += (compute * compute_share + traffic * traffic_share) * trips
+    seconds += forks * machine.parallel_call_seconds
+    return HostEstimate(flops, copy_bytes, total_compute, total_traffic, seconds, copies)
 
 
 def least_seconds(nest: Module, threads: int, machine: Machine) -> Callable[[int], float]:
