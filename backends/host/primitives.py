@@ -194,13 +194,13 @@ def contiguous_lanes(call: Call, shapes: Mapping[str, tuple[int, ...]] | None = 
         if shape is not None and axes:
             extents = access.padded_extents()
             strides = [prod(shape[access.walked(axis) + 1:]) * access.step(axis) for axis in axes]
-            for index in range(sizes[lanes]):
-                offset, rest = 0, index
-                for axis, stride in zip(reversed(axes), reversed(strides), strict=True):
-                    offset += rest % extents[axis] * stride
-                    rest //= extents[axis]
-                if offset != index:
+            # The dimension's index splits over the axes in mixed radix, the innermost axis fastest: its
+            # offsets run on one by one where each axis whose digit moves steps by the extents inside it.
+            inside = 1
+            for axis, stride in zip(reversed(axes), reversed(strides), strict=True):
+                if inside < sizes[lanes] and extents[axis] > 1 and stride != inside:
                     return False
+                inside *= extents[axis]
             continue
         steps = access.steps or (1,) * len(access.dims)
         runs = [(access.padded_extents()[axis], steps[axis]) for axis in axes if access.padded_extents()[axis] > 1]
