@@ -379,6 +379,23 @@ def test_a_transform_along_a_dimension_merged_from_axes_that_run_on_in_memory_is
     assert alone == pytest.approx(16 * vectorized)
 
 
+def test_each_segment_of_an_operator_of_several_statements_is_priced_shared_with_its_own_fork():
+    """Winograd's seven statements each share their nest on the threads (`parallel.segments`): the
+    model prices every segment's nest shared, and wakes and joins the threads once per segment."""
+    from swauto.backends.host import parallel
+
+    params = {"B": 4, "Ni": 8, "No": 8, "Ri": 8, "Ci": 8, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1}
+    module = swauto.compile(GEMM_SW.parent / "conv2d_winograd.sw", params, target="host", threads=2).module
+    shared = [phases for phases in parallel.segments(module) if phases.loops]
+    assert len(shared) == 8
+    machine = replace(quiet_machine(), l2_bytes=1 << 30, l3_bytes=1 << 31)  # every tensor in L2
+    alone = host_model.estimate(module, 1, machine).seconds
+    free = host_model.estimate(module, 2, replace(machine, parallel_call_seconds=0.0)).seconds
+    paid = host_model.estimate(module, 2, machine).seconds
+    assert paid - free == pytest.approx(len(shared) * machine.parallel_call_seconds)
+    assert free < 0.7 * alone  # only the GEMMs' nest shared would leave the transforms' time whole
+
+
 def test_an_output_the_taps_accumulate_in_registers_is_priced_once_per_point(monkeypatch):
     """Where a depthwise conv's kernel taps run inside each point of its multiply-accumulate
     (`accumulated_taps`), the model reads and writes the output tile once per 9 taps, not once per tap:
