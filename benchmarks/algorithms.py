@@ -48,6 +48,7 @@ from common import (  # benchmarks/ is on the path when run as a script
     header,
     machine_name,
     median_seconds,
+    settle,
     steady_allocator,
     write_tables,
 )
@@ -173,7 +174,7 @@ def host(repeat: int) -> list[dict[str, object]]:
                 with torch.inference_mode():
                     ours, theirs = median_seconds(partial(kernel, input=x, weight=w, output=out),
                                                   partial(torch.nn.functional.conv2d, xt, wt, padding=1),
-                                                  repeat=repeat)
+                                                  repeat=repeat, settle=settle(threads))
                 row = {"part": "host", "shape": _shape(params), "threads": threads, "operator": name,
                        "chosen": name == chosen.operator.name, "swauto_ms": 1e3 * ours, "torch_ms": 1e3 * theirs,
                        "swauto_vs_torch": theirs / ours, "swauto_gflops": flops / ours / 1e9, "rel_err": error}
@@ -248,7 +249,8 @@ def _host_others(threads: int, repeat: int, rng: np.random.Generator) -> list[di
             kernel(**arrays, **outputs)
             expected = layout(call())
             error = float(np.abs(outputs[output] - expected).max() / np.abs(expected).max())
-            ours, theirs = median_seconds(partial(kernel, **arrays, **outputs), call, repeat=repeat)
+            ours, theirs = median_seconds(partial(kernel, **arrays, **outputs), call, repeat=repeat,
+                                          settle=settle(threads))
             row: dict[str, object] = {"part": "host", "shape": str(params), "threads": threads, "operator": name,
                                       "swauto_ms": 1e3 * ours, "torch_ms": 1e3 * theirs,
                                       "swauto_vs_torch": theirs / ours, "rel_err": error}
@@ -289,7 +291,8 @@ def _host_lstm(threads: int, repeat: int, rng: np.random.Generator) -> dict[str,
             kernel(**a)
             error = max(float(np.abs(a["h"] - expected.numpy()).max()),
                         float(np.abs(a["c_last"] - c_last[0].numpy()).max()))
-            ours, theirs = median_seconds(partial(kernel, **a), partial(lstm, xt, state), repeat=repeat)
+            ours, theirs = median_seconds(partial(kernel, **a), partial(lstm, xt, state), repeat=repeat,
+                                          settle=settle(threads))
             row.update({f"{name}_ms": 1e3 * ours, f"{name}_gflops": flops / ours / 1e9, f"{name}_err": error})
         row["torch_ms"] = 1e3 * theirs
         row["operator"] = "lstm"

@@ -202,6 +202,12 @@ def steady_allocator() -> None:
 WARMUP = 3  # untimed calls of each function first
 
 
+def settle(threads: int) -> float:
+    """The pause before each turn of `median_seconds` on `threads` threads: 0.2 s on more than one (a
+    library's idle workers spin for about 0.1 s after a call and take the other core), none on one."""
+    return 0.2 if threads > 1 else 0.0
+
+
 def median_seconds(*functions, repeat: int, settle: float = 0.0) -> list[float]:
     """The median wall time of `repeat` calls of each function, after WARMUP calls of each. The functions
     take turns, so that a burst of load on this shared machine hits them alike: each round calls each

@@ -101,7 +101,8 @@ def measure(layer: dict[str, str], batch: int, threads: int, repeat: int, choose
     flops = 2 * math.prod(out_shape) * (ci // groups) * kr * kc
     return {
         "model": layer["model"], "layer": layer["layer"], "batch": batch, "threads": threads,
-        "gflop": round(flops / 1e9, 3), "algorithm": kernel.operator.name, "swauto_gflops": round(flops / ours / 1e9, 1),
+        "gflop": round(flops / 1e9, 3), "algorithm": kernel.operator.name,
+        "swauto_gflops": round(flops / ours / 1e9, 1),
         "torch_gflops": round(flops / theirs / 1e9, 1), "swauto_vs_torch": round(theirs / ours, 3),
         "swauto_peak_pct": round(100 * flops / ours / peak_flops("host", threads), 1),
         "layout_s": round(layout_s, 4), "tuning_s": round(tuning, 2), "candidate": kernel.schedule.describe(),

@@ -56,7 +56,7 @@ def gemm_source(m: int, n: int, k: int) -> str:
 def run_one(shape: tuple[int, int, int], threads: int, repeat: int, tuner: str) -> dict:
     """One shape at one thread count; runs in a child process so the BLAS thread count applies."""
     import numpy as np
-    from common import median_seconds  # benchmarks/ is on the path when run as a script
+    from common import median_seconds, settle  # benchmarks/ is on the path when run as a script
 
     import swauto
 
@@ -80,7 +80,7 @@ def run_one(shape: tuple[int, int, int], threads: int, repeat: int, tuner: str) 
         ta, tb, tc = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c)
         peers.append(lambda: torch.matmul(ta, tb, out=tc))
     ours, theirs, *torch_s = median_seconds(lambda: kernel(A=a, B=b, C=c), *peers, repeat=repeat,
-                                          settle=0.2 if threads > 1 else 0.0)
+                                          settle=settle(threads))
     row = {"shape": f"{m}x{n}x{k}", "threads": threads, "candidate": kernel.schedule.describe(),
            "swauto_gflops": round(flops / ours / 1e9, 1), "numpy_gflops": round(flops / theirs / 1e9, 1),
            "torch_gflops": "", "swauto_vs_numpy": round(theirs / ours, 3), "swauto_vs_torch": "",
