@@ -134,7 +134,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     the loop to that tile's work over a whole one's: the parallel group stops above the first of them
     below its outermost loop, and the last iteration of the outermost, or of a loop around the group,
     runs on one thread. Without `verify` (a sketch: an estimate's input, not a program) the thread
-    phases are taken as the IR verifier would agree (`parallel.split`)."""
+    phases are taken as the IR verifier would agree (`parallel.segments`)."""
     from swauto.backends.host.knobs import Knobs
     from swauto.backends.host.layout import read_in_place
     from swauto.backends.host.parallel import segments
