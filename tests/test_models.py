@@ -214,9 +214,9 @@ def _tune_or_die(source: str, params: dict, target: str, threads: int, tuner: st
         from swauto.cache import cache_dir
 
         log = cache_dir() / "tuning.jsonl"
-        # Until another worker has finished a layer (the first conv, submitted before the first ReLU): on
-        # a loaded machine that took over the 60 s this once waited, and the test then found no layer
-        # kept. The deadline only guards against a hang.
+        # Until another worker has finished a layer (the first conv, submitted before the first ReLU).
+        # With 60 s the test failed under the full suite on two cores, no layer kept, and passed alone:
+        # most likely the wait gave up first. The deadline only guards against a hang.
         deadline = time.monotonic() + 300
         while not (log.exists() and log.stat().st_size) and time.monotonic() < deadline:
             time.sleep(0.05)
