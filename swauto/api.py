@@ -170,11 +170,15 @@ def choose(
 ) -> Kernel:
     """Compile each of `sources` (the same operator written as different algorithms, such as the
     implicit, explicit and Winograd convolutions: the same parameters and argument tensors) and return
-    the kernel the model predicts fastest. Its `report["alternatives"]` lists every source with its
-    predicted time and candidate, or why it does not apply (a `require` that fails, no legal
+    the fastest kernel: the one the model predicts fastest with the model tuner; with a tuner that runs
+    candidates (`measure`, `simulate`, `hybrid`), the one that runs fastest where that tuner runs them
+    (each algorithm's pick run again: measured on the host, timed by the SW26010's simulator). Its
+    `report["alternatives"]` lists every source with its predicted time, the seconds compared
+    (`seconds`) and candidate, or why it does not apply (a `require` that fails, no legal
     candidate); `report["why"]` says why the choice was made, in a sentence."""
     if isinstance(sources, str | Path) or not sources:
         raise ArgumentError("choose takes a list of at least one .sw source (the algorithms to choose among)")
+    plugin = targets.get(target)
     kernels: list[tuple[str, Kernel]] = []
     alternatives: list[dict[str, Any]] = []
     for source in sources:
@@ -190,17 +194,22 @@ def choose(
             raise ArgumentError(f"{name} takes {_show_interface(kernel)} where {first.operator.name} takes "
                                 f"{_show_interface(first)}; choose among sources of one operator")
         kernels.append((name, kernel))
+        # A tuner that runs candidates chose each algorithm's pick by running it: so is the algorithm chosen.
+        run = plugin.run_seconds(kernel.module, kernel.schedule, kernel.threads) if tuner != "model" else None
         alternatives.append({"operator": name, "applies": True, "predicted_s": kernel.report["predicted_s"],
+                             "seconds": kernel.report["predicted_s"] if run is None else run,
                              "candidate": kernel.schedule.id, "schedule": kernel.report["schedule"]})
     if not kernels:
         reasons = "; ".join(f"{a['operator']}: {a['reason']}" for a in alternatives)
         raise ScheduleError(f"none of the {len(alternatives)} algorithms applies: {reasons}")
-    name, best = min(kernels, key=lambda pair: pair[1].report["predicted_s"])
-    seconds = best.report["predicted_s"]
-    others = [f"{a['operator']} {a['predicted_s'] * 1e3:.4g} ms ({a['predicted_s'] / seconds:.2f}x)"
+    scores = {a["operator"]: a["seconds"] for a in alternatives if a["applies"]}
+    name, best = min(kernels, key=lambda pair: scores[pair[0]])
+    seconds = scores[name]
+    others = [f"{a['operator']} {a['seconds'] * 1e3:.4g} ms ({a['seconds'] / seconds:.2f}x)"
               for a in alternatives if a["applies"] and a["operator"] != name]
     skipped = [f"{a['operator']} does not apply ({a['reason']})" for a in alternatives if not a["applies"]]
-    why = f"{name} is predicted fastest at {seconds * 1e3:.4g} ms"
+    how = "is predicted fastest" if tuner == "model" else f"runs fastest on {plugin.runs_on}"
+    why = f"{name} {how} at {seconds * 1e3:.4g} ms"
     why += f", against {', '.join(others)}" if others else " (the only algorithm that applies)"
     best.report["alternatives"] = alternatives
     best.report["why"] = "; ".join([why, *skipped])

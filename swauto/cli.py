@@ -276,13 +276,15 @@ def _choose(args: argparse.Namespace) -> int:
         raise ArgumentError("--schedule names one candidate of one file; choose compiles several files")
     kernel = swauto.choose(args.files, _params(args), target=args.target, tuner=args.tuner, threads=args.threads,
                            max_candidates=args.max_candidates)
-    print(f"{'algorithm':24}  {'predicted ms':>12}  candidate")
+    ran = args.tuner != "model"  # then the choice compared each pick's time where the tuner runs candidates
+    print(f"{'algorithm':24}  {'predicted ms':>12}  " + (f"{'run ms':>12}  " if ran else "") + "candidate")
     for alternative in kernel.report["alternatives"]:
         if alternative["applies"]:
             print(f"{alternative['operator']:24}  {alternative['predicted_s'] * 1e3:12.4f}  "
-                  f"{alternative['schedule']}")
+                  + (f"{alternative['seconds'] * 1e3:12.4f}  " if ran else "") + alternative["schedule"])
         else:
-            print(f"{alternative['operator']:24}  {'-':>12}  does not apply: {alternative['reason']}")
+            print(f"{alternative['operator']:24}  {'-':>12}  " + (f"{'-':>12}  " if ran else "")
+                  + f"does not apply: {alternative['reason']}")
     print(f"chosen     {kernel.report['why']}")
     _print_report(kernel.report)
     return 0

@@ -67,6 +67,9 @@ class Target:
     report: Callable[[Module, int], Mapping[str, Any]]
     # What `swauto run` prints of a call it does not time itself (not threaded): report -> lines.
     describe_call: Callable[[Mapping[str, Any]], list[str]]
+    # What its non-model tuners score a candidate by: (final IR, candidate, threads) -> seconds of a call,
+    # run where `runs_on` says (measured on the host, timed by the SW26010's simulator).
+    run_seconds: Callable[[Module, Candidate, int], float]
     # The analytic model as ranking before lowering uses it (`swauto.tuner.sketch.SketchModel`), for one
     # tuning on `threads` cores: what the model tuner ranks by before it lowers the fastest few; None: it
     # lowers them all.

@@ -77,6 +77,11 @@ def tune(op: BoundOperator, tuner: str, threads: int, machine: LocalMemoryMachin
     return best.candidate, best.stages
 
 
+def run_seconds(module: Module, candidate: Candidate, threads: int) -> float:
+    """The median of 5 calls of the candidate's kernel on `threads` cores of this host, on random inputs."""
+    return measure.time_module(module, threads, runs=5, micro_kernel=candidate.micro_kernel)
+
+
 def report(module: Module, flops: int) -> Mapping[str, Any]:
     """Nothing beyond the common figures: a call is measured when it runs."""
     return {}
@@ -108,6 +113,7 @@ TARGET = targets.register(targets.Target(
     tune=tune,
     report=report,
     describe_call=describe_call,
+    run_seconds=run_seconds,
     sketch_model=sketch_model,
     calibration=calibration,
 ))

@@ -90,6 +90,11 @@ def tune(op: BoundOperator, tuner: str, threads: int, machine: LocalMemoryMachin
     return found.candidate, found.stages
 
 
+def run_seconds(module: Module, candidate: Candidate, threads: int) -> float:
+    """The timed simulator's seconds for one call on a core group (`threads` does not apply)."""
+    return time_module(module, SUNWAY).seconds
+
+
 def report(module: Module, flops: int) -> Mapping[str, Any]:
     """The timed simulator's figures (timing only, no data; issue 4)."""
     seconds = time_module(module, SUNWAY).seconds
@@ -126,5 +131,6 @@ TARGET = targets.register(targets.Target(
     tune=tune,
     report=report,
     describe_call=describe_call,
+    run_seconds=run_seconds,
     sketch_model=sketch_model,
 ))
