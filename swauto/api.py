@@ -179,7 +179,7 @@ def choose(
     if isinstance(sources, str | Path) or not sources:
         raise ArgumentError("choose takes a list of at least one .sw source (the algorithms to choose among)")
     plugin = targets.get(target)
-    kernels: list[tuple[str, Kernel]] = []
+    kernels: list[tuple[Kernel, dict[str, Any]]] = []  # each applying source's kernel and its alternative
     alternatives: list[dict[str, Any]] = []
     for source in sources:
         try:
@@ -189,24 +189,24 @@ def choose(
             alternatives.append({"operator": name, "applies": False, "reason": str(error)})
             continue
         name = kernel.operator.name
-        if kernels and _interface(kernel) != _interface(kernels[0][1]):
-            first = kernels[0][1]
+        if kernels and _interface(kernel) != _interface(kernels[0][0]):
+            first = kernels[0][0]
             raise ArgumentError(f"{name} takes {_show_interface(kernel)} where {first.operator.name} takes "
                                 f"{_show_interface(first)}; choose among sources of one operator")
-        kernels.append((name, kernel))
         # A tuner that runs candidates chose each algorithm's pick by running it: so is the algorithm chosen.
-        run = plugin.run_seconds(kernel.module, kernel.schedule, kernel.threads) if tuner != "model" else None
+        seconds = (kernel.report["predicted_s"] if tuner == "model"
+                   else plugin.run_seconds(kernel.module, kernel.schedule, kernel.threads))
         alternatives.append({"operator": name, "applies": True, "predicted_s": kernel.report["predicted_s"],
-                             "seconds": kernel.report["predicted_s"] if run is None else run,
-                             "candidate": kernel.schedule.id, "schedule": kernel.report["schedule"]})
+                             "seconds": seconds, "candidate": kernel.schedule.id,
+                             "schedule": kernel.report["schedule"]})
+        kernels.append((kernel, alternatives[-1]))
     if not kernels:
         reasons = "; ".join(f"{a['operator']}: {a['reason']}" for a in alternatives)
         raise ScheduleError(f"none of the {len(alternatives)} algorithms applies: {reasons}")
-    scores = {a["operator"]: a["seconds"] for a in alternatives if a["applies"]}
-    name, best = min(kernels, key=lambda pair: scores[pair[0]])
-    seconds = scores[name]
+    best, chosen = min(kernels, key=lambda pair: pair[1]["seconds"])
+    name, seconds = chosen["operator"], chosen["seconds"]
     others = [f"{a['operator']} {a['seconds'] * 1e3:.4g} ms ({a['seconds'] / seconds:.2f}x)"
-              for a in alternatives if a["applies"] and a["operator"] != name]
+              for a in alternatives if a["applies"] and a is not chosen]
     skipped = [f"{a['operator']} does not apply ({a['reason']})" for a in alternatives if not a["applies"]]
     how = "is predicted fastest" if tuner == "model" else f"runs fastest on {plugin.runs_on}"
     why = f"{name} {how} at {seconds * 1e3:.4g} ms"
