@@ -94,6 +94,21 @@ def test_host_candidates_match_the_reference(name):
     assert not failed, failed
 
 
+@pytest.mark.parametrize("name", ["avgpool", "conv2d_bias_relu", "conv2d_winograd", "maxpool"])
+def test_host_candidates_of_several_statements_match_the_reference_on_two_threads_in_process(name):
+    """The forked children above share iterations on Python's pool (libgomp's team does not survive a
+    fork). Here, in this process, on the native pool where it loads: two threads, each statement's nest
+    a segment of its own (`parallel.segments`), a spread of candidates against the reference."""
+    params = OPERATORS[name]
+    candidates = _space(name, "host")
+    shared = 0
+    for candidate in candidates[:: max(1, len(candidates) // 6)][:6]:
+        kernel = swauto.compile(EXAMPLES / f"{name}.sw", params=params, target="host", schedule=candidate, threads=2)
+        shared += sum(bool(phases.loops) for phases in kernel.program.plan.segments) > 1
+        assert _error(kernel) < 1e-4, candidate.describe()
+    assert shared  # some candidate shares more than one nest
+
+
 CHANNELS_LAST = {  # the window operators' activations, channels innermost (what `swauto.Model` pins)
     "maxpool": ({"input": "Ri Ci B C", "output": "Ro Co B C"}, OPERATORS["maxpool"]),
     "avgpool": ({"input": "Ri Ci B C", "output": "Ro Co B C"}, OPERATORS["avgpool"]),
