@@ -4,8 +4,9 @@
                                    [--all] [--repeat 5] [--limit N] [--implicit-only]
 
 The operator is examples/conv2d.sw as written; for a 3 x 3 layer at stride 1, `swauto.choose` takes
-it or examples/conv2d_winograd.sw, whichever the host model predicts faster (`algorithm`; with
-`--implicit-only`, conv2d.sw always). Layers come from ../shared/workloads/cnn_conv_layers.csv
+it, examples/conv2d_winograd.sw (F(2x2, 3x3)) or examples/conv2d_winograd4.sw (F(4x4, 3x3)), whichever
+the host model predicts fastest (`algorithm`; with `--implicit-only`, conv2d.sw always). Layers come
+from ../shared/workloads/cnn_conv_layers.csv
 (default: the 3x3 layers of ResNet50 and VGG16); `--all` takes every distinct shape of that file and of
 benchmarks/workloads/networks.csv (ResNet-18, MobileNetV2, Inception-v3: 121 shapes; MobileNetV2's
 depthwise layers from examples/conv2d_depthwise.sw, against PyTorch's grouped conv2d). For each layer,
@@ -57,8 +58,8 @@ def layers(path: Path, kernel: int | None, models: list[str] | None) -> list[dic
 
 
 def winograd_applies(layer: dict[str, str]) -> bool:
-    """Whether examples/conv2d_winograd.sw computes `layer`: dense, 3 x 3, stride 1, padded alike on
-    every side."""
+    """Whether the Winograd convolutions (examples/conv2d_winograd*.sw) compute `layer`: dense, 3 x 3,
+    stride 1, padded alike on every side."""
     return (layer["groups"] == "1" and layer["kr"] == layer["kc"] == "3" and layer["stride"] == "1"
             and layer["pad_r"] == layer["pad_c"])
 
@@ -76,8 +77,8 @@ def measure(layer: dict[str, str], batch: int, threads: int, repeat: int, choose
     started = time.perf_counter()
     if choose and winograd_applies(layer):
         params = {**{k: v for k, v in params.items() if k not in ("pad_r", "pad_c")}, "pad": pad_r}
-        kernel = swauto.choose([EXAMPLES / example, EXAMPLES / "conv2d_winograd.sw"], params, target="host",
-                               threads=threads)
+        algorithms = [EXAMPLES / example, *(EXAMPLES / f"conv2d_winograd{f}.sw" for f in ("", "4"))]
+        kernel = swauto.choose(algorithms, params, target="host", threads=threads)
     else:
         kernel = swauto.compile(EXAMPLES / example, params, target="host", threads=threads)
     tuning = time.perf_counter() - started

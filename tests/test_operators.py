@@ -29,6 +29,7 @@ OPERATORS = {
     "conv2d_nchw": {"B": 2, "Ni": 5, "No": 7, "Ri": 6, "Ci": 9, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1},
     "conv2d_explicit": {"B": 2, "Ni": 3, "No": 5, "Ri": 7, "Ci": 9, "Kr": 3, "Kc": 3, "stride": 2, "pad": 1},
     "conv2d_winograd": {"B": 3, "Ni": 5, "No": 6, "Ri": 3, "Ci": 5, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1},
+    "conv2d_winograd4": {"B": 3, "Ni": 5, "No": 6, "Ri": 7, "Ci": 5, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1},
     "conv2d_depthwise": {"B": 3, "C": 37, "Ri": 7, "Ci": 5, "Kr": 3, "Kc": 3, "stride": 2, "pad": 1},
     # The convolutions with their activation fused (what a network's FusedConv nodes run).
     "conv2d_relu": {"B": 3, "Ni": 5, "No": 6, "Ri": 5, "Ci": 7, "Kr": 3, "Kc": 3, "stride": 2, "pad": 1},

@@ -5,7 +5,7 @@ other point, broadcast: the tile's other axes, several of them merged into one w
 fused). M is optional; with it, X and Z may carry M and N in different memory orders, so a transform
 can also transpose its tile's other axes (Winograd's channel and batch axes, into the order its
 GEMMs want). Its matrix is part of the primitive, so a two-sided transform such as Bᵀ d B is two
-calls, one along each axis of the tile.
+calls, one along each axis of the tile. F(2x2, 3x3) and F(4x4, 3x3) are both here.
 Adding a matrix is one `_transform` line here.
 """
 
@@ -44,3 +44,15 @@ WINOGRAD_INPUT = _transform("winograd_input", ((1, 0, -1, 0), (0, 1, 1, 0), (0, 
 WINOGRAD_FILTER = _transform("winograd_filter", ((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1)),
                              "Z = G X along one axis (4 x 3)")
 WINOGRAD_OUTPUT = _transform("winograd_output", ((1, 1, 1, 0), (0, 1, -1, -1)), "Z = Aᵀ X along one axis (2 x 4)")
+
+# F(4x4, 3x3) (Lavin and Gray): 6 x 6 input tiles overlapping by 2, 36 multiplications per 16 outputs
+# and channel pair where F(2x2, 3x3) takes 16 per 4; larger constants, so float32 rounds a little more.
+WINOGRAD4_INPUT = _transform("winograd4_input", ((4, 0, -5, 0, 1, 0), (0, -4, -4, 1, 1, 0), (0, 4, -4, -1, 1, 0),
+                                                 (0, -2, -1, 2, 1, 0), (0, 2, -1, -2, 1, 0), (0, 4, 0, -5, 0, 1)),
+                             "Z = Bᵀ X along one axis (6 x 6, F(4x4, 3x3))")
+WINOGRAD4_FILTER = _transform("winograd4_filter", ((1 / 4, 0, 0), (-1 / 6, -1 / 6, -1 / 6), (-1 / 6, 1 / 6, -1 / 6),
+                                                   (1 / 24, 1 / 12, 1 / 6), (1 / 24, -1 / 12, 1 / 6), (0, 0, 1)),
+                              "Z = G X along one axis (6 x 3, F(4x4, 3x3))")
+WINOGRAD4_OUTPUT = _transform("winograd4_output", ((1, 1, 1, 1, 1, 0), (0, 1, -1, 2, -2, 0), (0, 1, 1, 4, 4, 0),
+                                                   (0, 1, -1, 8, -8, 1)),
+                              "Z = Aᵀ X along one axis (4 x 6, F(4x4, 3x3))")
