@@ -22,7 +22,7 @@ the next segment starts (Winograd's transforms and GEMMs, an LSTM step's GEMMs a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from math import prod
 
@@ -89,12 +89,22 @@ def segments(module: Module, verify: bool = True) -> tuple[Phases, ...]:
     the threads, and the next segment starts when every thread is done. Only the last segment has an
     'after' (what no further parallel group was found in). An operator of several statements
     (Winograd's transforms and GEMMs, an LSTM step's gate maps) so shares each statement's nest, where
-    `split` alone shares one. The chain is verified whole (`_verified`) as each segment is added."""
+    `split` alone shares one. The chain is verified whole (`_verified`): first the chain of each
+    remainder's first split, once; only where that fails, again as each segment is added. (Verified at
+    each step, chains 1 to n segments long, Winograd F(2x2, 3x3)'s model tuning at 64 channels, 56², on
+    two threads took 5.3 s; now 4.2, with the same pick.)"""
+    chain = _segments(module, lambda found: True)
+    if not verify or not chain[0].loops or _verified(module, chain):
+        return chain
+    return _segments(module, lambda found: _verified(module, found))
+
+
+def _segments(module: Module, accept: Callable[[tuple[Phases, ...]], bool]) -> tuple[Phases, ...]:
+    """`segments`, each segment the first split of what is left whose chain so far `accept`s."""
     found: list[Phases] = []
     body = module.body
     while True:
-        phases = next((phases for phases in _splits(replace(module, body=body))
-                       if not verify or _verified(module, (*found, phases))), None)
+        phases = next((phases for phases in _splits(replace(module, body=body)) if accept((*found, phases))), None)
         if phases is None:  # nothing more to share: what is left runs after the last nest
             if not found:
                 return (Phases(_top(body), None, (), ()),)

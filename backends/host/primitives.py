@@ -190,9 +190,9 @@ def contiguous_lanes(call: Call, shapes: Mapping[str, tuple[int, ...]] | None = 
     lanes = next((dim for dim in reversed(call.signature.dims) if sizes.get(dim, 1) > 1), None)
     for _, access in call.operands:
         axes = [axis for axis, dim in enumerate(access.dims) if dim == lanes]
+        extents = access.padded_extents()
         shape = (shapes or {}).get(access.name)
         if shape is not None and axes:
-            extents = access.padded_extents()
             strides = [prod(shape[access.walked(axis) + 1:]) * access.step(axis) for axis in axes]
             # The dimension's index splits over the axes in mixed radix, the innermost axis fastest: its
             # offsets run on one by one where each axis whose digit moves steps by the extents inside it.
@@ -203,7 +203,7 @@ def contiguous_lanes(call: Call, shapes: Mapping[str, tuple[int, ...]] | None = 
                 inside *= extents[axis]
             continue
         steps = access.steps or (1,) * len(access.dims)
-        runs = [(access.padded_extents()[axis], steps[axis]) for axis in axes if access.padded_extents()[axis] > 1]
+        runs = [(extents[axis], steps[axis]) for axis in axes if extents[axis] > 1]
         if runs and (len(runs) > 1 or runs[0][1] != 1 or innermost_dim(access) != lanes):
             return False
     return True

@@ -176,8 +176,8 @@ def emit_parallel_entry(ir_module: ir.Module, segments: list[tuple[ir.Function, 
         lo = builder.sdiv(builder.mul(iterations, thread), team)
         hi = builder.sdiv(builder.mul(iterations, builder.add(thread, I64(1))), team)
         with builder.if_then(builder.icmp_signed("<", lo, hi)):
-            tensor_pointers = [builder.load(builder.gep(packed, [I32(0), I32(0), I32(index)]))
-                               for index in range(tensors)]
+            tensor_pointers = [builder.load(builder.gep(packed, [I32(0), I32(0), I32(position)]))
+                               for position in range(tensors)]
             workspaces = builder.load(builder.gep(packed, [I32(0), I32(1)]))
             workspace = builder.load(builder.gep(workspaces, [thread]))
             builder.call(loop, [*tensor_pointers, workspace, lo, hi])
