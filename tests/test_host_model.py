@@ -42,7 +42,8 @@ def quiet_machine(cpu: str = "test-cpu") -> host_model.Machine:
     return host_model.Machine(
         cpu=cpu, measured="2026-11-23", kernel_flops=100e9, accumulator_seconds=4e-10, latency_accumulators=4.0,
         load_slots=1.0,
-        vector_lanes=16, l1_map_bandwidth=200e9, l2_map_bandwidth=80e9, l2_bandwidth=40e9, l3_bandwidth=20e9,
+        vector_lanes=16, l1_map_bandwidth=200e9, l2_map_bandwidth=80e9, l2_panel_bandwidth=60e9,
+        l3_panel_bandwidth=25e9, l2_bandwidth=40e9, l3_bandwidth=20e9,
         dram_bandwidth=10e9, dram_bandwidth_total=15e9,
         transpose_bandwidth=3e9, l1_bytes=48 << 10, l2_bytes=2 << 20, l3_bytes=32 << 20, peak_flops=120e9,
         register_tiles=((4, 2), (6, 2)),  # AVX2's defaults: they fit every instruction set's registers
@@ -313,16 +314,62 @@ def test_packing_a_transposed_vector_operand_is_predicted_slower():
 
 def test_few_rows_against_a_panel_larger_than_l1_are_priced_by_the_panels_stream():
     """Each row tile of the micro-kernel reads the vector operand's whole panel (K x N). With 2 rows against a
-    384 x 384 panel (590 KB: beyond L1, within half the L2) the panel's stream, at twice the L2's copy
-    bandwidth, bounds the call, not its FMAs: AlexNet conv4 at B = 1 tiled so (2 columns per call) measured
-    7.8 ms on one core where the FMAs alone predicted 4.8; the model now picks a tiling measured at 2.9 ms
-    on two cores. With 64 rows the same panel feeds 32x the flops and the FMAs bound the call."""
+    384 x 384 panel (590 KB: beyond L1, within half the L2) the panel's stream, at the rate the micro-kernel
+    was measured to stream a panel in from L2, bounds the call, not its FMAs: AlexNet conv4 at B = 1 tiled
+    so (2 columns per call) measured 7.8 ms on one core where the FMAs alone predicted 4.8; the model now
+    picks a tiling measured at 2.9 ms on two cores. With 64 rows the same panel feeds 32x the flops and
+    the FMAs bound the call."""
     machine = replace(quiet_machine(), register_tiles=((4, 4),))
     call = next(node for node, _ in walk(_module(("M_outer", "N_outer", "K_outer")).body) if isinstance(node, Call))
     narrow, wide = (replace(call, sizes=(("M", m), ("N", 384), ("K", 384))) for m in (2, 64))
-    assert host_model.call_seconds(narrow, machine) == pytest.approx(4 * 384 * 384 / (2 * machine.l2_bandwidth))
+    assert host_model.call_seconds(narrow, machine) == pytest.approx(4 * 384 * 384 / machine.l2_panel_bandwidth)
     flops = 2 * 64 * 384 * 384
     assert host_model.call_seconds(wide, machine) == pytest.approx(flops / machine.kernel_flops, rel=0.05)
+
+
+def _host_gemm(params: dict[str, int], tiles: dict[str, int], order: tuple[str, ...]):
+    """The host's IR of examples/gemm.sw at `params` in tiles `tiles`, the loops in `order`."""
+    text = GEMM_SW.read_text()
+    for dim, tile in tiles.items():  # tiles beyond the example's choices
+        text = text.replace(f"split gemm.{dim} by {{", f"split gemm.{dim} by {{{tile}, ")
+    return lower(load(text, params), Candidate(tuple(tiles.items()), order, "N"),
+                 local_memory_machine("host"))[-1][1]
+
+
+def test_a_c_tile_swept_out_of_the_caches_between_its_k_steps_is_priced_coming_back():
+    """GEMM 1024^3 in C tiles of 32 x 64 and K tiles of 128: with the K loop outermost every C tile comes
+    back from L3 after all of C went by (measured 120 GFLOPS on one core), with it innermost each stays in
+    L1 (151). The calls and their copies' bytes are alike; the model charges the first its C tiles'
+    trips out of L3 (one tile each call: loaded and stored around the K loop, a copy's worth)."""
+    machine = quiet_machine()
+    params = {"M": 1024, "N": 1024, "K": 1024}
+    tiles = {"M": 32, "N": 64, "K": 128}
+    swept = _host_gemm(params, tiles, ("K_outer", "N_outer", "M_outer"))
+    kept = _host_gemm(params, tiles, ("N_outer", "M_outer", "K_outer"))
+    calls = 1024 ** 3 // (32 * 64 * 128)
+    tile = 4 * 32 * 64
+    (call, loops), = ((node, loops) for node, loops in walk(swept.body) if isinstance(node, Call))
+    assert host_model._revisited_accumulators(call, loops, machine) == pytest.approx(tile / machine.l3_bandwidth)
+    (call, loops), = ((node, loops) for node, loops in walk(kept.body) if isinstance(node, Call))
+    assert host_model._revisited_accumulators(call, loops, machine) == 0
+    assert host_model.estimate(swept, 1, machine).traffic >= calls * tile / machine.l3_bandwidth
+
+
+def test_a_panel_cycled_with_others_comes_from_afar_once_per_call():
+    """A call's row tiles read its vector panel once each. Of GEMM 2048^3's 128 KB panels (tiles of
+    64 x 64 x 512, N innermost: 32 panels, 4 MB, take turns) the first read in a call comes out of L3,
+    the next ten out of L2, where the panel alone fits (measured 145 GFLOPS; priced 53 when every read
+    came out of L3)."""
+    machine = replace(quiet_machine(), register_tiles=((6, 4),))
+    module = _host_gemm({"M": 2048, "N": 2048, "K": 2048}, {"M": 64, "N": 64, "K": 512},
+                        ("K_outer", "M_outer", "N_outer"))
+    (call, loops), = ((node, loops) for node, loops in walk(module.body) if isinstance(node, Call))
+    assert host_model._cycled_panels(call, loops) == 32
+    panel = 4 * 512 * 64
+    streamed = panel / machine.l3_panel_bandwidth + 10 * panel / machine.l2_panel_bandwidth
+    cycled = host_model._cycled_panels(call, loops)
+    _, _, compute, _ = host_model._node_cost(call, machine, machine.l3_bandwidth, (6, 4), cycled=cycled)
+    assert compute == pytest.approx(max(streamed, 2 * 64 * 64 * 512 / machine.kernel_flops), rel=0.05)
 
 
 def test_a_map_whose_lanes_are_not_contiguous_is_predicted_slower():
@@ -479,7 +526,7 @@ def test_near_ties_on_the_host_rank_by_fewer_copies():
     tuner and by the measured tuners alike: a copy's and a call's own cost, which the model does not
     time, add up (GEMM 128 x 4096 x 512: tiles of 32 x 32 priced as tiles of 128 x 1024 make 1153
     copies against 13 and ran at 99.8 against 104.4 GFLOPS)."""
-    space = explore(load(GEMM_SW, PARAMS), local_memory_machine("host"))
+    space = explore(load(GEMM_SW, {"M": 128, "N": 4096, "K": 512}), local_memory_machine("host"))
     ranked = rank_by_model(space, 1, host_model.machine())
     near = ranked[:_near_ties(ranked)]
     copies = [r.predicted.copies for r in near]

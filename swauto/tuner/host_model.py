@@ -40,8 +40,9 @@ from swauto.ir.visitor import walk
 
 CALIBRATION_FILE = "host_machine.json"
 CACHE_LINE_BYTES = 64
-CALIBRATION_VERSION = 10  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
-# 9: the FMA latency and the loads of a K step, measured on panels in L1; 10: a map's bandwidth on tiles in L1
+CALIBRATION_VERSION = 11  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
+# 9: the FMA latency and the loads of a K step, measured on panels in L1; 10: a map's bandwidth on tiles in L1;
+# 11: a panel's stream out of L2 and L3 into the micro-kernel, the loads of a K step clear of the FMA latency
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ class Machine:
     vector_lanes: int  # float32 lanes of the instruction set the kernels are compiled for
     l1_map_bandwidth: float  # operand bytes per second of a vectorized map on tiles in L1
     l2_map_bandwidth: float  # the same on tiles in L2 that do not fit L1
+    l2_panel_bandwidth: float  # bytes per second the micro-kernel streams a vector panel in at from L2
+    l3_panel_bandwidth: float  # the same from L3
     l2_bandwidth: float
     l3_bandwidth: float
     dram_bandwidth: float
@@ -104,6 +107,7 @@ _PLAUSIBLE: dict[str, tuple[float, float]] = {
     "kernel_flops": _FLOPS, "peak_flops": _FLOPS, "accumulator_seconds": (0.0, 1e-5),
     "latency_accumulators": (1.0, 256.0), "load_slots": (0.01, 64.0), "vector_lanes": (1, 64),
     "l1_map_bandwidth": _BANDWIDTH, "l2_map_bandwidth": _BANDWIDTH,
+    "l2_panel_bandwidth": _BANDWIDTH, "l3_panel_bandwidth": _BANDWIDTH,
     "l2_bandwidth": _BANDWIDTH, "l3_bandwidth": _BANDWIDTH, "dram_bandwidth": _BANDWIDTH,
     "dram_bandwidth_total": _BANDWIDTH, "transpose_bandwidth": _BANDWIDTH,
     "l1_bytes": _BYTES, "l2_bytes": _BYTES, "l3_bytes": _BYTES, "parallel_call_seconds": (0.0, 1e-2),
@@ -187,6 +191,8 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
         taps = taps_around(node, loops) if isinstance(node, Call) else 1
         node_flops, node_bytes, compute, traffic = _node_cost(node, machine, bandwidth, tile, shapes, taps,
                                                               _cycled_panels(node, loops))
+        if isinstance(node, Call) and node.signature.kind == "gemm":
+            traffic += _revisited_accumulators(node, loops, machine)
         if isinstance(node, Dma):
             if node.buffer.name in in_place:
                 node_bytes, traffic = 0, traffic / 2
@@ -251,6 +257,29 @@ def _cycled_panels(node: Dma | Call, loops: tuple[For, ...]) -> int:
     return prod(trip_count(loop) for loop in band if loop.var in moving)
 
 
+def _revisited_accumulators(gemm: Call, loops: tuple[For, ...], machine: Machine) -> float:
+    """Seconds one execution of `gemm` spends bringing its C tile back (loaded before the K loop, stored
+    after it, around the FMAs, not under them) from the cache level it fell to since the last execution
+    on the same tile: the innermost loop around the call that does not move C revisits the tile every
+    iteration, and the loops inside that one sweep that many C tiles in between. Within half the L1 it
+    is the micro-kernel's own cost (`accumulator_seconds`); beyond, the tile moves at the copy bandwidth
+    of the level the sweep fits (GEMM 1024^3 in C tiles of 32 x 64, K tiles of 128: measured 120 GFLOPS
+    with the K loop outermost, sweeping all of C between visits, 151 with it innermost, where each
+    tile stays in L1; priced alike without this)."""
+    c = gemm.operand("C")
+    moving = set().union(*(ex.free_vars(start) for start in c.starts))
+    revisiting = [index for index, loop in enumerate(loops) if loop.var not in moving]
+    if not revisiting:
+        return 0.0
+    tile = 4 * prod(c.extents)
+    swept = tile * prod(trip_count(loop) for loop in loops[revisiting[-1] + 1:])
+    if swept <= machine.l1_bytes // 2:
+        return 0.0
+    if swept <= machine.l2_bytes // 2:
+        return tile / machine.l2_bandwidth
+    return tile / (machine.l3_bandwidth if swept <= machine.l3_bytes // 2 else machine.dram_bandwidth)
+
+
 def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile: tuple[int, int],
                shapes: Mapping[str, tuple[int, ...]] | None = None, taps: int = 1,
                cycled: int = 1) -> tuple[int, int, float, float]:
@@ -310,8 +339,8 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
                 step = max(accumulators, machine.latency_accumulators, loads) * fma
                 compute += row_tiles * column_tiles * (sizes["K"] * step + accumulators * machine.accumulator_seconds)
     # Each row tile reads the vector operand's whole panel (K x the vectorized dimension). A panel larger
-    # than the L1 cache comes from L2, or L3 where it outgrows half the L2, at a read stream's rate (a
-    # measured copy's bandwidth counts each byte once, read and written): with few rows per panel the
+    # than the L1 cache comes from L2, or L3 where it outgrows half the L2, at the rate the micro-kernel
+    # was measured to stream a panel in from there (`_panel_bandwidths`): with few rows per panel the
     # stream, not the FMAs, is the limit (M = 2 columns against a 384 x 384 weight: measured 1.6x the FMAs' time).
     # Likewise each column tile reads the broadcast operand's rows (K x the other dimension): narrow
     # column tiles read it more often (GEMM 128 x 4096 x 512 in tiles of 32 x 32 x 512: 77 GFLOPS, in
@@ -319,15 +348,23 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
     # Loops around the call that cycle `cycled` panels (each call its own) evict one another's from L1
     # where together they do not fit: NCHW at B = 1, one pixel per GEMM, its 3 x 3 taps innermost (9
     # weight panels of 16 KB: measured 4.75 ms, priced 3.16 as if each stayed in L1).
+    # The first read of a panel in a call comes from where the panels cycled since its last call leave
+    # it, the row tiles after it from where the panel alone fits (a 128 KB panel of 32 cycled, 4 MB
+    # in all: one read out of L3, the next ten out of L2).
     panel = 4 * sizes["K"] * sizes[v]
     broadcast = 4 * sizes["K"] * sizes[u]
-    streamed = (-(-sizes[u] // rows) * panel if panel * cycled > machine.l1_bytes else 0) \
-        + (-(-slots // vectors) * broadcast if broadcast > machine.l1_bytes else 0)
-    if streamed:
-        bandwidth = machine.l2_bandwidth if max(panel * cycled, broadcast) <= machine.l2_bytes // 2 \
-            else machine.l3_bandwidth
-        compute = max(compute, streamed / (2 * bandwidth))
-    return node.flops, 0, compute, 0.0
+    streamed = (panel / _panel_bandwidth(panel * cycled, machine)
+                + (-(-sizes[u] // rows) - 1) * panel / _panel_bandwidth(panel, machine)
+                + -(-slots // vectors) * broadcast / _panel_bandwidth(broadcast, machine))
+    return node.flops, 0, max(compute, streamed), 0.0
+
+
+def _panel_bandwidth(footprint: int, machine: Machine) -> float:
+    """The rate the micro-kernel streams an operand in at from where `footprint` bytes fit: infinite
+    from L1 (its loads are the K step's own, priced there), else from L2 within half of it, else L3."""
+    if footprint <= machine.l1_bytes:
+        return math.inf
+    return machine.l2_panel_bandwidth if footprint <= machine.l2_bytes // 2 else machine.l3_panel_bandwidth
 
 
 def _default_tile() -> tuple[int, int]:
@@ -535,6 +572,7 @@ def calibrate(cpu: str) -> Machine:
         vector_lanes=select().width,
         l1_map_bandwidth=_map_bandwidth(l1 // 2),
         l2_map_bandwidth=_map_bandwidth(l2 // 2),
+        **_panel_bandwidths(l1, l2, l3, rate["latency_accumulators"]),
         l2_bandwidth=max(_copy_bandwidth(l2 // 4), l3_copy),
         l3_bandwidth=l3_copy,
         dram_bandwidth=dram,
@@ -587,9 +625,13 @@ def _kernel_rate() -> dict[str, float]:
     def one_row_step(columns: int) -> float:  # FMA slots of one K step of a one-row tile, panels in L1
         return (seconds_per_call(1, 64, columns) - seconds_per_call(1, 8, columns)) / (64 - 8) / fma
 
+    latency = max(1.0, one_row_step(width))
+    # The loads: a one-row tile with accumulators enough to hide the latency (else its step measures the
+    # latency: 4 vectors on a core with two FMA pipes of 4 cycles measured 1.9 slots a load, not 1).
+    vectors = max(vectors, min(math.ceil(latency), (select().registers - 2) // 2))
     return {"kernel_flops": 2 * width / fma,
             "accumulator_seconds": max(0.0, short - 8 * per_k) / (m * n / width),
-            "latency_accumulators": max(1.0, one_row_step(width)),
+            "latency_accumulators": latency,
             "load_slots": max(0.01, one_row_step(vectors * width) / (vectors + 1))}
 
 
@@ -791,6 +833,29 @@ def map_benchmark_module(size: int, repeat: int) -> Module:
     add = Call("add", (("N", n),), tuple(boxes.items()))
     return Module("map_rate", (), tuple(LocalBuffer(role, (n,)) for role in boxes),
                   Seq((*(Zero(box) for box in boxes.values()), For("r", Const(0), Const(repeat), 1, add))))
+
+
+def _panel_bandwidths(l1: int, l2: int, l3: int, latency_accumulators: float) -> dict[str, float]:
+    """`l2_panel_bandwidth` and `l3_panel_bandwidth`: the bytes per second of a vector panel the
+    micro-kernel streams in from L2 (a panel of a quarter of it) and from L3 (of twice the L2, within a
+    quarter of the L3), each row tile reading it once: the tile with the fewest rows whose accumulators
+    hide the FMA latency (most bytes per FMA: the stream, not the FMAs, is what the time tells), the best
+    of several runs of about 32 MB streamed."""
+    from swauto.backends.host import compile_module
+    from swauto.backends.host.knobs import Knobs
+
+    _, vectors = _default_tile()
+    rows = max(1, math.ceil(latency_accumulators / vectors))
+    n = KERNEL_BENCHMARK[1]
+    bandwidths = {}
+    for name, panel in (("l2_panel_bandwidth", l2 // 4), ("l3_panel_bandwidth", min(2 * l2, l3 // 4))):
+        k = max(8, panel // (4 * n))
+        repeat = max(2, (32 << 20) // (4 * k * n))
+        program = compile_module(kernel_benchmark_module(repeat=repeat, k=k, m=rows, n=n), knobs=Knobs(rows, vectors))
+        bandwidths[name] = repeat * 4 * k * n / _best_seconds(lambda: program.run({}, threads=1))  # noqa: B023
+    # A panel out of L3 never streams faster than one out of L2 (a disturbed reading could say so).
+    bandwidths["l3_panel_bandwidth"] = min(bandwidths["l3_panel_bandwidth"], bandwidths["l2_panel_bandwidth"])
+    return bandwidths
 
 
 def _map_bandwidth(size: int) -> float:
