@@ -1,10 +1,13 @@
 """The host model against measurement: does ranking by the model pick (nearly) the fastest candidate,
 and how much faster is it than measuring?
 
-    python benchmarks/host_tuning.py [--gemm 1024 2048] [--conv res2_3x3 res3_3x3] [--batch 1 8] [--threads 1]
-                                     [--layers mobilenetv2/block2.1.depthwise ...] [--sample N] [--name host_tuning]
+    python benchmarks/host_tuning.py [--gemm 1024 2048 32768x256x128] [--conv res2_3x3 res3_3x3] [--batch 1 8]
+                                     [--threads 1] [--layers mobilenetv2/block2.1.depthwise ...] [--sample N]
+                                     [--name host_tuning]
 
-For each operator: the model tuner's time (building the space is reported apart: both tuners need it)
+A GEMM (`S` for S x S x S, or `MxNxK`) has the space benchmarks/host_gemm.py tunes (examples/gemm.sw
+with tiles from 32 to 512, 1024 for M and N). For each operator: the model tuner's time (building the
+space is reported apart: both tuners need it)
 and pick; every candidate's measured time (the black box: `--tuner measure`); the model's pick divided
 by the best measured (1.00 = the model found the best), and the hybrid tuner's (the model's best 8,
 measured). The candidates compared are timed again, interleaved, 5 x 3 runs each, and those times
@@ -34,6 +37,7 @@ from common import (  # benchmarks/ is on the path when run as a script
     layer_shapes,
     write_tables,
 )
+from host_gemm import gemm_source, parse_shape
 from tqdm import tqdm
 
 from swauto.api import load
@@ -57,7 +61,8 @@ def conv_params(name: str, batch: int) -> dict[str, int]:
     return {"B": batch, "Ni": ci, "No": co, "Ri": hw, "Ci": hw, "Kr": k, "Kc": k, "stride": stride, "pad": pad}
 
 
-def compare(name: str, source: Path, params: dict[str, int], threads: int, sample: int = 0) -> tuple[dict, list[dict]]:
+def compare(name: str, source: Path | str, params: dict[str, int], threads: int,
+            sample: int = 0) -> tuple[dict, list[dict]]:
     """The summary row of one operator and a row per measured candidate (all, or `sample` besides the
     model's best HYBRID_TOP)."""
     op = load(source, params)
@@ -128,7 +133,7 @@ def plot(candidates: list[dict], name: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gemm", type=int, nargs="*", default=[1024])
+    parser.add_argument("--gemm", type=parse_shape, nargs="*", default=[parse_shape("1024")])
     parser.add_argument("--conv", nargs="*", default=["res2_3x3"])
     parser.add_argument("--batch", type=int, nargs="+", default=[1])
     parser.add_argument("--name", default="host_tuning", help="the results files' name")
@@ -137,7 +142,7 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=0, help="measure the model's best 8 and this many others")
     args = parser.parse_args()
     print(header())
-    jobs = [(f"gemm {s}^3", ROOT / "examples" / "gemm.sw", {"M": s, "N": s, "K": s}) for s in args.gemm]
+    jobs = [(f"gemm {m}x{n}x{k}", gemm_source(m, n, k), {"M": m, "N": n, "K": k}) for m, n, k in args.gemm]
     jobs += [(f"conv {c} B={batch}", ROOT / "examples" / "conv2d.sw", conv_params(c, batch))
              for c in args.conv for batch in args.batch]
     for wanted in args.layers:

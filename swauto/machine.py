@@ -42,6 +42,8 @@ class SW26010:
     core_groups_per_chip: int = 4
     # The mesh GEMM primitive has one fixed register blocking (4 x 16 per CPE): no choice to explore.
     micro_kernels: tuple[tuple[int, int], ...] = ()
+    # The primitive vectorizes the free dimension the schedule chooses.
+    vector_dim_from_layout: bool = False
     # DMAs run asynchronously beside the CPEs' compute: double buffering can hide them.
     asynchronous_dma: bool = True
     # GEMMs whose factor is a tile of zero padding alone run anyway (`swauto.passes.guard_padding`): the
@@ -198,6 +200,9 @@ class HostScratchpad:
     # Register tiles of the micro-kernel to explore (the calibration's fastest for the instruction set
     # the kernels are compiled for); none: the backend uses its default.
     micro_kernels: tuple[tuple[int, int], ...] = ()
+    # The micro-kernel vectorizes the free dimension C's layout makes contiguous
+    # (`backends/host/layout.vector_dim`): a schedule's choice of one changes no code.
+    vector_dim_from_layout: bool = True
     # A "DMA" is a packing copy the core runs itself: double buffering has nothing to overlap it with,
     # so the space leaves it out (the backend still runs double-buffered IR it is given).
     asynchronous_dma: bool = False
@@ -231,6 +236,9 @@ class LocalMemoryMachine(Protocol):
 
     @property
     def asynchronous_dma(self) -> bool: ...
+
+    @property
+    def vector_dim_from_layout(self) -> bool: ...
 
     @property
     def skips_zero_tiles(self) -> bool: ...

@@ -305,7 +305,7 @@ def test_packing_a_transposed_vector_operand_is_predicted_slower():
     by_weight = {}
     for candidate, stages in space.legal:
         # (N_outer and K_outer, the loops over whole channel blocks, run once and come first.)
-        if candidate.order[2] == "cKr" and dict(candidate.splits)["cCo"] == 4 and candidate.vectorize == "N":
+        if candidate.order[2] == "cKr" and dict(candidate.splits)["cCo"] == 4:
             by_weight.setdefault(dict(candidate.layouts)["weight"], host_model.estimate(stages[-1][1], 1, machine))
     transposed, plain = by_weight[(0, 1, 2, 3)], by_weight[(0, 1, 3, 2)]
     # With M = 4 pixels (one row tile) the plain weight is read in place, the transposed one packed.
@@ -314,12 +314,12 @@ def test_packing_a_transposed_vector_operand_is_predicted_slower():
 
 def test_few_rows_against_a_panel_larger_than_l1_are_priced_by_the_panels_stream():
     """Each row tile of the micro-kernel reads the vector operand's whole panel (K x N). With 2 rows against a
-    384 x 384 panel (590 KB: beyond L1, within half the L2) the panel's stream, at the rate the micro-kernel
+    384 x 384 panel (590 KB: beyond L1, within a quarter of the L2) the panel's stream, at the rate the micro-kernel
     was measured to stream a panel in from L2, bounds the call, not its FMAs: AlexNet conv4 at B = 1 tiled
     so (2 columns per call) measured 7.8 ms on one core where the FMAs alone predicted 4.8; the model now
     picks a tiling measured at 2.9 ms on two cores. With 64 rows the same panel feeds 32x the flops and
     the FMAs bound the call."""
-    machine = replace(quiet_machine(), register_tiles=((4, 4),))
+    machine = replace(quiet_machine(), register_tiles=((4, 4),), l2_bytes=4 << 20)
     call = next(node for node, _ in walk(_module(("M_outer", "N_outer", "K_outer")).body) if isinstance(node, Call))
     narrow, wide = (replace(call, sizes=(("M", m), ("N", 384), ("K", 384))) for m in (2, 64))
     assert host_model.call_seconds(narrow, machine) == pytest.approx(4 * 384 * 384 / machine.l2_panel_bandwidth)
@@ -521,12 +521,14 @@ def _near_ties(ranked) -> int:
     return sum(r.predicted.seconds <= cheapest * (1 + RESOLUTION) for r in ranked)
 
 
-def test_near_ties_on_the_host_rank_by_fewer_copies():
+def test_near_ties_on_the_host_rank_by_fewer_copies(monkeypatch):
     """Candidates the model rates alike are ordered by the copies they make, fewest first, by the model
     tuner and by the measured tuners alike: a copy's and a call's own cost, which the model does not
     time, add up (GEMM 128 x 4096 x 512: tiles of 32 x 32 priced as tiles of 128 x 1024 make 1153
-    copies against 13 and ran at 99.8 against 104.4 GFLOPS)."""
-    space = explore(load(GEMM_SW, {"M": 128, "N": 4096, "K": 512}), local_memory_machine("host"))
+    copies against 13 and ran at 99.8 against 104.4 GFLOPS). (A made-up calibration: near ties
+    depend on the machine's constants.)"""
+    monkeypatch.setattr(host_model, "machine", lambda cache_dir=None: quiet_machine())
+    space = explore(load(GEMM_SW, {"M": 1024, "N": 1024, "K": 1024}), local_memory_machine("host"))
     ranked = rank_by_model(space, 1, host_model.machine())
     near = ranked[:_near_ties(ranked)]
     copies = [r.predicted.copies for r in near]

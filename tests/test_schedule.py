@@ -105,7 +105,10 @@ def test_the_host_space_has_micro_kernels_sharing_each_lowering_and_no_double_bu
     assert {replace(c, micro_kernel=None) for c in host.candidates} == set(plain.candidates)
     # The host's copies are synchronous: its space leaves double buffering out.
     assert not any(c.double_buffer for c in host.candidates)
-    assert {replace(c, double_buffer=False) for c in explore(op, SUNWAY).candidates} <= set(plain.candidates)
+    # Its micro-kernel takes the vectorized dimension from C's layout: the space's first stands for all.
+    assert {c.vectorize for c in host.candidates} == {op.space.vectorize[0]}
+    assert {replace(c, double_buffer=False) for c in explore(op, SUNWAY).candidates
+            if c.vectorize == op.space.vectorize[0]} <= set(plain.candidates)
     # A candidate keeps its micro-kernel through JSON; without one its id is what it always was.
     candidate = host.candidates[1]
     assert Candidate.from_json(candidate.to_json()) == candidate and "micro_kernel" in candidate.to_json()

@@ -221,23 +221,27 @@ def _concatenated_permutations(op: BoundOperator, free: set[int], single: frozen
             yield order + rest
 
 
-def candidates(op: BoundOperator, double_buffering: tuple[bool, ...] = (False, True)) -> Iterator[Candidate]:
+def candidates(op: BoundOperator, double_buffering: tuple[bool, ...] = (False, True),
+               vectorized: tuple[str, ...] | None = None) -> Iterator[Candidate]:
     """Every point of the space, legal or not, in a stable order; single and double buffered, or
-    only as `double_buffering` says. Nothing is materialized: the points come one at a time."""
+    only as `double_buffering` says; vectorizing each dimension the space offers, or only `vectorized`.
+    Nothing is materialized: the points come one at a time."""
     space = op.space
     layout_sets = [[(layout.tensor, p) for p in layout.permutations] for layout in space.layouts]
     for fused, choice, orders in _tile_choices(op):
         for order in orders:
             for layouts in itertools.product(*layout_sets):
-                for dim in space.vectorize:
+                for dim in vectorized or space.vectorize:
                     for double_buffer in double_buffering:
                         yield Candidate(choice, order, dim, tuple(layouts), double_buffer, fused=fused)
 
 
-def tile_classes(op: BoundOperator) -> Iterator[tuple[Candidate, Iterable[tuple[str, ...]]]]:
+def tile_classes(op: BoundOperator, vectorized: tuple[str, ...] | None = None
+                 ) -> Iterator[tuple[Candidate, Iterable[tuple[str, ...]]]]:
     """The space's points grouped by everything but their loop order and buffering (a *tile class*:
     the same tiles, layouts and vectorized dimension): per class, its candidate with the first order,
-    single buffered, and every order it takes (lazily). `candidates` lists the same points."""
+    single buffered, and every order it takes (lazily). `candidates` lists the same points (with the
+    same `vectorized`)."""
     space = op.space
     layout_sets = [[(layout.tensor, p) for p in layout.permutations] for layout in space.layouts]
     for fused, choice, orders in _tile_choices(op):
@@ -245,7 +249,7 @@ def tile_classes(op: BoundOperator) -> Iterator[tuple[Candidate, Iterable[tuple[
         if not orders:
             continue
         for layouts in itertools.product(*layout_sets):
-            for dim in space.vectorize:
+            for dim in vectorized or space.vectorize:
                 yield Candidate(choice, orders[0], dim, tuple(layouts), fused=fused), orders
 
 

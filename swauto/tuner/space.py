@@ -81,7 +81,8 @@ def count(op: BoundOperator, machine: LocalMemoryMachine) -> tuple[int, list[str
                                      "(loops that run once take no part in them)"))
     for layout in space.layouts:
         factors.append((len(layout.permutations), f"{len(layout.permutations)} layouts of {layout.tensor}"))
-    factors.append((len(space.vectorize), f"{len(space.vectorize)} vectorized dimensions"))
+    dims = len(vectorized(op, machine))
+    factors.append((dims, f"{dims} vectorized dimensions"))
     if all(counts == orders for counts in orders_of.values()):
         factors.append((len(fusions), f"{len(fusions)} fusion choices"))
     if machine.asynchronous_dma:
@@ -89,6 +90,12 @@ def count(op: BoundOperator, machine: LocalMemoryMachine) -> tuple[int, list[str
     if machine.micro_kernels:
         factors.append((len(machine.micro_kernels), f"{len(machine.micro_kernels)} micro-kernels"))
     return math.prod(n for n, _ in factors), [words for n, words in factors if n != 1]
+
+
+def vectorized(op: BoundOperator, machine: LocalMemoryMachine) -> tuple[str, ...]:
+    """The vectorized dimensions explored on `machine`: the space's, or its first alone where the
+    machine takes the dimension from C's layout (the others would build the same programs again)."""
+    return op.space.vectorize[:1] if machine.vector_dim_from_layout else op.space.vectorize
 
 
 @dataclass
@@ -126,12 +133,13 @@ def explore(op: BoundOperator, machine: LocalMemoryMachine, progress=None,
     `progress`, if given, wraps the candidate iterator (e.g. a progress bar). A space of more than
     `max_candidates` candidates is refused with a ScheduleError before anything is built.
 
-    Double buffering is explored only where DMAs are asynchronous. The machine's micro-kernel choices
+    Double buffering is explored only where DMAs are asynchronous, and only the first vectorized
+    dimension the space offers where the machine takes it from C's layout. The machine's micro-kernel choices
     multiply the space, but they shape only the backend's code: the candidates differing in them
     alone share one lowering (and one list of stages)."""
     _check_size(op, machine, max_candidates)
     space = Space(op)
-    points = candidates(op, (False, True) if machine.asynchronous_dma else (False,))
+    points = candidates(op, (False, True) if machine.asynchronous_dma else (False,), vectorized(op, machine))
     for candidate in progress(points) if progress else points:
         space.legal += _lowered(op, candidate, machine, space)
     if not space.legal:
@@ -273,7 +281,7 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
     # comes up (a first layer's 2/3 of classes leave the bias or the activation apart and are never
     # opened). Only where the model's price ignores the order of loops without transfers: the compute
     # nests of a group's classes are one nest in several orders.
-    for group in _fusion_groups(op, units):
+    for group in _fusion_groups(op, units, vectorized(op, machine)):
         plain = next((member for member in group if not member[1].fused), None)  # no fused consumer
         bound = None
         if len(group) > 1 and plain is not None and model.commuting:
@@ -383,14 +391,15 @@ def _group_bound(sketcher: Sketcher, model: SketchModel, first: Candidate,
     return model.bound(nest.module)(sketcher.least_bytes(bounded)) * nest.share
 
 
-def _fusion_groups(op: BoundOperator, units: dict[str, frozenset[int]]) -> list[list[tuple[int, Candidate,
-                                                                                        list[tuple[str, ...]]]]]:
+def _fusion_groups(op: BoundOperator, units: dict[str, frozenset[int]], dims: tuple[str, ...] | None = None
+                   ) -> list[list[tuple[int, Candidate, list[tuple[str, ...]]]]]:
     """The space's tile classes, numbered in `tile_classes`' order, each with its candidate at its first
-    order and its orders; one class per memory (`_tile_memory`: a class of the same memory as one before
-    holds the same programs), grouped by all but their fused consumers (`_group_bound`)."""
+    order and its orders (vectorizing `dims`, or every dimension the space offers); one class per memory
+    (`_tile_memory`: a class of the same memory as one before holds the same programs), grouped by all
+    but their fused consumers (`_group_bound`)."""
     groups: dict[tuple, list[tuple[int, Candidate, list[tuple[str, ...]]]]] = {}
     same_memory: set[tuple] = set()
-    for number, (first, orders) in enumerate(tile_classes(op)):
+    for number, (first, orders) in enumerate(tile_classes(op, dims)):
         memory = _tile_memory(first, units)
         if memory in same_memory:
             continue
