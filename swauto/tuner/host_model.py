@@ -585,7 +585,9 @@ def calibrate(cpu: str) -> Machine:
         rate = max(rate, _kernel_rate(), key=lambda rate: rate["kernel_flops"])
     # A copy within a nearer level is never slower than one beyond it; a reading that says so was
     # disturbed (seen: L2 below L3 while two test processes ran), and the model's bounds assume the order.
-    beyond_l3 = max(4 * l3, 64 << 20)  # bytes of a copy that lives in DRAM
+    # Bytes of a copy that lives in DRAM: source and target together twice the L3 (four times took 1 GB
+    # arrays and 8 of calibration's 11 s on a 260 MB L3, in every test process).
+    beyond_l3 = max(l3, 64 << 20)
     dram = _copy_bandwidth(beyond_l3)
     l3_copy = max(_copy_bandwidth(min(l3 // 4, 8 << 20)), dram)
     return Machine(
