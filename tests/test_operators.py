@@ -39,7 +39,7 @@ OPERATORS = {
     "lstm": {"T": 3, "B": 5, "In": 7, "H": 6},
     "lstm_baseline": {"T": 3, "B": 5, "In": 7, "H": 6},
 }
-SAMPLE = {"sw26010": 5, "host": 4}  # candidates run per operator and target unless SWAUTO_EXHAUSTIVE is set
+SAMPLE = {"sw26010": 3, "host": 4}  # candidates run per operator and target unless SWAUTO_EXHAUSTIVE is set
 
 
 def _inputs(op, seed: int = 0) -> dict[str, np.ndarray]:

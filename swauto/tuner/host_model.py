@@ -35,7 +35,7 @@ import numpy as np
 
 from swauto.ir import expr as ex
 from swauto.ir.analysis import executions, trip_count
-from swauto.ir.nodes import Call, Dma, For, Module, Seq
+from swauto.ir.nodes import Call, Dma, For, Module, Seq, Stmt
 from swauto.ir.visitor import walk
 
 CALIBRATION_FILE = "host_machine.json"
@@ -296,7 +296,7 @@ def _holds_transfer(outer: For, inner: For) -> bool:
                for node, _ in walk(stmt))
 
 
-def _statements(body) -> list:
+def _statements(body: Stmt) -> list[Stmt]:
     """The statements of a loop body, nested sequences flattened."""
     return [inner for stmt in body.stmts for inner in _statements(stmt)] if isinstance(body, Seq) else [body]
 
@@ -360,7 +360,7 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
                 step = max(accumulators, machine.latency_accumulators, loads) * fma
                 compute += row_tiles * column_tiles * (sizes["K"] * step + accumulators * machine.accumulator_seconds)
     # Each row tile reads the vector operand's whole panel (K x the vectorized dimension). A panel larger
-    # than the L1 cache comes from L2, or L3 where it outgrows half the L2, at the rate the micro-kernel
+    # than the L1 cache comes from L2, or L3 where it outgrows a quarter of the L2, at the rate the micro-kernel
     # was measured to stream a panel in from there (`_panel_bandwidths`): with few rows per panel the
     # stream, not the FMAs, is the limit (M = 2 columns against a 384 x 384 weight: measured 1.6x the FMAs' time).
     # Likewise each column tile reads the broadcast operand's rows (K x the other dimension): narrow
