@@ -653,11 +653,11 @@ def _kernel_rate() -> dict[str, float]:
     latency = max(1.0, one_row_step(width))
     # The loads: a one-row tile with accumulators enough to hide the latency (else its step measures the
     # latency: 4 vectors on a core with two FMA pipes of 4 cycles measured 1.9 slots a load, not 1).
-    vectors = max(vectors, min(math.ceil(latency), (select().registers - 2) // 2))
+    loaded = max(vectors, min(math.ceil(latency), (select().registers - 2) // 2))
     return {"kernel_flops": 2 * width / fma,
             "accumulator_seconds": max(0.0, short - 8 * per_k) / (m * n / width),
             "latency_accumulators": latency,
-            "load_slots": max(0.01, one_row_step(vectors * width) / (vectors + 1))}
+            "load_slots": max(0.01, one_row_step(loaded * width) / (loaded + 1))}
 
 
 # GEMMs that tell register tiles apart (C += A B, 1024 x 1024 x 256: operands out of L2, as in the
