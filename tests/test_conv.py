@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 import swauto
-from conftest import EXAMPLES, assert_golden_stages, relative_error
+from conftest import EXAMPLES, assert_golden_stages, relative_error, sample_legal
 from swauto.api import load
+from swauto.backends.host.target import machine as host_machine
 from swauto.backends.sw26010 import simulate
 from swauto.errors import Rejected
 from swauto.ir.nodes import Call, Dma
@@ -102,9 +103,10 @@ def _sample(candidates: list[Candidate], count: int, seed: int) -> list[Candidat
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-Ni{}-No{}-{}x{}-k{}-s{}-p{}".format(*s))
 def test_sampled_candidates_on_both_backends(shape):
     op, arrays, expected = problem(shape, seed=1)
-    candidates = swauto.schedules(CONV_SW, params_of(shape))
     count = 10 if os.environ.get("SWAUTO_EXHAUSTIVE") else 3  # 3 of each shape keep the suite within 10 minutes
-    for index, candidate in enumerate(_sample(candidates, count, seed=sum(shape))):
+    sampled = sample_legal(op, count, seed=sum(shape), machines=(SUNWAY, host_machine()))
+    assert len(sampled) == count
+    for index, candidate in enumerate(sampled):
         for target in ("host", "sw26010"):
             threads = 1 + index % 2  # the host runs half of them on two threads
             kernel = swauto.compile(CONV_SW, params_of(shape), target=target, schedule=candidate, threads=threads)
@@ -214,9 +216,7 @@ def test_rows_join_m_on_small_images_at_batch_1(stride):
 
 def test_double_buffering_moves_exactly_the_same_bytes():
     op, arrays, expected = problem(SHAPES[3])
-    space = explore(op, SUNWAY)
-    doubled = [c for c in space.candidates if c.double_buffer]
-    for candidate in _sample(doubled, 8, seed=3):
+    for candidate in sample_legal(op, 8, seed=3, where=lambda c: c.double_buffer):
         single = lower(op, _variant(candidate, False), SUNWAY)[-1][1]
         double = lower(op, candidate, SUNWAY)[-1][1]
         out_single, moved_single = run_arranged_on_simulator(single, arrays)
@@ -254,19 +254,23 @@ def test_double_buffering_with_every_other_transformation():
     boundaries (the combinations TVM users report breaking), each checked on both backends."""
     shape = (2, 8, 8, 6, 7, 3, 1, 1)  # Co = 7: every split but 1 leaves a boundary tile
     op, arrays, expected = problem(shape, seed=2)
-    space = explore(op, SUNWAY)
     wanted = ["hoisting", "fusion", "padding", "boundaries", "zero-filled"]
     found: dict[str, Candidate] = {}
-    for candidate, stages in space.legal:
-        if candidate.double_buffer:
-            features = _features(stages)
-            for feature in wanted:
-                if feature in features and feature not in found:
-                    found[feature] = candidate
-    everything = [c for c, s in space.legal if c.double_buffer and set(wanted) <= _features(s)]
+    everything = None
+    for candidate in candidates(op, (True,)):  # until each feature and all of them at once are found
+        try:
+            features = _features(lower(op, candidate, SUNWAY))
+        except Rejected:
+            continue
+        for feature in features & set(wanted):
+            found.setdefault(feature, candidate)
+        if everything is None and set(wanted) <= features:
+            everything = candidate
+        if everything and len(found) == len(wanted):
+            break
     assert set(found) == set(wanted)
     assert everything, "no double-buffered candidate combines all the transformations"
-    for candidate in [*found.values(), everything[0]]:
+    for candidate in [*found.values(), everything]:
         for target in ("sw26010", "host"):
             kernel = swauto.compile(CONV_SW, params_of(shape), target=target, schedule=candidate)
             output = arrays["output"].copy()
@@ -276,10 +280,8 @@ def test_double_buffering_with_every_other_transformation():
 
 def test_kernel_converts_layouts_at_its_boundary():
     op, arrays, expected = problem(SHAPES[0])
-    candidate = next(
-        c for c in swauto.schedules(CONV_SW, params_of(SHAPES[0]))
-        if dict(c.layouts) == {"input": (0, 1, 3, 2), "output": (0, 1, 3, 2), "weight": (0, 1, 3, 2)}
-    )
+    permuted = {"input": (0, 1, 3, 2), "output": (0, 1, 3, 2), "weight": (0, 1, 3, 2)}
+    (candidate,) = sample_legal(op, 1, seed=0, machines=(host_machine(),), where=lambda c: dict(c.layouts) == permuted)
     kernel = swauto.compile(CONV_SW, params_of(SHAPES[0]), target="host", schedule=candidate)
     assert kernel.layouts == {"input": (0, 1, 3, 2), "output": (0, 1, 3, 2), "weight": (0, 1, 3, 2)}
     output = arrays["output"].copy()
@@ -296,7 +298,7 @@ def test_kernel_converts_layouts_at_its_boundary():
 def test_padding_reads_zeros_without_a_padded_copy():
     """pad = 2: the input is never copied; border tiles move only their part inside the image."""
     op, arrays, expected = problem(SHAPES[1])
-    candidate = swauto.schedules(CONV_SW, params_of(SHAPES[1]))[0]
+    (candidate,) = sample_legal(op, 1, seed=0)
     final = lower(op, candidate, SUNWAY)[-1][1]
     assert final.tensor("input").shape == op.seed.tensor("input").shape
     zero_filled = [n for n, _ in walk(final.body) if isinstance(n, Dma) and n.zero_fill]

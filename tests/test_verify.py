@@ -21,6 +21,7 @@ from swauto.ir import expr as ex
 from swauto.ir.dependence import disjoint, disjoint_anywhere
 from swauto.ir.nodes import (
     Access,
+    Alloc,
     Call,
     Compare,
     Dma,
@@ -113,6 +114,22 @@ def test_only_a_buffer_spread_over_the_mesh_is_exchanged():
     flat = replace(flat, buffers=(replace(flat.buffers[0], spread="flat"),))
     with pytest.raises(VerificationError, match="is exchanged, but its buffer is not spread over the mesh"):
         verify(flat)
+
+
+def test_a_stage_that_only_adds_allocations_is_checked_for_those_alone():
+    """`verified`: the stage before, which passed. Allocations added at the top of its very statements
+    are checked (they name local buffers); a stage with other statements is walked whole."""
+    loop = For("i", ex.Const(0), ex.Const(4), 1, Seq((_get(i), DmaWait("r"), _use(), _put(i), DmaWait("w"))))
+    before = _program(Seq((Alloc("T"), loop)))
+    verify(before)
+    twin = LocalBuffer("T_double", (8, 16), "float64", copy_of="T")
+    verify(replace(before, buffers=(*before.buffers, twin), body=Seq((Alloc("T"), Alloc("T_double"), loop))),
+           verified=before)
+    with pytest.raises(VerificationError, match="allocates U, which is not a local buffer"):
+        verify(replace(before, body=Seq((Alloc("T"), Alloc("U"), loop))), verified=before)
+    broken = For("i", ex.Const(0), ex.Const(4), 1, Seq((_get(i), _use(), DmaWait("r"), _put(i), DmaWait("w"))))
+    with pytest.raises(VerificationError, match="while a transfer of it is in flight"):
+        verify(replace(before, body=Seq((Alloc("T"), broken))), verified=before)
 
 
 def _stored(half: ex.Expr, row: ex.Expr, wait_first: bool = True) -> list:

@@ -78,14 +78,36 @@ class _State:
     in_flight: frozenset[_InFlight]
 
 
-def verify(module: Module, stage: str = "", asynchronous: bool = True) -> None:
+def verify(module: Module, stage: str = "", asynchronous: bool = True, verified: Module | None = None) -> None:
     """Raise `VerificationError` unless `module` keeps the invariants above. Without `asynchronous` (a
-    target whose transfers complete as they are issued) the rules on transfers in flight do not apply."""
+    target whose transfers complete as they are issued) the rules on transfers in flight do not apply.
+    `verified`, a module that passed (the stage before): where `module` holds its very statements and
+    buffers and only adds allocations at the top (as `plan_local_memory` adds float64 copies), only those
+    are checked; the walk would repeat the same checks on the same statements."""
     checker = _Checker(module, stage, asynchronous)
+    if verified is not None and _adds_only_allocations(verified, module):
+        for stmt in module.body.stmts if isinstance(module.body, Seq) else (module.body,):
+            if isinstance(stmt, Alloc):
+                checker.visit_Alloc(stmt, _State(frozenset(), frozenset()), {})
+        return
     checker.names(module.body)
     state = checker.visit(module.body, _State(frozenset(), frozenset()), {})
     if state.in_flight:
         raise checker.error(next(iter(state.in_flight)).dma, "is never waited for")
+
+
+def _adds_only_allocations(before: Module, after: Module) -> bool:
+    """True when `after` has `before`'s tensors, its buffers (offsets aside) among its own, and the same
+    statement objects at the top apart from allocations."""
+    def statements(module: Module) -> list[Stmt]:
+        body = module.body.stmts if isinstance(module.body, Seq) else (module.body,)
+        return [stmt for stmt in body if not isinstance(stmt, Alloc)]
+
+    buffers = {b.name: (b.shape, b.dtype, b.spread) for b in after.buffers}
+    old, new = statements(before), statements(after)
+    same = len(old) == len(new) and all(a is b for a, b in zip(old, new, strict=True))
+    return same and before.tensors == after.tensors and \
+        all(buffers.get(b.name) == (b.shape, b.dtype, b.spread) for b in before.buffers)
 
 
 def verify_functions(module: Module, workspaces: Iterable[Iterable[Stmt]], stage: str = "") -> None:
