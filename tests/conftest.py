@@ -88,9 +88,10 @@ def assert_golden_stages(op, candidate, name: str, machine=None) -> None:
     assert text == golden.read_text(), "printed IR changed; rerun with SWAUTO_UPDATE_GOLDEN=1 if intended"
 
 
-def sample_legal(op, count: int, seed: int, machines=None, where=None) -> list:
+def sample_legal(op, count: int, seed: int | None, machines=None, where=None) -> list:
     """Up to `count` points of `op`'s space (as `machines[0]` explores it; the SW26010 by default) drawn at
-    random with `seed`, among those `where` accepts, each legal on every one of `machines`. They are
+    random with `seed` (the first in the space's order without), among those `where` accepts, each legal
+    on every one of `machines`. They are
     lowered one by one, so the space is never built whole: building it lowers and verifies every
     candidate, which the tests that need every candidate do."""
     import random
@@ -104,7 +105,8 @@ def sample_legal(op, count: int, seed: int, machines=None, where=None) -> list:
     machines = machines or (SUNWAY,)
     buffering = (False, True) if machines[0].asynchronous_dma else (False,)
     points = [c for c in candidates(op, buffering, vectorized(op, machines[0])) if where is None or where(c)]
-    random.Random(seed).shuffle(points)
+    if seed is not None:
+        random.Random(seed).shuffle(points)
     chosen = []
     for candidate in points:
         try:
