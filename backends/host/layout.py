@@ -14,10 +14,12 @@ sharing L1 sets.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from math import gcd
+from math import gcd, prod
 
+from swauto.ir.analysis import trip_count
 from swauto.ir.expr import Const, linear_form
 from swauto.ir.nodes import Access, Call, Dma, Module, Zero
 from swauto.ir.visitor import walk
@@ -131,7 +133,7 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
     A buffer is packed when every GEMM that reads it uses it as the vector operand, through the same single
     axis for the packed dimension, at a start that is always a multiple of the same panel (`_packing`): then
     the micro-kernel's offsets are a run-time base plus compile-time constants; unless the micro-kernel reads
-    each of its elements once, in whole vectors in place (`read_in_place`). Else, when the tensors are
+    each of its elements once per transfer, in whole vectors in place (`read_in_place`). Else, when the tensors are
     `cache_resident`, it is a view if `_view` allows (in DRAM, tiles read in place stall the micro-kernel,
     while a copy streams: measured 79 against 91 GFLOPS for GEMM 32768 x 256 x 128; in cache, 109 against 90
     for 4096 x 64 x 64). Else it is row-major (padded).
@@ -179,13 +181,15 @@ def _uses(module: Module, knobs: Knobs, width: int) -> _Uses:
 def read_in_place(module: Module, knobs: Knobs, width: int, cache_resident: bool,
                   uses: _Uses | None = None) -> frozenset[str]:
     """The vector operands `plan` could pack that it leaves in place as views, because packing would not
-    pay (every GEMM reading them has `one_row_tile`) and their lanes are contiguous in the tensor: their
-    transfers copy nothing (the host model charges the micro-kernel's one read of them)."""
+    pay (every GEMM reading them has `one_row_tile`, and no tile is kept for several calls) and their lanes
+    are contiguous in the tensor: their transfers copy nothing (the host model charges the micro-kernel's
+    one read of them)."""
     if not cache_resident:
         return frozenset()
     uses = _uses(module, knobs, width) if uses is None else uses
     reread = {gemm_roles(node)["vector"][1].name for node, _ in walk(module.body)
               if isinstance(node, Call) and node.signature.kind == "gemm" and not one_row_tile(node, knobs)}
+    reread |= _kept_for_several_calls(module)
     found = set()
     for buffer in module.buffers:
         use = uses.get(buffer.name, set())
@@ -195,6 +199,25 @@ def read_in_place(module: Module, knobs: Knobs, width: int, cache_resident: bool
             if view is not None and view[1].axes[only[1]].strides == (1,):  # whole vectors in place
                 found.add(buffer.name)
     return frozenset(found)
+
+
+def _kept_for_several_calls(module: Module) -> set[str]:
+    """The vector operands GEMMs read more often than transfers fill them: a tile kept for several calls.
+    In place, its rows are a tensor's rows apart, which the caches keep badly; packed, it is one block
+    (ResNet-50 res5_1x1b at B = 1: a 512 x 256 weight tile rows 8 KiB apart, read by 14 calls of 4 pixels
+    each, 2.2-2.7 ms in place, where its 112 calls alone take 0.73 ms on a packed panel)."""
+    gets: Counter[str] = Counter()
+    reads: Counter[str] = Counter()
+    for node, loops in walk(module.body):
+        try:
+            count = prod(trip_count(loop) for loop in loops)
+        except (KeyError, ValueError):  # bounds that vary: take the tile as read again
+            count = 2
+        if isinstance(node, Dma) and node.direction == "get":
+            gets[node.buffer.name] += count
+        elif isinstance(node, Call) and node.signature.kind == "gemm":
+            reads[gemm_roles(node)["vector"][1].name] += count
+    return {name for name, count in reads.items() if count > gets[name]}
 
 
 def one_row_tile(gemm: Call, knobs: Knobs) -> bool:
