@@ -201,7 +201,7 @@ def test_no_sketch_is_priced_below_its_class_bound_and_one_signature_one_price(t
     op = load(EXAMPLES / example, params)
     model = target.sketch_model(threads)
     alone = target.sketch_model(1)
-    sketcher = Sketcher(op, machine, model.commuting)
+    sketcher = Sketcher(op, machine, model.commuting, innermost=model.innermost)
     prices: dict[tuple, float] = {}
     checked = 0
     for candidate in candidates(op, (False, True) if machine.asynchronous_dma else (False,)):

@@ -46,14 +46,14 @@ def estimate(stages: Stages, threads: int) -> Estimate:
 def sketch_model(threads: int) -> SketchModel:
     """The host model on candidates' sketches for `threads` cores, with this machine's calibration read
     once (the host never double buffers; its threads share the outermost loops, so on more than one the
-    order of those matters)."""
+    order of those matters; everywhere, which loop runs innermost: `host_model._fetched_broadcast`)."""
     calibrated = host_model.machine()
     return SketchModel(
         price=lambda sketch, double_buffered, peeled: host_model.estimate(sketch, threads, calibrated, peeled,
                                                                           verify=False).seconds,
         bound=lambda nest: host_model.least_seconds(nest, threads, calibrated),
         call_seconds=lambda call: host_model.call_seconds(call, calibrated),
-        commuting=threads == 1)
+        commuting=threads == 1, innermost=True)
 
 
 def peak_flops(threads: int) -> float:

@@ -194,12 +194,14 @@ class SketchModel:
     number of bytes is priced under (with `Sketcher.least_bytes`, no sketch of the class at all);
     `call_seconds`, one primitive call's time on tiles in local memory, by which a class's shorter
     last tiles are weighed (None: by their volume); `commuting`, whether `price` is unchanged by
-    swapping two loops with no transfer between them."""
+    swapping two loops with no transfer between them; `innermost`, whether it depends on which loop
+    (of more than one trip) runs innermost all the same (`bound` then holds for every order)."""
 
     price: Callable[[Module, bool, Mapping[str, float]], float]
     bound: Callable[[Module], Callable[[int], float]]
     call_seconds: Callable[[Call], float] | None = None
     commuting: bool = True
+    innermost: bool = False
 
 
 @dataclass(frozen=True)
@@ -229,13 +231,15 @@ class Sketcher:
     `commuting`: whether the price the sketches are for is unchanged by swapping two loops with no
     transfer between them (the models multiply such loops' trips). Otherwise the outermost run of
     loops keeps its order in the signature (the host's threads share its outermost loops), and so does
-    a run holding a loop whose last tile is shorter (`_signature`)."""
+    a run holding a loop whose last tile is shorter (`_signature`). `innermost`: whether the price also
+    depends on which loop runs innermost; the signature then names it."""
 
     def __init__(self, op: BoundOperator, machine: LocalMemoryMachine, commuting: bool = True,
-                 call_seconds: Callable[[Call], float] | None = None) -> None:
+                 call_seconds: Callable[[Call], float] | None = None, innermost: bool = False) -> None:
         self.op = op
         self.machine = machine
         self.commuting = commuting
+        self.innermost = innermost
         # The target model's time of one primitive call (tiles in local memory): what a class's last,
         # shorter tiles are weighed by in its share of work. None: their padded volume.
         self.call_seconds = call_seconds
@@ -579,7 +583,7 @@ class Sketcher:
         shorter as those in order with the sets between them: where they sit decides which loops the
         threads share) with the transfers at its end, and whether the loop that holds them runs one whole
         tile and a shorter one (`double_buffer` prefetches no output tile there: the real IR runs the
-        whole tile in a loop of one trip)."""
+        whole tile in a loop of one trip); with `innermost`, the innermost loop of more than one trip."""
         homed: dict[str | None, list[int]] = {}
         for home, transfer in placed:
             homed.setdefault(home, []).append(id(transfer))  # transfers live as long as their class
@@ -592,6 +596,8 @@ class Sketcher:
                 runs.append((self._run(run, len(runs) == 2, tiles), tuple(homed[loop.var]), once))
                 run = []
         runs.append(self._run(run, len(runs) == 2, tiles))
+        if self.innermost:
+            runs.append(next((loop.var for loop in reversed(loops) if tiles.trips[loop.var] > 1), None))
         return tuple(runs)
 
     def _run(self, loops: list[str], first: bool, tiles: _TileClass) -> tuple | frozenset[str]:
