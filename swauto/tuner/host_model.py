@@ -1,8 +1,10 @@
 """The host performance model: flops against the micro-kernel's measured rate plus its cost per
 accumulator (loading and storing C around the K loop), packing (DMA) traffic against the bandwidth of
 the memory level its data comes from (a cache line per row where the rows are shorter; half of it for
-an operand the backend reads in place: `backends/host/layout.read_in_place`), and the parallel nest's
-iterations shared by the threads, in each segment of an operator of several statements (each segment
+an operand the backend reads in place: `backends/host/layout.read_in_place`), the operands' trips
+between the caches (C tiles swept out between visits, vector panels streamed, a broadcast operand of
+short runs fetched where the innermost loop moves it), and the parallel nest's iterations shared by the
+threads, in each segment of an operator of several statements (each segment
 shared out also pays the native pool's measured fork and join).
 
 Its machine constants come from `calibrate()`, a micro-benchmark of a few seconds (the micro-kernel on
@@ -291,7 +293,7 @@ def _revisited_accumulators(gemm: Call, loops: tuple[For, ...], machine: Machine
     return 0.0 if swept <= machine.l1_bytes // 2 else tile / _level_bandwidth(swept, machine)
 
 
-def innermost_loop(loops: tuple[For, ...]) -> For | None:
+def _innermost_loop(loops: tuple[For, ...]) -> For | None:
     """The innermost of `loops` that runs more than once (the one whose iterations follow each other)."""
     return next((loop for loop in reversed(loops) if trip_count(loop) > 1), None)
 
@@ -300,15 +302,15 @@ def _fetched_broadcast(gemm: Call, loops: tuple[For, ...], machine: Machine, mod
     """Seconds one execution of `gemm` spends fetching its broadcast operand's lines from where its array
     lives, where the operand is runs shorter than a cache line (a few elements apart, no stream to
     prefetch: a first layer's window of 3 channels), the array does not fit half the L1 and the
-    innermost loop around the call (`innermost_loop`) moves the operand off the box the iteration before
+    innermost loop around the call (`_innermost_loop`) moves the operand off the box the iteration before
     read: the share of the box it moves, a line per run, at the copy bandwidth of the level the array
-    fits (`_level_bandwidth`). YOLOv2 conv1 at B = 1, 16 image
-    rows of one column per call out of a 6.2 MB input window: 11.4 ms with the rows loop innermost, 2.6
-    with the columns loop innermost (the next call reads two thirds of the same lines); VGG16 conv1_1,
-    a 1.8 MB window: 3.0 - 4.1 ms against 1.4 - 1.5; priced alike without this."""
+    fits (`_level_bandwidth`). YOLOv2 conv1 at B = 1, 16 image rows of one column per call out of a
+    6.2 MB input window: 11.4 ms with the rows loop innermost, 2.6 with the columns loop innermost (the
+    next call reads two thirds of the same lines); VGG16 conv1_1, a 1.8 MB window: 3.0 - 4.1 ms against
+    1.4 - 1.5; priced alike without this."""
     from swauto.backends.host.layout import gemm_roles
 
-    loop = innermost_loop(loops)
+    loop = _innermost_loop(loops)
     access = gemm_roles(gemm)["broadcast"][1]
     array = next((a for a in (*module.tensors, *module.buffers) if a.name == access.name), None)
     if loop is None or array is None or 4 * prod(array.shape) <= machine.l1_bytes // 2:
