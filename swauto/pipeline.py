@@ -82,8 +82,10 @@ def lower(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) 
             break
         stages.append(("plan_local_memory", planned))
     if verify.enabled():
-        for (name, stage), (_, before) in zip(stages, [("", None), *stages], strict=False):
+        before = None  # the stage verified last
+        for name, stage in stages:
             verify.verify(stage, name, verified=before)
+            before = stage
     return stages
 
 

@@ -91,9 +91,8 @@ def assert_golden_stages(op, candidate, name: str, machine=None) -> None:
 def sample_legal(op, count: int, seed: int | None, machines=None, where=None) -> list:
     """Up to `count` points of `op`'s space (as `machines[0]` explores it; the SW26010 by default) drawn at
     random with `seed` (the first in the space's order without), among those `where` accepts, each legal
-    on every one of `machines`. They are
-    lowered one by one, so the space is never built whole: building it lowers and verifies every
-    candidate, which the tests that need every candidate do."""
+    on every one of `machines`. They are lowered one by one, so the space is never built whole: building
+    it lowers and verifies every candidate, which the tests that need every candidate do."""
     import random
 
     from swauto.errors import Rejected
