@@ -37,7 +37,7 @@ import numpy as np
 
 from swauto.ir import expr as ex
 from swauto.ir.analysis import executions, trip_count
-from swauto.ir.nodes import Call, Dma, For, Module, Seq, Stmt
+from swauto.ir.nodes import Call, Dma, For, Module, Seq, Stmt, Tensor
 from swauto.ir.visitor import walk
 
 CALIBRATION_FILE = "host_machine.json"
@@ -323,7 +323,7 @@ def _fetched_broadcast(gemm: Call, loops: tuple[For, ...], machine: Machine, mod
     if not moved:
         return 0.0
     # Runs: the box's elements contiguous in memory (the array's axes in memory order).
-    order = getattr(array, "layout", ()) or tuple(range(len(array.shape)))
+    order = (isinstance(array, Tensor) and array.layout) or tuple(range(len(array.shape)))
     run = 1
     for axis in reversed(order):
         run *= access.extents[axis]
@@ -435,8 +435,7 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
 def _panel_bandwidth(footprint: int, machine: Machine) -> float:
     """The rate the micro-kernel streams an operand in at from where `footprint` bytes fit: infinite
     from L1 (its loads are the K step's own, priced there), else from L2 within the quarter of it the
-    rate was measured on, else from L3. (A 1 MB weight panel read once per call of 4 pixels, ResNet-50's
-    res5_1x1b at B = 1, measured 45 us a call, an L3 stream, on a core with 2 MB of L2.)"""
+    rate was measured on, else from L3."""
     if footprint <= machine.l1_bytes:
         return math.inf
     return machine.l2_panel_bandwidth if footprint <= machine.l2_bytes // 4 else machine.l3_panel_bandwidth
@@ -478,12 +477,7 @@ def _cache_resident(module: Module, machine: Machine) -> bool:
 
 def _source_bandwidth(module: Module, machine: Machine) -> float:
     """Bandwidth of the level the tensors live in: all of them fit L2, L3, or only DRAM."""
-    footprint = sum(4 * prod(t.shape) for t in module.tensors)
-    if footprint <= machine.l2_bytes // 2:
-        return machine.l2_bandwidth
-    if footprint <= machine.l3_bytes // 2:
-        return machine.l3_bandwidth
-    return machine.dram_bandwidth
+    return _level_bandwidth(sum(4 * prod(t.shape) for t in module.tensors), machine)
 
 
 def _trips(loops: tuple[For, ...]) -> int:
