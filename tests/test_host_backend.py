@@ -316,14 +316,29 @@ def test_micro_kernel_shapes_with_edges_in_every_direction(isa, knobs):
         pytest.skip(f"this CPU cannot run {isa}")
     if not knobs.fits(select(isa)):
         pytest.skip(f"{knobs} needs more vector registers than this CPU's {select().name} has")
-    # M=45, N=37 leave partial row and column tiles and single-lane columns for every register tile.
-    m, n, k = 45, 37, 19
-    arrays = gemm_inputs(m, n, k, seed=3)
-    arrays["AT"] = np.ascontiguousarray(arrays.pop("A").T)
-    expected = arrays["C"].astype(np.float64) + arrays["AT"].T.astype(np.float64) @ arrays["B"]
-    module = transposed_gemm_module(m, n, k, tile_k=k, vectorize="N")
-    compile_module(module, isa=isa, knobs=knobs).run(arrays)
-    assert relative_error(arrays["C"], expected) <= TOLERANCE
+    # M=45, N=37 leave partial row and column tiles and single-lane columns for every register tile;
+    # N=24 and N=5, a tile of fewer column groups than the register tile's vectors (more rows).
+    for m, n, k in ((45, 37, 19), (45, 24, 19), (45, 5, 3)):
+        arrays = gemm_inputs(m, n, k, seed=3)
+        arrays["AT"] = np.ascontiguousarray(arrays.pop("A").T)
+        expected = arrays["C"].astype(np.float64) + arrays["AT"].T.astype(np.float64) @ arrays["B"]
+        module = transposed_gemm_module(m, n, k, tile_k=k, vectorize="N")
+        compile_module(module, isa=isa, knobs=knobs).run(arrays)
+        assert relative_error(arrays["C"], expected) <= TOLERANCE, (m, n, k)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_a_narrower_column_tile_takes_as_many_accumulators_within_the_registers(isa):
+    """`Knobs.rows_for`: a column tile of fewer vectors than the register tile's gets more rows, as
+    many accumulators as the register tile (4 x 4 -> 16 x 1, 8 x 2, 6 x 3), never more registers than
+    the instruction set has, and the register tile's rows where it is as wide."""
+    registers = ISAS[isa].registers
+    assert Knobs(4, 4).rows_for(4, 32) == 4 and Knobs(4, 4).rows_for(9, 32) == 4
+    assert [Knobs(4, 4).rows_for(v, 32) for v in (1, 2, 3)] == [16, 8, 6]
+    for knobs in register_tile_choices(ISAS[isa]):
+        for vectors in range(1, knobs.vectors):
+            rows = knobs.rows_for(vectors, registers)
+            assert rows >= knobs.rows and Knobs(rows, vectors).fits(ISAS[isa]), (knobs, vectors)
 
 
 def test_the_micro_kernel_vectorizes_cs_innermost_axis_longer_than_one():

@@ -25,6 +25,15 @@ class Knobs:
         return self.rows >= 1 and self.vectors >= 1 and self.rows * self.vectors + self.vectors + 1 <= isa.registers
 
 
+    def rows_for(self, vectors: int, registers: int) -> int:
+        """The rows of a register tile `vectors` wide (a column tile at the edge, or a whole GEMM,
+        narrower than this tile's): as many accumulators as this tile has, so that it hides the FMA
+        latency as well, within `registers` (this tile's rows where it is as wide)."""
+        if vectors >= self.vectors:
+            return self.rows
+        return min(-(-self.rows * self.vectors // vectors), (registers - vectors - 1) // vectors)
+
+
 def default_knobs(isa: Isa) -> Knobs:
     """The register tile of `isa` a kernel without a chosen one gets (`HOST_MICRO_KERNELS`'s first)."""
     return Knobs(*HOST_MICRO_KERNELS[isa.name][0])

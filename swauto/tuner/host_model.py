@@ -386,6 +386,7 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
         tiles = 4 * sum(prod(access.padded_extents()) for _, access in node.operands)
         bandwidth = machine.l1_map_bandwidth if tiles <= machine.l1_bytes else machine.l2_map_bandwidth
         return node.flops, 0, operations / rate, touched / bandwidth
+    from swauto.backends.host.isa import select
     from swauto.backends.host.knobs import Knobs
     from swauto.backends.host.layout import gemm_roles, whole_vectors
     from swauto.backends.host.microkernel import lane_groups
@@ -397,17 +398,22 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
     # Columns left over from whole vectors run in narrower vectors (`lane_groups`), each costing a whole
     # one's time; where the vector operand's lanes are not contiguous in memory, every lane runs alone.
     width = machine.vector_lanes
-    whole = whole_vectors(node, Knobs(rows, vectors), width, shapes)
+    knobs, registers = Knobs(rows, vectors), select().registers
+    whole = whole_vectors(node, knobs, width, shapes)
     slots = len(lane_groups(sizes[v], width)) if whole else sizes[v]
     fma = 2 * width / machine.kernel_flops  # seconds per vector FMA at the full rate
     compute = 0.0
-    # Register tiles: whole ones, then the edge tiles with fewer rows or vectors. A K step of a tile
-    # costs its FMAs, or the FMA latency when it has too few accumulators to hide it, or its loads (a
-    # vector per column group, an element per row) when it has few rows or few vectors.
-    for tile_rows, row_tiles in ((rows, sizes[u] // rows), (sizes[u] % rows, 1)):
-        for tile_vectors, column_tiles in ((vectors, slots // vectors), (slots % vectors, 1)):
+    # Register tiles: whole ones, then the edge tiles with fewer vectors (and more rows: `Knobs.rows_for`)
+    # or fewer rows. A K step of a tile costs its FMAs, or the FMA latency when it has too few
+    # accumulators to hide it, or its loads (a vector per column group, an element per row) when it has
+    # few rows or few vectors.
+    for tile_vectors, column_tiles in ((vectors, slots // vectors), (slots % vectors, 1)):
+        if not (tile_vectors and column_tiles):
+            continue
+        whole_rows = knobs.rows_for(tile_vectors, registers)
+        for tile_rows, row_tiles in ((whole_rows, sizes[u] // whole_rows), (sizes[u] % whole_rows, 1)):
             accumulators = tile_rows * tile_vectors
-            if accumulators and row_tiles and column_tiles:
+            if accumulators and row_tiles:
                 loads = (tile_rows + tile_vectors) * machine.load_slots
                 step = max(accumulators, machine.latency_accumulators, loads) * fma
                 compute += row_tiles * column_tiles * (sizes["K"] * step + accumulators * machine.accumulator_seconds)
@@ -427,7 +433,8 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
     panel = 4 * sizes["K"] * sizes[v]
     broadcast = 4 * sizes["K"] * sizes[u]
     streamed = (panel / _panel_bandwidth(panel * cycled, machine)
-                + (-(-sizes[u] // rows) - 1) * panel / _panel_bandwidth(panel, machine)
+                + (-(-sizes[u] // knobs.rows_for(min(slots, vectors), registers)) - 1) * panel
+                / _panel_bandwidth(panel, machine)
                 + -(-slots // vectors) * broadcast / _panel_bandwidth(broadcast, machine))
     return node.flops, 0, max(compute, streamed), 0.0
 
