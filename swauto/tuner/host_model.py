@@ -28,7 +28,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from math import ceil, prod
 from pathlib import Path
@@ -42,9 +42,10 @@ from swauto.ir.visitor import walk
 
 CALIBRATION_FILE = "host_machine.json"
 CACHE_LINE_BYTES = 64
-CALIBRATION_VERSION = 11  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
+CALIBRATION_VERSION = 12  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
 # 9: the FMA latency and the loads of a K step, measured on panels in L1; 10: a map's bandwidth on tiles in L1;
-# 11: a panel's stream out of L2 and L3 into the micro-kernel, the loads of a K step clear of the FMA latency
+# 11: a panel's stream out of L2 and L3 into the micro-kernel, the loads of a K step clear of the FMA latency;
+# 12: the micro-kernel's rates timed in interleaved rounds (stored ones were up to 30% low)
 
 
 @dataclass(frozen=True)
@@ -686,31 +687,35 @@ def _kernel_rate() -> dict[str, float]:
     from swauto.backends.host import compile_module
     from swauto.backends.host.isa import select
 
-    def seconds_per_call(m: int, k: int, n: int = KERNEL_BENCHMARK[1]) -> float:
-        # Short runs (a few milliseconds), so that some of them run without another process interrupting.
-        module = kernel_benchmark_module(repeat=100 * (KERNEL_BENCHMARK[0] // m), m=m, k=k, n=n)  # rows: same work
-        program = compile_module(module)
-        calls = sum(_trips(loops) for node, loops in walk(module.body) if isinstance(node, Call))
-        return _best_seconds(lambda: program.run({}, threads=1), runs=15) / calls
+    def seconds_per_call(*shapes: tuple[int, int, int]) -> list[float]:  # (m, k, n) each
+        # Short runs (a few milliseconds), so that some of them run without another process interrupting,
+        # in rounds over all the shapes: each is a difference of two of them, which a slow moment of the
+        # machine under one alone would skew (seen: the first in a process 20% slow).
+        runs = []
+        for m, k, n in shapes:
+            module = kernel_benchmark_module(repeat=100 * (KERNEL_BENCHMARK[0] // m), m=m, k=k, n=n)  # same work
+            program = compile_module(module)
+            calls = sum(_trips(loops) for node, loops in walk(module.body) if isinstance(node, Call))
+            runs.append((program, calls))
+        best = _interleaved_best([lambda p=program: p.run({}, threads=1) for program, _ in runs], runs=5)
+        return [seconds / calls for seconds, (_, calls) in zip(best, runs, strict=True)]
 
     m, n = KERNEL_BENCHMARK
     width = select().width
-    long, short = seconds_per_call(m, 128), seconds_per_call(m, 8)
+    _, vectors = _default_tile()
+    long, short, one_long, one_short = seconds_per_call((m, 128, n), (m, 8, n), (1, 64, width), (1, 8, width))
     per_k = (long - short) / (128 - 8)  # one K step of every accumulator
     fma = per_k / (m * n / width)  # seconds per vector FMA
-    _, vectors = _default_tile()
-
-    def one_row_step(columns: int) -> float:  # FMA slots of one K step of a one-row tile, panels in L1
-        return (seconds_per_call(1, 64, columns) - seconds_per_call(1, 8, columns)) / (64 - 8) / fma
-
-    latency = max(1.0, one_row_step(width))
+    # FMA slots of one K step of a one-row tile, panels in L1.
+    latency = max(1.0, (one_long - one_short) / (64 - 8) / fma)
     # The loads: a one-row tile with accumulators enough to hide the latency (else its step measures the
     # latency: 4 vectors on a core with two FMA pipes of 4 cycles measured 1.9 slots a load, not 1).
     loaded = max(vectors, min(math.ceil(latency), (select().registers - 2) // 2))
+    loaded_long, loaded_short = seconds_per_call((1, 64, loaded * width), (1, 8, loaded * width))
     return {"kernel_flops": 2 * width / fma,
             "accumulator_seconds": max(0.0, short - 8 * per_k) / (m * n / width),
             "latency_accumulators": latency,
-            "load_slots": max(0.01, one_row_step(loaded * width) / (loaded + 1))}
+            "load_slots": max(0.01, (loaded_long - loaded_short) / (64 - 8) / fma / (loaded + 1))}
 
 
 # GEMMs that tell register tiles apart (C += A B, 1024 x 1024 x 256: operands out of L2, as in the
@@ -806,11 +811,9 @@ def parallel_call_seconds() -> float:
     op = load(PARALLEL_BENCHMARK, {})
     program = compile_module(lower(op, explore(op, HostScratchpad()).candidates[0], HostScratchpad())[-1][1])
     arrays = {name: np.ones(1024, np.float32) for name in ("x", "y", "z")}
-    best = {1: float("inf"), cores: float("inf")}
-    for _ in range(3):  # interleaved rounds: a slow moment of the machine slows both
-        for threads in best:
-            best[threads] = min(best[threads], _best_seconds(lambda: program.run(arrays, threads=threads), runs=100))  # noqa: B023
-    return max(0.0, best[cores] - best[1])
+    one, every = _interleaved_best([lambda: program.run(arrays, threads=1),
+                                    lambda: program.run(arrays, threads=cores)], runs=100)
+    return max(0.0, every - one)
 
 
 def _unfit(tiles: tuple[tuple[int, int], ...]) -> str | None:
@@ -980,6 +983,16 @@ def _copy_bandwidth(size: int, threads: int = 1) -> float:
         with ThreadPoolExecutor(threads) as pool:
             seconds = _best_seconds(lambda: list(pool.map(copy, range(threads))))
     return threads * repeat * size / seconds
+
+
+def _interleaved_best(functions: Sequence[Callable[[], object]], runs: int, rounds: int = 3) -> list[float]:
+    """Each function's `_best_seconds` over `rounds` rounds that run them all in turn: a slow moment of
+    the machine slows each of them for a while, not one for all of its runs."""
+    best = [float("inf")] * len(functions)
+    for _ in range(rounds):
+        for index, function in enumerate(functions):
+            best[index] = min(best[index], _best_seconds(function, runs))
+    return best
 
 
 def _best_seconds(function, runs: int = 7) -> float:
