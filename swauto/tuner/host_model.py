@@ -441,13 +441,15 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
     # where together they do not fit: NCHW at B = 1, one pixel per GEMM, its 3 x 3 taps innermost (9
     # weight panels of 16 KB: measured 4.75 ms, priced 3.16 as if each stayed in L1).
     # The first read of a panel in a call comes from where the panels cycled since its last call leave
-    # it, the row tiles after it from where the panel alone fits (a 128 KB panel of 32 cycled, 4 MB
-    # in all: one read out of L3, the next ten out of L2).
+    # it, the row tiles after it from where one column tile's slice of it fits: the micro-kernel runs
+    # every row tile of a column tile before the next (GEMM 2048^3 in tiles of 64 x 512 x 512: a 1 MB
+    # panel in 128 KB slices, measured 116 ms, priced 434 as if every row tile read it whole out of L3).
     panel = 4 * sizes["K"] * sizes[v]
+    column_slice = 4 * sizes["K"] * min(sizes[v], vectors * width)
     broadcast = 4 * sizes["K"] * sizes[u]
     streamed = (panel / _panel_bandwidth(panel * cycled, machine)
                 + (-(-sizes[u] // knobs.rows_for(min(slots, vectors), registers)) - 1) * panel
-                / _panel_bandwidth(panel, machine)
+                / _panel_bandwidth(column_slice, machine)
                 + -(-slots // vectors) * broadcast / _panel_bandwidth(broadcast, machine))
     return node.flops, 0, max(compute, streamed), 0.0
 
