@@ -24,7 +24,6 @@ class Knobs:
         register file."""
         return self.rows >= 1 and self.vectors >= 1 and self.rows * self.vectors + self.vectors + 1 <= isa.registers
 
-
     def rows_for(self, vectors: int, registers: int) -> int:
         """The rows of a register tile `vectors` wide (a column tile at the edge, or a whole GEMM,
         narrower than this tile's): as many accumulators as this tile has, so that it hides the FMA
