@@ -201,7 +201,7 @@ def test_no_sketch_is_priced_below_its_class_bound_and_one_signature_one_price(t
     op = load(EXAMPLES / example, params)
     model = target.sketch_model(threads)
     alone = target.sketch_model(1)
-    sketcher = Sketcher(op, machine, model.commuting, innermost=model.innermost)
+    sketcher = Sketcher(op, machine, replace(model, call_seconds=None))
     prices: dict[tuple, float] = {}
     checked = 0
     for candidate in candidates(op, (False, True) if machine.asynchronous_dma else (False,)):
@@ -314,7 +314,7 @@ def test_a_tile_class_and_its_maps_are_priced_as_if_alone_and_the_maps_once(targ
     machine = target.machine()
     op = load(EXAMPLES / "conv2d_bias_relu.sw", {"B": 1, "Ni": 3, "No": 32, "Ri": 13, "Ci": 13, "stride": 2})
     model = target.sketch_model(1)
-    shared = Sketcher(op, machine, model.commuting, model.call_seconds)
+    shared = Sketcher(op, machine, model)
     maps, checked = set(), 0
     for candidate in list(candidates(op, (False, True) if machine.asynchronous_dma else (False,)))[::7]:
         try:
@@ -324,7 +324,7 @@ def test_a_tile_class_and_its_maps_are_priced_as_if_alone_and_the_maps_once(targ
         if placement is None or not placement.tiles.partial:
             continue
         maps.update(id(rest) for rest in placement.tiles.rest if rest.call.primitive != "fill")
-        alone = Sketcher(op, machine, model.commuting, model.call_seconds)
+        alone = Sketcher(op, machine, model)
         own = alone.placement(candidate)
         assert (model.price(shared.module(placement), candidate.double_buffer, placement.peeled)
                 == model.price(alone.module(own), candidate.double_buffer, own.peeled))
@@ -343,7 +343,7 @@ def test_an_output_tile_in_a_loop_of_one_whole_tile_and_a_shorter_one_is_priced_
     machine = target.machine()
     op = load(EXAMPLES / "conv2d.sw", {"B": 1, "Ni": 384, "No": 256, "Ri": 13, "Ci": 13})
     model = target.sketch_model(1)
-    sketcher = Sketcher(op, machine, model.commuting, model.call_seconds)
+    sketcher = Sketcher(op, machine, model)
     order = ("N_outer", "cKr", "cRo_outer", "cKc", "cCo_outer", "K_outer")
     chosen = [c for c in candidates(op, (True,)) if c.order == order and c.vectorize == "M"
               and dict(c.splits) == {"K": 256, "N": 256, "cCo": 8, "cRo": 1}]
@@ -372,7 +372,7 @@ def test_the_share_of_work_from_grouped_iterations_is_the_mean_over_every_iterat
     chosen = list(candidates(op, (False,)))[::37]
 
     def shares() -> list[float]:
-        sketcher = Sketcher(op, machine, model.commuting, model.call_seconds)
+        sketcher = Sketcher(op, machine, model)
         found = []
         for candidate in chosen:
             try:
@@ -407,7 +407,7 @@ def test_no_class_of_a_fusion_group_is_bounded_below_the_groups_bound(target_nam
     target = targets.get(target_name)
     model = target.sketch_model(1)
     op = load(EXAMPLES / example, params)
-    sketcher = Sketcher(op, target.machine(), model.commuting, model.call_seconds)
+    sketcher = Sketcher(op, target.machine(), model)
     checked = 0
     for group in _fusion_groups(op, unit_axes(op)):
         plain = next((member for member in group if not member[1].fused), None)

@@ -279,8 +279,8 @@ def _revisited_accumulators(gemm: Call, loops: tuple[For, ...], machine: Machine
     is taken innermost, so that the price is the same in every order of a run; from the innermost run
     that holds one outwards. But `ordered`, the innermost loop (which the signature names) sweeps
     first where it moves C (YOLOv2 conv1 at B = 1, a C block of 16 image rows, 852 KB: with the kernel
-    columns' loop outside the image columns', measured 6.6 ms, 3.0 with it inside, priced alike without
-    this). Within half the L1 the tile's trip is the micro-kernel's own cost
+    columns' loop outside the image columns', measured 6.6 - 7.2 ms, 3.7 - 5.8 with it inside, in separate
+    runs; priced alike without this). Within half the L1 the tile's trip is the micro-kernel's own cost
     (`accumulator_seconds`); beyond, it moves at the copy bandwidth of the level the sweep fits (GEMM
     1024^3 in C tiles of 32 x 64, K tiles of 128: measured 120 GFLOPS with the K loop outside the
     others, 151 with it innermost, where each tile stays in L1; priced alike without this)."""
@@ -617,7 +617,7 @@ def _load_calibration(path: Path, cpu: str) -> Machine | None:
 PLAUSIBLE_KERNEL_FRACTION = (0.5, 1.2)
 CALIBRATION_ATTEMPTS = 3
 # Below this fraction the micro-kernel is measured again (the best attempt kept): on a virtual machine whose
-# neighbours take turns, four rounds in a row ran at 75-80% of what the fifth did (0.97 of the peak).
+# neighbours take turns, four rounds in a row ran at 74-83% of what the fifth did (0.97 of the peak).
 QUIET_KERNEL_FRACTION = 0.85
 
 
@@ -791,11 +791,9 @@ def register_tiles() -> tuple[tuple[int, int], ...]:
                        HostScratchpad())[-1][1]
         programs += [((knobs.rows, knobs.vectors), index, compile_module(module, knobs=knobs))
                      for knobs in register_tile_choices(isa)]
-    best: dict[tuple[tuple[int, int], int], float] = {}
-    for _ in range(TILE_ROUNDS):
-        for tile, index, program in programs:
-            seconds = _best_seconds(lambda: program.run(arrays, threads=1), runs=2)  # noqa: B023 - run at once
-            best[tile, index] = min(seconds, best.get((tile, index), float("inf")))
+    seconds = _interleaved_best([lambda program=program: program.run(arrays, threads=1) for _, _, program in programs],
+                                runs=2, rounds=TILE_ROUNDS)
+    best = {(tile, index): elapsed for (tile, index, _), elapsed in zip(programs, seconds, strict=True)}
     score = {tile: math.exp(sum(math.log(best[tile, i]) for i in range(len(TILE_BENCHMARKS)))
                           / len(TILE_BENCHMARKS)) for tile, _, _ in programs}
     fastest = min(score.values())
@@ -989,8 +987,9 @@ def _transpose_bandwidth(size: int) -> float:
 def _l3_reach(array: int, l3: int, l3_rate: float, dram_rate: float) -> int:
     """The most bytes (a copy's source and target together, up to half the L3) that copy nearer the L3's
     rate (`l3_rate`, measured on arrays of `array` bytes) than DRAM's: arrays doubled until their copy
-    falls to the middle. Here (a 260 MB L3, shared with other machines' cores): 13 GB/s at 16 MB arrays,
-    5.3 at 32 MB and at every size beyond, where the L3's size alone had said 130 MB."""
+    falls to the middle. Here (a 260 MB L3, shared with other machines' cores): 11.6 GB/s at 16 MB arrays,
+    5.1 - 5.5 from 32 to 256 MB (the reach came out 16 or 32 MB in three calibrations), where the L3's
+    size alone had said 130 MB."""
     reach = 2 * array
     while 2 * reach <= l3 // 2 and _copy_bandwidth(reach) > (l3_rate + dram_rate) / 2:
         reach *= 2
@@ -1020,7 +1019,7 @@ def _copy_bandwidth(size: int, threads: int = 1) -> float:
     return threads * repeat * size / seconds
 
 
-# Wide FMAs start at about half speed on some cores (seen here: 80 GFLOPS for the first 15 ms, then 170):
+# Wide FMAs start at about half speed on some cores (seen here: about 80 GFLOPS for the first 30 ms, then 140 - 170):
 # a measurement of them starts after this long of them.
 WARM_UP_SECONDS = 0.05
 

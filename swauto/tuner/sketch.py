@@ -227,22 +227,20 @@ class Placement:
 
 
 class Sketcher:
-    """Sketches of the candidates of one operator on one machine (see the module docstring).
-    `commuting`: whether the price the sketches are for is unchanged by swapping two loops with no
-    transfer between them (the models multiply such loops' trips). Otherwise the outermost run of
-    loops keeps its order in the signature (the host's threads share its outermost loops), and so does
-    a run holding a loop whose last tile is shorter (`_signature`). `innermost`: whether the price also
-    depends on which loop runs innermost; the signature then names it."""
+    """Sketches of the candidates of one operator on one machine (see the module docstring), for the
+    `model` that prices them (None: one that commutes, with no `call_seconds`). Where its price is not
+    `commuting` (unchanged by swapping two loops with no transfer between them: the models multiply
+    such loops' trips), the outermost run of loops keeps its order in the signature (the host's threads
+    share its outermost loops), and so does a run holding a loop whose last tile is shorter
+    (`_signature`); where it depends on the `innermost` loop, the signature names it. Its
+    `call_seconds` (one primitive call on tiles in local memory) weighs a class's shorter last tiles in
+    its share of work; without, their padded volume does."""
 
-    def __init__(self, op: BoundOperator, machine: LocalMemoryMachine, commuting: bool = True,
-                 call_seconds: Callable[[Call], float] | None = None, innermost: bool = False) -> None:
+    def __init__(self, op: BoundOperator, machine: LocalMemoryMachine, model: SketchModel | None = None) -> None:
         self.op = op
         self.machine = machine
-        self.commuting = commuting
-        self.innermost = innermost
-        # The target model's time of one primitive call (tiles in local memory): what a class's last,
-        # shorter tiles are weighed by in its share of work. None: their padded volume.
-        self.call_seconds = call_seconds
+        self.commuting, self.innermost, self.call_seconds = (
+            (model.commuting, model.innermost, model.call_seconds) if model else (True, False, None))
         # Per choice of tiles (the candidate's choices but its order, buffering and micro-kernel): its
         # scheduled module, or why it has none whatever the order.
         self.scheduled: dict[tuple, _Scheduled | Rejected] = {}

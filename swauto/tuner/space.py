@@ -215,7 +215,7 @@ def explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketch
 
 def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: SketchModel, lowered: int,
                     total: int) -> Space:
-    sketcher = Sketcher(op, machine, model.commuting, model.call_seconds, model.innermost)
+    sketcher = Sketcher(op, machine, model)
     space = Space(op)
     units = unit_axes(op)
     bufferings = (False, True) if machine.asynchronous_dma else (False,)
