@@ -48,7 +48,7 @@ def quiet_machine(cpu: str = "test-cpu") -> host_model.Machine:
         transpose_bandwidth=3e9, l1_bytes=48 << 10, l2_bytes=2 << 20, l3_bytes=32 << 20,
         l3_reach=16 << 20, peak_flops=120e9,
         register_tiles=((4, 2), (6, 2)),  # AVX2's defaults: they fit every instruction set's registers
-        parallel_call_seconds=2e-6)
+        parallel_call_seconds=2e-6, l3_restart_seconds=1e-8, dram_restart_seconds=3e-8)
 
 
 @pytest.fixture
@@ -697,6 +697,45 @@ def test_a_broadcast_operand_moved_off_each_call_is_charged_its_fetch():
     rows_inner, columns_inner = priced["cRo_outer"], priced["cCo_outer"]
     assert rows_inner.flops == columns_inner.flops and rows_inner.copy_bytes == columns_inner.copy_bytes
     assert rows_inner.seconds > columns_inner.seconds
+
+
+def test_a_transfer_moved_off_its_runs_restarts_them_and_one_moved_along_them_goes_on():
+    """The calibration's GEMMs (`restart_modules`, C 8 MB: beyond half the L2, within the L3's reach): C
+    tiles of 16 rows following each other down C's columns restart their 16 runs at every transfer (get
+    and put); along C's rows, only where the columns' loop starts over. Ordered, the model charges the
+    restarts the difference makes at the L3's cost; as a bound over every order, neither. (Measured
+    here: 0.85 - 0.94 ms against 0.63 - 0.77, and at 64 MB 14.9 - 16.7 against 7.0 - 7.7.)"""
+    machine = quiet_machine()
+    modules = host_model.restart_modules(1024)
+    restarted = [{node.direction: host_model._restarted_runs(node, loops, module)
+                  for node, loops in walk(module.body) if isinstance(node, Dma) and node.tensor.name == "C"}
+                 for module in modules]
+    columns = host_model.RESTART_COLUMNS // 256
+    assert restarted == [{"get": 16, "put": 16}, {"get": 16 / columns, "put": 16 / columns}]
+    ordered = [host_model.estimate(module, 1, machine).seconds for module in modules]
+    transfers = 1024 // 16 * columns * 2
+    # (A's and B's transfers restart a few runs too: a percent of C's)
+    assert ordered[0] - ordered[1] == pytest.approx(transfers * (16 - 16 / columns) * machine.l3_restart_seconds,
+                                                    rel=0.01)
+    bound = [host_model.estimate(module, 1, machine, ordered=False).seconds for module in modules]
+    assert bound[0] == pytest.approx(bound[1])
+
+
+def test_restart_costs_are_the_time_the_restarted_runs_add(monkeypatch):
+    """`_restart_costs` divides the difference of the two orders' times by the difference of their
+    restarted runs (faked times: 1 ms more for the restarting order in L3, 0.5 ms beyond: the DRAM's
+    cost is raised to the L3's), and a disturbed reading that makes restarting faster costs nothing."""
+    extra = iter([1e-3, 0.5e-3])
+    monkeypatch.setattr(host_model, "_interleaved_best", lambda functions, runs: [0.01 + next(extra), 0.01])
+    machine = quiet_machine()
+    costs = host_model._restart_costs(machine.l2_bytes, machine.l3_reach)
+    rows = 4 * machine.l2_bytes // (4 * host_model.RESTART_COLUMNS)
+    restarts = rows // 16 * host_model.RESTART_COLUMNS // 256 * 2 * (16 - 16 / (host_model.RESTART_COLUMNS // 256))
+    assert costs["l3_restart_seconds"] == pytest.approx(1e-3 / restarts, rel=0.01)  # C's restarts, and A's and B's
+    assert costs["dram_restart_seconds"] == costs["l3_restart_seconds"]
+    monkeypatch.setattr(host_model, "_interleaved_best", lambda functions, runs: [0.01, 0.02])
+    assert host_model._restart_costs(machine.l2_bytes, machine.l3_reach) == {"l3_restart_seconds": 0.0,
+                                                                             "dram_restart_seconds": 0.0}
 
 
 def test_a_c_block_swept_by_the_innermost_loop_between_its_taps_is_priced_coming_back():

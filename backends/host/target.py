@@ -46,7 +46,8 @@ def estimate(stages: Stages, threads: int) -> Estimate:
 def sketch_model(threads: int) -> SketchModel:
     """The host model on candidates' sketches for `threads` cores, with this machine's calibration read
     once (the host never double buffers; its threads share the outermost loops, so on more than one the
-    order of those matters; everywhere, which loop runs innermost: `host_model._fetched_broadcast`)."""
+    order of those matters; everywhere, which loop runs innermost, in the nest and around each transfer:
+    `host_model._fetched_broadcast`, `host_model._restarted_runs`)."""
     calibrated = host_model.machine()
     return SketchModel(
         price=lambda sketch, double_buffered, peeled: host_model.estimate(sketch, threads, calibrated, peeled,

@@ -3,14 +3,15 @@ accumulator (loading and storing C around the K loop), packing (DMA) traffic aga
 the memory level its data comes from (a cache line per row where the rows are shorter; half of it for
 an operand the backend reads in place: `backends/host/layout.read_in_place`), the operands' trips
 between the caches (C tiles swept out between visits, vector panels streamed, a broadcast operand of
-short runs fetched where the innermost loop moves it), and the parallel nest's iterations shared by the
+short runs fetched where the innermost loop moves it, a transfer's runs started anew where the innermost
+loop around it moves its box off them), and the parallel nest's iterations shared by the
 threads, in each segment of an operator of several statements (each segment
 shared out also pays the native pool's measured fork and join).
 
 Its machine constants come from `calibrate()`, a micro-benchmark of a few seconds (the micro-kernel on
 cache-resident panels at a long and a short K, whole GEMMs with each register tile the instruction set
-allows, copies sized for L2, L3 and DRAM, the core's peak: an in-register FMA loop, and an almost
-empty kernel on one core and on all), run once per
+allows, copies sized for L2, L3 and DRAM, GEMMs whose C tiles restart their runs or go on along them,
+the core's peak: an in-register FMA loop, and an almost empty kernel on one core and on all), run once per
 machine and stored with the date in the cache directory (`host_machine.json`); a different CPU measures
 again, and so does `recalibrate()` (`swauto calibrate`). Every timing is the best of several short runs,
 and the micro-kernel's rate is checked against the FMA peak, so another process running during calibration
@@ -42,11 +43,11 @@ from swauto.ir.visitor import walk
 
 CALIBRATION_FILE = "host_machine.json"
 CACHE_LINE_BYTES = 64
-CALIBRATION_VERSION = 12  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
+CALIBRATION_VERSION = 13  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
 # 9: the FMA latency and the loads of a K step, measured on panels in L1; 10: a map's bandwidth on tiles in L1;
 # 11: a panel's stream out of L2 and L3 into the micro-kernel, the loads of a K step clear of the FMA latency;
 # 12: the micro-kernel's rates timed in interleaved rounds (stored ones were up to 30% low), copies with
-# ordinary stores, the L3's reach
+# ordinary stores, the L3's reach; 13: what a transfer's run costs where it does not continue the last one's
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,8 @@ class Machine:
     (a shared L3, as a virtual machine's, gives one core less than its size), the core's peak flops per second
     (FMAs on registers only: what percent of peak is measured against), the micro-kernel's register
     tiles (rows, vectors) that ran whole GEMMs fastest here, fastest first: the ones the space explores,
-    and the time a call shared out to every core takes beyond one on a single core (0 on one core).
+    the time a call shared out to every core takes beyond one on a single core (0 on one core), and what
+    a transfer's run costs where it does not go on from one of the transfer before (in L3, beyond it).
 
     Construction guarantees every constant is a finite number in a range some real CPU could have
     (ValueError otherwise), so a damaged calibration never reaches the model as 0, NaN or nonsense."""
@@ -86,6 +88,10 @@ class Machine:
     peak_flops: float  # one core, in-register FMAs of the instruction set's widest vectors
     register_tiles: tuple[tuple[int, int], ...]
     parallel_call_seconds: float  # what sharing one call out to every core adds (the pool's fork and join)
+    # What a transfer's run (its box's elements contiguous in the tensor) costs where it does not continue a
+    # run of the execution before, the tensors in L3 / beyond the L3's reach (`_restarted_runs`)
+    l3_restart_seconds: float
+    dram_restart_seconds: float
 
     def __post_init__(self) -> None:
         for name in ("cpu", "measured"):
@@ -117,7 +123,7 @@ _PLAUSIBLE: dict[str, tuple[float, float]] = {
     "l2_bandwidth": _BANDWIDTH, "l3_bandwidth": _BANDWIDTH, "dram_bandwidth": _BANDWIDTH,
     "dram_bandwidth_total": _BANDWIDTH, "transpose_bandwidth": _BANDWIDTH,
     "l1_bytes": _BYTES, "l2_bytes": _BYTES, "l3_bytes": _BYTES, "l3_reach": _BYTES,
-    "parallel_call_seconds": (0.0, 1e-2),
+    "parallel_call_seconds": (0.0, 1e-2), "l3_restart_seconds": (0.0, 1e-5), "dram_restart_seconds": (0.0, 1e-5),
 }
 
 
@@ -148,7 +154,8 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     phases are taken as the IR verifier would agree (`parallel.segments`). Without `ordered`, what
     depends on which loop is innermost is priced as in the cheapest order: no fetch of a broadcast
     operand (`_fetched_broadcast`), C tiles revisited as if no loop swept others in between
-    (`_revisited_accumulators`): a bound over every order of a nest's loops."""
+    (`_revisited_accumulators`), no transfer's runs started anew (`_restarted_runs`): a bound over every
+    order of a nest's loops."""
     from swauto.backends.host.knobs import Knobs
     from swauto.backends.host.layout import read_in_place
     from swauto.backends.host.parallel import segments
@@ -163,6 +170,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     nodes = [(node, loops) for node, loops in walk(module.body) if isinstance(node, Dma | Call)]
     transposing = _transposing_buffers(nodes)
     level = _source_bandwidth(module, machine)
+    restart = _restart_seconds(module, machine) if ordered else 0.0
     # Per node of a parallel group, its segment's (compute share, traffic share); the others run on one
     # thread. On one thread, where the parallel phases would start changes nothing: they are not looked for.
     shares: dict[int, tuple[float, float]] = {}
@@ -206,6 +214,8 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
             if ordered:
                 traffic += _fetched_broadcast(node, loops, machine, module)
         if isinstance(node, Dma):
+            if restart:
+                traffic += _restarted_runs(node, loops, module) * restart
             if node.buffer.name in in_place:
                 node_bytes, traffic = 0, traffic / 2
             else:
@@ -345,6 +355,51 @@ def _fetched_broadcast(gemm: Call, loops: tuple[For, ...], machine: Machine, mod
         return 0.0  # rows of whole lines stream in (the panel's rate in `_node_cost`)
     lines = prod(access.extents) // run
     return moved * lines * CACHE_LINE_BYTES / _level_bandwidth(4 * prod(array.shape), machine)
+
+
+def _restarted_runs(dma: Dma, loops: tuple[For, ...], module: Module) -> float:
+    """How many runs of `dma`'s box in its tensor (its elements contiguous in memory) an execution
+    starts where no run of the execution before ended, on average. The hardware prefetchers follow a
+    run from line to line, so a box that the innermost loop around the transfer (`_innermost_loop`)
+    moves along its runs, by at most their length, streams on; one it moves to other rows or back
+    starts every run anew, each waiting for its first lines (`Machine.l3_restart_seconds`); and one it
+    moves along its runs restarts them where that loop starts over (one execution of its trips). The
+    innermost loop alone decides, which the sketches' signatures name for each run of loops that holds
+    transfers (`swauto.tuner.sketch`). YOLOv2 conv1 at B = 1, C tiles of 16 image rows x 8 columns
+    (16 runs of 1 KB in a 22 MB output): 8.2 - 9.1 ms with the rows' loop innermost around the output's
+    transfers, 5.0 - 6.4 with the columns' (medians, in turns); priced alike without this."""
+    loop = _innermost_loop(loops)
+    box = dma.tensor.bounding_box()
+    tensor = next((t for t in module.tensors if t.name == box.name), None)
+    if loop is None or tensor is None:
+        return 0.0
+    extents = box.spans()
+    # The runs' axis: the innermost the box does not cover whole (the axes inside it are whole).
+    axis = next((a for a in reversed(range(len(extents))) if extents[a] != tensor.shape[a]), None)
+    if axis is None:
+        return 0.0  # the whole tensor: one run, which the box never leaves
+    runs = prod(extents[:axis])
+    moves = []
+    for start in box.starts:
+        form = ex.linear_form(start)
+        if form is None:
+            return runs  # moved in a way that is not linear: taken as anew each time
+        moves.append(form[0].get(loop.var, 0) * loop.stride)
+    if not any(moves):
+        return 0.0  # the box stays where it was: its lines are in the cache
+    if 0 < moves[axis] <= extents[axis] and not any(move for a, move in enumerate(moves) if a != axis):
+        return runs / trip_count(loop)  # along its runs: anew only where the loop starts over
+    return runs
+
+
+def _restart_seconds(module: Module, machine: Machine) -> float:
+    """What a restarted run of a transfer (`_restarted_runs`) costs where `module`'s tensors live:
+    nothing within half the L2 (its lines come before the copy or micro-kernel misses them), else the
+    measured cost in L3 or beyond its reach."""
+    footprint = sum(4 * prod(t.shape) for t in module.tensors)
+    if footprint <= machine.l2_bytes // 2:
+        return 0.0
+    return machine.l3_restart_seconds if footprint <= machine.l3_reach else machine.dram_restart_seconds
 
 
 def _level_bandwidth(footprint: int, machine: Machine) -> float:
@@ -662,6 +717,7 @@ def calibrate(cpu: str) -> Machine:
     dram = _copy_bandwidth(beyond_l3)
     l3_array = min(l3 // 4, 8 << 20)
     l3_copy = max(_copy_bandwidth(l3_array), dram)
+    reach = _l3_reach(l3_array, l3, l3_copy, dram)
     return Machine(
         cpu=cpu,
         measured=datetime.date.today().isoformat(),
@@ -678,10 +734,11 @@ def calibrate(cpu: str) -> Machine:
         l1_bytes=l1,
         l2_bytes=l2,
         l3_bytes=l3,
-        l3_reach=_l3_reach(l3_array, l3, l3_copy, dram),
+        l3_reach=reach,
         peak_flops=peak,
         register_tiles=register_tiles(),
         parallel_call_seconds=_fork_join_seconds(),
+        **_restart_costs(l2, reach),
     )
 
 
@@ -801,6 +858,50 @@ def register_tiles() -> tuple[tuple[int, int], ...]:
     return tuple(sorted(score, key=lambda tile: (score[tile] > (1 + TILE_TOLERANCE) * fastest,
                                                  defaults.index(tile) if tile in defaults else len(defaults),
                                                  score[tile]))[:EXPLORED_TILES])
+
+
+# GEMMs whose C tiles (16 rows of 1 KB) follow each other down C's columns, or along its rows: the
+# C += of a short K, so that C's transfers take most of the time.
+RESTART_TILES = (("M", 16), ("N", 256), ("K", 16))
+RESTART_ORDERS = (("K_outer", "N_outer", "M_outer"), ("K_outer", "M_outer", "N_outer"))  # runs restart, go on
+RESTART_COLUMNS = 2048
+
+
+def restart_modules(rows: int) -> list[Module]:
+    """The host IR of the GEMM C += A B, C of `rows` x `RESTART_COLUMNS`, K = 16, in `RESTART_TILES`, in each
+    of the `RESTART_ORDERS`: its C tiles' transfers restart their runs at every execution, or where the
+    columns' loop starts over."""
+    from swauto.api import load
+    from swauto.machine import HostScratchpad
+    from swauto.pipeline import lower
+    from swauto.schedule.candidate import Candidate
+
+    text = TILE_BENCHMARK_GEMM
+    for name, (_, size) in zip(("TM", "TN", "TK"), RESTART_TILES, strict=True):
+        text = text.replace(name, str(size))
+    op = load(text, {"M": rows, "N": RESTART_COLUMNS, "K": RESTART_TILES[2][1]})
+    return [lower(op, Candidate(RESTART_TILES, order, "M"), HostScratchpad())[-1][1] for order in RESTART_ORDERS]
+
+
+def _restart_costs(l2: int, reach: int) -> dict[str, float]:
+    """`l3_restart_seconds` and `dram_restart_seconds`: the `restart_modules` with C in L3 (four times the
+    L2, within half the L3's reach) and beyond the reach (twice it), timed in interleaved rounds; the
+    difference of their times over the difference of their restarted runs as the model counts them
+    (`_restarted_runs`). One beyond the L3 never costs less than one in it."""
+    from swauto.backends.host import compile_module
+
+    costs = {}
+    for name, c_bytes in (("l3_restart_seconds", min(4 * l2, reach // 2)), ("dram_restart_seconds", 2 * reach)):
+        rows = max(1, c_bytes // (4 * RESTART_COLUMNS * 16)) * 16
+        modules = restart_modules(rows)
+        arrays = {tensor.name: np.ones(tensor.shape, np.float32) for tensor in modules[0].tensors}
+        programs = [compile_module(module) for module in modules]
+        seconds = _interleaved_best([lambda p=p, a=arrays: p.run(a, threads=1) for p in programs], runs=2)
+        restarts = [sum(_trips(loops) * _restarted_runs(node, loops, module)
+                        for node, loops in walk(module.body) if isinstance(node, Dma)) for module in modules]
+        costs[name] = max(0.0, (seconds[0] - seconds[1]) / (restarts[0] - restarts[1]))
+    costs["dram_restart_seconds"] = max(costs["dram_restart_seconds"], costs["l3_restart_seconds"])
+    return costs
 
 
 # A kernel whose parallel loop does almost nothing: a call on every core against one on one core

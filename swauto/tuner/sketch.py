@@ -195,7 +195,8 @@ class SketchModel:
     `call_seconds`, one primitive call's time on tiles in local memory, by which a class's shorter
     last tiles are weighed (None: by their volume); `commuting`, whether `price` is unchanged by
     swapping two loops with no transfer between them; `innermost`, whether it depends on which loop
-    (of more than one trip) runs innermost all the same (`bound` then holds for every order)."""
+    (of more than one trip) runs innermost, in the nest and around each run of loops' transfers, all
+    the same (`bound` then holds for every order)."""
 
     price: Callable[[Module, bool, Mapping[str, float]], float]
     bound: Callable[[Module], Callable[[int], float]]
@@ -581,17 +582,21 @@ class Sketcher:
         shorter as those in order with the sets between them: where they sit decides which loops the
         threads share) with the transfers at its end, and whether the loop that holds them runs one whole
         tile and a shorter one (`double_buffer` prefetches no output tile there: the real IR runs the
-        whole tile in a loop of one trip); with `innermost`, the innermost loop of more than one trip."""
+        whole tile in a loop of one trip); with `innermost`, the innermost loop of more than one trip, and
+        for each run's transfers the innermost such loop around them."""
         homed: dict[str | None, list[int]] = {}
         for home, transfer in placed:
             homed.setdefault(home, []).append(id(transfer))  # transfers live as long as their class
         runs: list[object] = [id(tiles), tuple(homed.get(None, ()))]
         run: list[str] = []
+        around = None  # the innermost loop of more than one trip around the loop body reached
         for loop in loops:
             run.append(loop.var)
+            around = loop.var if tiles.trips[loop.var] > 1 else around
             if loop.var in homed:
                 once = loop.var in tiles.peeled and tiles.trips[loop.var] == 2
-                runs.append((self._run(run, len(runs) == 2, tiles), tuple(homed[loop.var]), once))
+                runs.append((self._run(run, len(runs) == 2, tiles), tuple(homed[loop.var]), once,
+                             around if self.innermost else None))
                 run = []
         runs.append(self._run(run, len(runs) == 2, tiles))
         if self.innermost:
