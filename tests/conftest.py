@@ -142,12 +142,29 @@ def _private_kernel_cache(tmp_path_factory: pytest.TempPathFactory):
         os.environ["SWAUTO_CACHE_DIR"] = previous
 
 
+def use_fresh_cache_dir(folder: Path, monkeypatch) -> Path:
+    """Make `folder` the cache folder, holding no kernel: only the session's host calibration, copied in
+    where there is one (measuring it again takes seconds, several times a run)."""
+    import shutil
+
+    from swauto.backends.host import clear_cache
+    from swauto.cache import cache_dir
+    from swauto.tuner.host_model import CALIBRATION_FILE
+
+    calibration = cache_dir() / CALIBRATION_FILE
+    folder.mkdir(parents=True, exist_ok=True)
+    if calibration.is_file():
+        shutil.copyfile(calibration, folder / CALIBRATION_FILE)
+    monkeypatch.setenv("SWAUTO_CACHE_DIR", str(folder))
+    clear_cache()
+    return folder
+
+
 @pytest.fixture
 def empty_cache_dir(tmp_path, monkeypatch):
-    """A test of its own cache folder (empty), and no kernel left in memory before or after."""
+    """A test of its own cache folder (no kernel in it: `use_fresh_cache_dir`), and no kernel left in
+    memory before or after."""
     from swauto.backends.host import clear_cache
 
-    monkeypatch.setenv("SWAUTO_CACHE_DIR", str(tmp_path))
-    clear_cache()
-    yield tmp_path
+    yield use_fresh_cache_dir(tmp_path, monkeypatch)
     clear_cache()

@@ -48,7 +48,8 @@ def quiet_machine(cpu: str = "test-cpu") -> host_model.Machine:
         transpose_bandwidth=3e9, l1_bytes=48 << 10, l2_bytes=2 << 20, l3_bytes=32 << 20,
         l3_reach=16 << 20, peak_flops=120e9,
         register_tiles=((4, 2), (6, 2)),  # AVX2's defaults: they fit every instruction set's registers
-        parallel_call_seconds=2e-6, l3_restart_seconds=1e-8, dram_restart_seconds=3e-8)
+        parallel_call_seconds=2e-6, l3_restart_seconds=1e-8, dram_restart_seconds=3e-8,
+        l2_view_bandwidth=40e9, l3_view_bandwidth=30e9, dram_view_bandwidth=25e9)
 
 
 @pytest.fixture
@@ -355,12 +356,14 @@ def test_few_rows_against_a_panel_larger_than_l1_are_priced_by_the_panels_stream
 
 
 def _host_gemm(params: dict[str, int], tiles: dict[str, int], order: tuple[str, ...]):
-    """The host's IR of examples/gemm.sw at `params` in tiles `tiles`, the loops in `order`."""
+    """The host's IR of examples/gemm.sw at `params` in tiles `tiles`, the loops in `order`, its buffers
+    bounded as on a CPU of 2 MiB of L2 (8 MiB: `HostScratchpad.L2_MULTIPLE` times that) wherever the
+    tests run: a 4 MB operand is hoisted whole."""
     text = GEMM_SW.read_text()
     for dim, tile in tiles.items():  # tiles beyond the example's choices
         text = text.replace(f"split gemm.{dim} by {{", f"split gemm.{dim} by {{{tile}, ")
     return lower(load(text, params), Candidate(tuple(tiles.items()), order, "N"),
-                 local_memory_machine("host"))[-1][1]
+                 HostScratchpad(ldm_bytes=HostScratchpad.L2_MULTIPLE * (2 << 20)))[-1][1]
 
 
 def test_a_c_tile_swept_out_of_the_caches_between_its_k_steps_is_priced_coming_back():
@@ -707,7 +710,7 @@ def test_a_transfer_moved_off_its_runs_restarts_them_and_one_moved_along_them_go
     here: 0.85 - 0.94 ms against 0.63 - 0.77, and at 64 MB 14.9 - 16.7 against 7.0 - 7.7.)"""
     machine = quiet_machine()
     modules = host_model.restart_modules(1024)
-    restarted = [{node.direction: host_model._restarted_runs(node, loops, module)
+    restarted = [{node.direction: host_model._restarted_runs(node.tensor, module.tensors[2].shape, loops)
                   for node, loops in walk(module.body) if isinstance(node, Dma) and node.tensor.name == "C"}
                  for module in modules]
     columns = host_model.RESTART_COLUMNS // 256
@@ -721,21 +724,26 @@ def test_a_transfer_moved_off_its_runs_restarts_them_and_one_moved_along_them_go
     assert bound[0] == pytest.approx(bound[1])
 
 
-def test_restart_costs_are_the_time_the_restarted_runs_add(monkeypatch):
-    """`_restart_costs` divides the difference of the two orders' times by the difference of their
-    restarted runs (faked times: 1 ms more for the restarting order in L3, 0.5 ms beyond: the DRAM's
-    cost is raised to the L3's), and a disturbed reading that makes restarting faster costs nothing."""
-    extra = iter([1e-3, 0.5e-3])
+def test_in_place_rates_are_what_the_tiles_moved_and_the_restarted_runs_take(monkeypatch):
+    """`_in_place_rates` (faked times, 10 ms for the order whose runs go on, 1 ms more for the other in L3,
+    0.5 ms beyond): the views' rate is C's bytes read and written over the first, never faster beyond a
+    level than within it; a restarted run costs the difference over the difference of restarted runs
+    (beyond the L3 raised to the L3's cost), and nothing where a disturbed reading made restarting faster."""
+    extra = iter([0.0, 1e-3, 0.5e-3])
     monkeypatch.setattr(host_model, "_interleaved_best", lambda functions, runs: [0.01 + next(extra), 0.01])
     machine = quiet_machine()
-    costs = host_model._restart_costs(machine.l2_bytes, machine.l3_reach)
-    rows = 4 * machine.l2_bytes // (4 * host_model.RESTART_COLUMNS)
-    restarts = rows // 16 * host_model.RESTART_COLUMNS // 256 * 2 * (16 - 16 / (host_model.RESTART_COLUMNS // 256))
-    assert costs["l3_restart_seconds"] == pytest.approx(1e-3 / restarts, rel=0.01)  # C's restarts, and A's and B's
-    assert costs["dram_restart_seconds"] == costs["l3_restart_seconds"]
+    rates = host_model._in_place_rates(machine.l2_bytes, machine.l3_reach)
+    rows = [max(1, size // (4 * host_model.RESTART_COLUMNS * 16)) * 16
+            for size in (machine.l2_bytes // 4, 4 * machine.l2_bytes, 2 * machine.l3_reach)]
+    assert rates["l2_view_bandwidth"] == pytest.approx(8 * rows[0] * host_model.RESTART_COLUMNS / 0.01)
+    assert rates["dram_view_bandwidth"] == rates["l3_view_bandwidth"] == rates["l2_view_bandwidth"]
+    columns = host_model.RESTART_COLUMNS // 256
+    restarts = rows[1] // 16 * columns * 2 * (16 - 16 / columns)
+    assert rates["l3_restart_seconds"] == pytest.approx(1e-3 / restarts, rel=0.01)  # C's restarts, and A's and B's
+    assert rates["dram_restart_seconds"] == rates["l3_restart_seconds"]
     monkeypatch.setattr(host_model, "_interleaved_best", lambda functions, runs: [0.01, 0.02])
-    assert host_model._restart_costs(machine.l2_bytes, machine.l3_reach) == {"l3_restart_seconds": 0.0,
-                                                                             "dram_restart_seconds": 0.0}
+    rates = host_model._in_place_rates(machine.l2_bytes, machine.l3_reach)
+    assert rates["l3_restart_seconds"] == rates["dram_restart_seconds"] == 0.0
 
 
 def test_a_c_block_swept_by_the_innermost_loop_between_its_taps_is_priced_coming_back():

@@ -7,7 +7,6 @@ host (in forked children with a timeout); `SWAUTO_EXHAUSTIVE=1` runs every candi
 
 from __future__ import annotations
 
-import functools
 import os
 
 import numpy as np
@@ -17,8 +16,10 @@ from isolation import run_isolated
 import swauto
 from conftest import EXAMPLES, assert_golden_stages, relative_error, sample_legal
 from swauto.api import load
+from swauto.machine import local_memory_machine
 from swauto.reference import reference
 from swauto.schedule.space import candidates
+from swauto.tuner.space import explore
 
 OPERATORS = {
     "fc_bias_relu": {"B": 5, "In": 130, "Out": 300},
@@ -47,20 +48,17 @@ def _inputs(op, seed: int = 0) -> dict[str, np.ndarray]:
     return {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in op.seed.tensors if not t.is_local}
 
 
-@functools.cache
-def _space(name: str, target: str) -> list:
-    """The legal candidates of example `name` at its test sizes (built once per test session)."""
-    return swauto.schedules(EXAMPLES / f"{name}.sw", params=OPERATORS[name], target=target)
-
-
-def _sample(candidates: list, target: str) -> list:
-    """Candidates spread over the space, as many fused as apart (all of them with SWAUTO_EXHAUSTIVE)."""
+def _sample(name: str, target: str, count: int | None = None, layouts=None, params=None) -> list:
+    """Up to `count` (`SAMPLE[target]`) legal candidates of example `name` at `params` (its test sizes),
+    drawn at random with a fixed seed, as many fused as apart (every legal one with SWAUTO_EXHAUSTIVE).
+    They are lowered one by one (`conftest.sample_legal`): the space is never built whole."""
+    op = load(EXAMPLES / f"{name}.sw", params or OPERATORS[name], layouts)
+    machine = local_memory_machine(target)
     if os.environ.get("SWAUTO_EXHAUSTIVE"):
-        return candidates
-    groups = [group for group in ([c for c in candidates if not c.fused], [c for c in candidates if c.fused])
-              if group]
-    count = SAMPLE[target] // len(groups)
-    return [c for group in groups for c in group[:: max(1, len(group) // count)][:count]]
+        return explore(op, machine).candidates
+    count = count or SAMPLE[target]
+    fused = sample_legal(op, count // 2, 0, (machine,), where=lambda c: c.fused)
+    return fused + sample_legal(op, count - len(fused), 0, (machine,), where=lambda c: not c.fused)
 
 
 def _error(kernel: swauto.Kernel) -> float:
@@ -79,7 +77,7 @@ def _run(name: str, params: dict[str, int], target: str, candidate) -> float:
 @pytest.mark.parametrize("name", sorted(OPERATORS))
 def test_sw26010_candidates_match_the_reference(name):
     params = OPERATORS[name]
-    candidates = _sample(_space(name, "sw26010"), "sw26010")
+    candidates = _sample(name, "sw26010")
     assert candidates
     errors = {candidate.id: _run(name, params, "sw26010", candidate) for candidate in candidates}
     assert max(errors.values()) < 1e-4, sorted(errors.items(), key=lambda item: -item[1])[:3]
@@ -88,7 +86,7 @@ def test_sw26010_candidates_match_the_reference(name):
 @pytest.mark.parametrize("name", sorted(OPERATORS))
 def test_host_candidates_match_the_reference(name):
     params = OPERATORS[name]
-    candidates = _sample(_space(name, "host"), "host")
+    candidates = _sample(name, "host")
     outcomes = run_isolated(lambda candidate: _run(name, params, "host", candidate), candidates,
                             labels=[c.id for c in candidates])
     failed = [str(outcome) for outcome in outcomes if not outcome.ok or outcome.value >= 1e-4]
@@ -101,9 +99,8 @@ def test_host_candidates_of_several_statements_match_the_reference_on_two_thread
     fork). Here, in this process, on the native pool where it loads: two threads, each statement's nest
     a segment of its own (`parallel.segments`), a spread of candidates against the reference."""
     params = OPERATORS[name]
-    candidates = _space(name, "host")
     shared = 0
-    for candidate in candidates[:: max(1, len(candidates) // 6)][:6]:
+    for candidate in _sample(name, "host", 6):
         kernel = swauto.compile(EXAMPLES / f"{name}.sw", params=params, target="host", schedule=candidate, threads=2)
         shared += sum(bool(phases.loops) for phases in kernel.program.plan.segments) > 1
         assert _error(kernel) < 1e-4, candidate.describe()
@@ -132,8 +129,7 @@ def _run_pinned(name: str, target: str, candidate) -> float:
 def test_window_operators_with_channels_innermost_match_the_reference(name, target):
     """The layouts `swauto.Model` pins its activations to, on a spread sample of each pinned space."""
     layouts, params = CHANNELS_LAST[name]
-    pinned = swauto.schedules(EXAMPLES / f"{name}.sw", params=params, target=target, layouts=layouts)
-    candidates = _sample(pinned, target)
+    candidates = _sample(name, target, layouts=layouts, params=params)
     outcomes = run_isolated(lambda candidate: _run_pinned(name, target, candidate), candidates,
                             labels=[c.id for c in candidates])
     failed = [str(outcome) for outcome in outcomes if not outcome.ok or outcome.value >= 1e-4]
@@ -319,27 +315,27 @@ def test_an_overwritten_output_reduced_inside_its_tiles_is_zeroed_there_not_fill
 
     params = OPERATORS["conv2d_bias_relu"]
     moving = ("cRo_outer", "cCo_outer")
-    kinds = set()
-    for candidate in _space("conv2d_bias_relu", target):
+
+    def taps_inside(candidate) -> bool:
         splits = dict(candidate.splits)  # a tap loop fused whole into K runs once: it reduces nothing
         reducing = [v for v in candidate.order if v.startswith(("cKr", "cKc")) and splits.get(v[:3], 1) < params["Kr"]]
-        taps_inside = max(candidate.order.index(v) for v in moving) < min(
+        return max(candidate.order.index(v) for v in moving) < min(
             (candidate.order.index(v) for v in reducing), default=len(candidate.order))
-        if taps_inside in kinds:
-            continue
+
+    op, machine = load(EXAMPLES / "conv2d_bias_relu.sw", params), local_memory_machine(target)
+    for inside in (True, False):
+        chosen = sample_legal(op, 1, 0, (machine,), where=lambda c, inside=inside: taps_inside(c) == inside)
+        assert chosen, f"the space lacks candidates with the taps {'inside' if inside else 'outside'}"
+        candidate, = chosen
         kernel = swauto.compile(EXAMPLES / "conv2d_bias_relu.sw", params=params, target=target, schedule=candidate)
         nodes = [node for node, _ in walk(kernel.module.body)]
         fills = [n for n in nodes if isinstance(n, Call) and n.primitive == "fill"]
         output_gets = [n for n in nodes if isinstance(n, Dma) and n.direction == "get" and n.tensor.name == "output"
                        and any(isinstance(c, Call) and c.primitive == "gemm" and c.output.name == n.buffer.name
                                for c in nodes)]
-        assert (not fills and not output_gets) if taps_inside else fills, candidate.describe()
+        assert (not fills and not output_gets) if inside else fills, candidate.describe()
         assert not any(isinstance(n, Call) and n.overwrite for n in nodes)
         assert _error(kernel) < 1e-5, candidate.describe()
-        kinds.add(taps_inside)
-        if len(kinds) == 2:
-            return
-    raise AssertionError(f"the space lacks one of the two kinds of candidate: has only {kinds}")
 
 
 @pytest.mark.parametrize("target", ["host", "sw26010"])

@@ -29,7 +29,8 @@ from swauto.tuner.space import count, explore
 GOLDEN = Path(__file__).parent / "golden"
 
 
-def test_space_is_the_product_of_the_choices(gemm_source):
+def test_space_is_the_product_of_the_choices(gemm_source, monkeypatch):
+    monkeypatch.setenv("SWAUTO_VERIFY", "0")  # the space's size under test, not its IR (the other tests verify)
     # 640: every tile size leaves loops of several iterations, so every loop takes part in the orders.
     space = explore(load(gemm_source, {"M": 640, "N": 640, "K": 640}), SUNWAY)
     # M, N, K tile sets x loop orders x vectorized dimension x double buffering or not
@@ -125,7 +126,8 @@ def test_a_micro_kernel_the_target_lacks_is_refused(gemm_source):
         swauto.compile(gemm_source, {"M": 256, "N": 256, "K": 128}, target="sw26010", schedule=candidate)
 
 
-def test_ids_are_stable_across_shapes(gemm_source):
+def test_ids_are_stable_across_shapes(gemm_source, monkeypatch):
+    monkeypatch.setenv("SWAUTO_VERIFY", "0")  # the ids under test, not the IR
     small = {c.id for c in swauto.schedules(gemm_source, {"M": 256, "N": 256, "K": 128})}
     large = {c.id for c in swauto.schedules(gemm_source, {"M": 1024, "N": 1024, "K": 1024})}
     assert small < large

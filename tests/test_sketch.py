@@ -5,6 +5,7 @@ tuner's pick from the few candidates it lowers is as good as from lowering them 
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -92,6 +93,9 @@ def test_the_ranked_pick_is_the_exhaustive_pick(target_name, example, params, mo
     tile's work is weighed by the target model's time of its call (`SketchModel.call_seconds`): weighed by its
     volume, the best host candidate at B = 1 on a 10 x 10 image at stride 2 (the 5 output rows fused into
     M) ranked 33rd of its sketches and the pick was 7.7% slower."""
+    slow = (example, params) in (ODD[0], FUSED[-1])
+    if target_name == "sw26010" and slow and not os.environ.get("SWAUTO_EXHAUSTIVE"):
+        pytest.skip("the SW26010's whole space of this one takes 20 - 30 s: SWAUTO_EXHAUSTIVE=1")
     monkeypatch.setenv("SWAUTO_VERIFY", "0")
     # A made-up host calibration: the ranking's logic is under test, not this host's measurement (one
     # taken while the other test process loaded the machine once ranked a pick 2.9% from the best).
@@ -199,8 +203,10 @@ def test_no_sketch_is_priced_below_its_class_bound_and_one_signature_one_price(t
         slow = replace(host_model.machine(), parallel_call_seconds=1e-3)
         monkeypatch.setattr(host_model, "machine", lambda cache_dir=None: slow)
     if target_name == "host":  # the examples' tensors fit half the L2, where restarted runs cost nothing
-        monkeypatch.setattr(host_model, "_restart_seconds", lambda module, machine: 1e-8)
+        monkeypatch.setattr(host_model, "_restart_seconds", lambda footprint, machine: 1e-8)
     machine = target.machine()
+    if target_name == "host":  # as on a CPU of 2 MiB of L2, wherever the tests run: room to hoist transfers
+        machine = replace(machine, ldm_bytes=machine.L2_MULTIPLE * (2 << 20))
     op = load(EXAMPLES / example, params)
     model = target.sketch_model(threads)
     alone = target.sketch_model(1)

@@ -247,9 +247,10 @@ def _lanes_contiguous(module: Module, buffer: str, layout: Layout) -> bool:
 def _view(module: Module, buffer: str, shape: tuple[int, ...]) -> tuple[str, Layout] | None:
     """(tensor, layout) when `buffer` can be a view of a tensor box instead of a copy: every DMA of it
     moves the whole buffer from or to one and the same box of one tensor, inside the tensor (no zero
-    fill), with the same extents in the same order once 1-long axes are dropped; nothing zeroes it;
-    and data flows one way: it is read-only (one or more gets of an input) or a get and a put of the
-    same box (a C tile). Its layout gives each axis the stride of the tensor axis it pairs with."""
+    fill), an axis of the box for each of the tensor's (no window walking one), with the same extents
+    in the same order once 1-long axes are dropped; nothing zeroes it; and data flows one way: it is
+    read-only (one or more gets of an input) or a get and a put of the same box (a C tile). Its layout
+    gives each axis the stride of the tensor axis it pairs with."""
     dmas = [node for node, _ in walk(module.body) if isinstance(node, Dma) and node.buffer.name == buffer]
     if not dmas or any(isinstance(node, Zero) and node.buffer.name == buffer for node, _ in walk(module.body)):
         return None
@@ -257,7 +258,7 @@ def _view(module: Module, buffer: str, shape: tuple[int, ...]) -> tuple[str, Lay
     whole = tuple(Const(0) for _ in shape)
     for dma in dmas:
         if dma.zero_fill or dma.tensor != box or dma.buffer.starts != whole or dma.buffer.extents != shape \
-                or dma.tensor.steps:
+                or dma.tensor.steps or dma.tensor.walks:
             return None
     tensor = module.tensor(box.name)
     gets = sum(dma.direction == "get" for dma in dmas)

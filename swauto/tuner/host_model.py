@@ -1,7 +1,8 @@
 """The host performance model: flops against the micro-kernel's measured rate plus its cost per
 accumulator (loading and storing C around the K loop), packing (DMA) traffic against the bandwidth of
-the memory level its data comes from (a cache line per row where the rows are shorter; half of it for
-an operand the backend reads in place: `backends/host/layout.read_in_place`), the operands' trips
+the memory level its data comes from (a cache line per row where the rows are shorter), tiles the
+backend holds in place (views: `backends/host/layout.plan`) at the measured rate of tiles read and
+written in place, the operands' trips
 between the caches (C tiles swept out between visits, vector panels streamed, a broadcast operand of
 short runs fetched where the innermost loop moves it, a transfer's runs started anew where the innermost
 loop around it moves its box off them), and the parallel nest's iterations shared by the
@@ -38,7 +39,7 @@ import numpy as np
 
 from swauto.ir import expr as ex
 from swauto.ir.analysis import executions, trip_count
-from swauto.ir.nodes import Call, Dma, For, Module, Seq, Stmt, Tensor
+from swauto.ir.nodes import Access, Call, Dma, For, Module, Seq, Stmt, Tensor
 from swauto.ir.visitor import walk
 
 CALIBRATION_FILE = "host_machine.json"
@@ -47,7 +48,8 @@ CALIBRATION_VERSION = 13  # 6: the FMA peak, best-of-runs timings; 7: register t
 # 9: the FMA latency and the loads of a K step, measured on panels in L1; 10: a map's bandwidth on tiles in L1;
 # 11: a panel's stream out of L2 and L3 into the micro-kernel, the loads of a K step clear of the FMA latency;
 # 12: the micro-kernel's rates timed in interleaved rounds (stored ones were up to 30% low), copies with
-# ordinary stores, the L3's reach; 13: what a transfer's run costs where it does not continue the last one's
+# ordinary stores, the L3's reach; 13: what a transfer's run costs where it does not continue the last one's,
+# tiles in place (views) at their own measured rate
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,10 @@ class Machine:
     # run of the execution before, the tensors in L3 / beyond the L3's reach (`_restarted_runs`)
     l3_restart_seconds: float
     dram_restart_seconds: float
+    # Bytes per second a tile read and written in place (a view: no copy) moves, the tensors in L2, L3, beyond
+    l2_view_bandwidth: float
+    l3_view_bandwidth: float
+    dram_view_bandwidth: float
 
     def __post_init__(self) -> None:
         for name in ("cpu", "measured"):
@@ -124,6 +130,7 @@ _PLAUSIBLE: dict[str, tuple[float, float]] = {
     "dram_bandwidth_total": _BANDWIDTH, "transpose_bandwidth": _BANDWIDTH,
     "l1_bytes": _BYTES, "l2_bytes": _BYTES, "l3_bytes": _BYTES, "l3_reach": _BYTES,
     "parallel_call_seconds": (0.0, 1e-2), "l3_restart_seconds": (0.0, 1e-5), "dram_restart_seconds": (0.0, 1e-5),
+    "l2_view_bandwidth": _BANDWIDTH, "l3_view_bandwidth": _BANDWIDTH, "dram_view_bandwidth": _BANDWIDTH,
 }
 
 
@@ -156,21 +163,27 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     operand (`_fetched_broadcast`), C tiles revisited as if no loop swept others in between
     (`_revisited_accumulators`), no transfer's runs started anew (`_restarted_runs`): a bound over every
     order of a nest's loops."""
+    from swauto.backends.host.codegen import is_ignored_buffer
     from swauto.backends.host.knobs import Knobs
-    from swauto.backends.host.layout import read_in_place
+    from swauto.backends.host.layout import plan
     from swauto.backends.host.parallel import segments
     from swauto.backends.host.primitives import taps_around
 
     peeled = peeled or {}
 
     tile = machine.register_tiles[0]
-    # The backend reads some vector operands in place instead of packing them: the micro-kernel reads
-    # their bytes once from where they are, half the traffic of a copy (which reads and writes them).
-    in_place = read_in_place(module, Knobs(*tile), machine.vector_lanes, _cache_resident(module, machine))
+    # Buffers the backend holds as views of their tensors (`backends/host/layout.plan`): their transfers
+    # copy nothing, the micro-kernel reads and writes their bytes where they are, at the measured rate of
+    # tiles in place.
+    views: Mapping[str, str] = {}  # none where the tensors are not cache-resident
+    if _cache_resident(module, machine):
+        ignored = frozenset(buffer.name for buffer in module.buffers if is_ignored_buffer(buffer))
+        views = plan(module, Knobs(*tile), machine.vector_lanes, ignored, True)[1]
     nodes = [(node, loops) for node, loops in walk(module.body) if isinstance(node, Dma | Call)]
     transposing = _transposing_buffers(nodes)
     level = _source_bandwidth(module, machine)
-    restart = _restart_seconds(module, machine) if ordered else 0.0
+    in_place = _view_bandwidth(sum(4 * prod(t.shape) for t in module.tensors), machine)
+    restart = _restart_seconds(sum(4 * prod(t.shape) for t in module.tensors), machine) if ordered else 0.0
     # Per node of a parallel group, its segment's (compute share, traffic share); the others run on one
     # thread. On one thread, where the parallel phases would start changes nothing: they are not looked for.
     shares: dict[int, tuple[float, float]] = {}
@@ -205,7 +218,10 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     for node, loops in nodes:
         # A call guarded against tiles of padding (`guard_padding`) runs only where its guards hold.
         trips = executions(loops, node.runs_if) if isinstance(node, Call) else _trips(loops)
-        bandwidth = machine.transpose_bandwidth if isinstance(node, Dma) and node.buffer.name in transposing else level
+        bandwidth = level
+        if isinstance(node, Dma):
+            bandwidth = in_place if node.buffer.name in views else \
+                machine.transpose_bandwidth if node.buffer.name in transposing else level
         taps = taps_around(node, loops) if isinstance(node, Call) else 1
         node_flops, node_bytes, compute, traffic = _node_cost(node, machine, bandwidth, tile, shapes, taps,
                                                               _cycled_panels(node, loops))
@@ -215,9 +231,9 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
                 traffic += _fetched_broadcast(node, loops, machine, module)
         if isinstance(node, Dma):
             if restart:
-                traffic += _restarted_runs(node, loops, module) * restart
-            if node.buffer.name in in_place:
-                node_bytes, traffic = 0, traffic / 2
+                traffic += _restarted_runs(node.tensor, shapes[node.tensor.name], loops) * restart
+            if node.buffer.name in views:
+                node_bytes = 0
             else:
                 copies += trips
         flops += node_flops * trips
@@ -234,19 +250,13 @@ def least_seconds(nest: Module, threads: int, machine: Machine) -> Callable[[int
     """No module that computes as `nest` does (no transfer in it) and moves `moved` bytes is priced
     below `least(moved)` by `estimate`: the nest's compute (shared by the threads, or on one core where
     that is less: a module's transfers may leave it no loop to share, and sharing one costs the fork and
-    join) plus those bytes at the faster of the two bandwidths a copy of its tensors gets, shared by
-    every thread, and at half their cost where an operand of the nest's GEMM may be read in place
-    (`estimate` charges it half a copy)."""
-    from swauto.backends.host.knobs import Knobs
-    from swauto.backends.host.layout import one_row_tile
-
+    join) plus those bytes at the fastest rate a transfer of its tensors gets (a copy, a transposing one,
+    or, where the tensors are cache-resident, a tile in place), shared by every thread."""
     compute = min(estimate(nest, count, machine, verify=False, ordered=False).seconds  # as sketches
                   for count in {1, threads})
-    bandwidth = max(_source_bandwidth(nest, machine), machine.transpose_bandwidth) * threads
-    tile = Knobs(*machine.register_tiles[0])
-    if _cache_resident(nest, machine) and any(one_row_tile(node, tile) for node, _ in walk(nest.body)
-                                              if isinstance(node, Call) and node.signature.kind == "gemm"):
-        bandwidth *= 2
+    footprint = sum(4 * prod(t.shape) for t in nest.tensors)
+    bandwidth = max(_source_bandwidth(nest, machine), machine.transpose_bandwidth,
+                    _view_bandwidth(footprint, machine) if _cache_resident(nest, machine) else 0.0) * threads
     return lambda moved: compute + moved / bandwidth
 
 
@@ -357,27 +367,26 @@ def _fetched_broadcast(gemm: Call, loops: tuple[For, ...], machine: Machine, mod
     return moved * lines * CACHE_LINE_BYTES / _level_bandwidth(4 * prod(array.shape), machine)
 
 
-def _restarted_runs(dma: Dma, loops: tuple[For, ...], module: Module) -> float:
-    """How many runs of `dma`'s box in its tensor (its elements contiguous in memory) an execution
-    starts where no run of the execution before ended, on average. The hardware prefetchers follow a
-    run from line to line, so a box that the innermost loop around the transfer (`_innermost_loop`)
-    moves along its runs, by at most their length, streams on; one it moves to other rows or back
-    starts every run anew, each waiting for its first lines (`Machine.l3_restart_seconds`); and one it
-    moves along its runs restarts them where that loop starts over (one execution of its trips). The
-    innermost loop alone decides, which the sketches' signatures name for each run of loops that holds
-    transfers (`swauto.tuner.sketch`). YOLOv2 conv1 at B = 1, C tiles of 16 image rows x 8 columns
-    (16 runs of 1 KB in a 22 MB output): 8.2 - 9.1 ms with the rows' loop innermost around the output's
-    transfers, 5.0 - 6.4 with the columns' (medians, in turns); priced alike without this."""
+def _restarted_runs(box: Access, shape: tuple[int, ...], loops: tuple[For, ...]) -> float:
+    """How many runs of `box` (its elements contiguous in its row-major array of `shape`) an execution
+    inside `loops` starts where no run of the execution before ended, on average. The hardware
+    prefetchers follow a run from line to line, so a box that the innermost loop of more than one trip
+    (`_innermost_loop`) moves along its runs, by at most their length, streams on; one it moves to other
+    rows or back starts every run anew, each waiting for its first lines (`Machine.l3_restart_seconds`);
+    and one it moves along its runs restarts them where that loop starts over (one execution of its
+    trips). The innermost loop alone decides, which the sketches' signatures name for each run of loops
+    that holds transfers (`swauto.tuner.sketch`). YOLOv2 conv1 at B = 1, C tiles of 16 image rows x 8
+    columns (16 runs of 1 KB in a 22 MB output): 8.2 - 9.1 ms with the rows' loop innermost around the
+    output's transfers, 5.0 - 6.4 with the columns' (medians, in turns); priced alike without this."""
     loop = _innermost_loop(loops)
-    box = dma.tensor.bounding_box()
-    tensor = next((t for t in module.tensors if t.name == box.name), None)
-    if loop is None or tensor is None:
+    if loop is None:
         return 0.0
+    box = box.bounding_box()
     extents = box.spans()
     # The runs' axis: the innermost the box does not cover whole (the axes inside it are whole).
-    axis = next((a for a in reversed(range(len(extents))) if extents[a] != tensor.shape[a]), None)
+    axis = next((a for a in reversed(range(len(extents))) if extents[a] != shape[a]), None)
     if axis is None:
-        return 0.0  # the whole tensor: one run, which the box never leaves
+        return 0.0  # the whole array: one run, which the box never leaves
     runs = prod(extents[:axis])
     moves = []
     for start in box.starts:
@@ -392,11 +401,17 @@ def _restarted_runs(dma: Dma, loops: tuple[For, ...], module: Module) -> float:
     return runs
 
 
-def _restart_seconds(module: Module, machine: Machine) -> float:
-    """What a restarted run of a transfer (`_restarted_runs`) costs where `module`'s tensors live:
-    nothing within half the L2 (its lines come before the copy or micro-kernel misses them), else the
-    measured cost in L3 or beyond its reach."""
-    footprint = sum(4 * prod(t.shape) for t in module.tensors)
+def _view_bandwidth(footprint: int, machine: Machine) -> float:
+    """The rate a tile in place moves at where `footprint` bytes of tensors live (as `_level_bandwidth`)."""
+    if footprint <= machine.l2_bytes // 2:
+        return machine.l2_view_bandwidth
+    return machine.l3_view_bandwidth if footprint <= machine.l3_reach else machine.dram_view_bandwidth
+
+
+def _restart_seconds(footprint: int, machine: Machine) -> float:
+    """What a restarted run (`_restarted_runs`) costs where `footprint` bytes live: nothing within half
+    the L2 (its lines come before the copy or micro-kernel misses them), else the measured cost in L3
+    or beyond its reach."""
     if footprint <= machine.l2_bytes // 2:
         return 0.0
     return machine.l3_restart_seconds if footprint <= machine.l3_reach else machine.dram_restart_seconds
@@ -738,7 +753,7 @@ def calibrate(cpu: str) -> Machine:
         peak_flops=peak,
         register_tiles=register_tiles(),
         parallel_call_seconds=_fork_join_seconds(),
-        **_restart_costs(l2, reach),
+        **_in_place_rates(l2, reach),
     )
 
 
@@ -860,15 +875,15 @@ def register_tiles() -> tuple[tuple[int, int], ...]:
                                                  score[tile]))[:EXPLORED_TILES])
 
 
-# GEMMs whose C tiles (16 rows of 1 KB) follow each other down C's columns, or along its rows: the
-# C += of a short K, so that C's transfers take most of the time.
-RESTART_TILES = (("M", 16), ("N", 256), ("K", 16))
+# GEMMs of K = 1 (C += A B: each C tile read and written in place, almost nothing else) whose C tiles,
+# 16 rows of 1 KB, follow each other down C's columns, or along its rows.
+RESTART_TILES = (("M", 16), ("N", 256), ("K", 1))
 RESTART_ORDERS = (("K_outer", "N_outer", "M_outer"), ("K_outer", "M_outer", "N_outer"))  # runs restart, go on
 RESTART_COLUMNS = 2048
 
 
 def restart_modules(rows: int) -> list[Module]:
-    """The host IR of the GEMM C += A B, C of `rows` x `RESTART_COLUMNS`, K = 16, in `RESTART_TILES`, in each
+    """The host IR of the GEMM C += A B, C of `rows` x `RESTART_COLUMNS`, K = 1, in `RESTART_TILES`, in each
     of the `RESTART_ORDERS`: its C tiles' transfers restart their runs at every execution, or where the
     columns' loop starts over."""
     from swauto.api import load
@@ -883,25 +898,32 @@ def restart_modules(rows: int) -> list[Module]:
     return [lower(op, Candidate(RESTART_TILES, order, "M"), HostScratchpad())[-1][1] for order in RESTART_ORDERS]
 
 
-def _restart_costs(l2: int, reach: int) -> dict[str, float]:
-    """`l3_restart_seconds` and `dram_restart_seconds`: the `restart_modules` with C in L3 (four times the
-    L2, within half the L3's reach) and beyond the reach (twice it), timed in interleaved rounds; the
-    difference of their times over the difference of their restarted runs as the model counts them
-    (`_restarted_runs`). One beyond the L3 never costs less than one in it."""
+def _in_place_rates(l2: int, reach: int) -> dict[str, float]:
+    """The `restart_modules` with C in L2 (a quarter of it), in L3 (four times the L2, within half the
+    L3's reach) and beyond the reach (twice it), timed in interleaved rounds: `*_view_bandwidth`, the
+    bytes of C read and written in place over the time of the order whose runs go on (the K = 1 GEMM
+    does little else); `l3_restart_seconds` and `dram_restart_seconds`, the difference of the two
+    orders' times over the difference of their restarted runs as the model counts them
+    (`_restarted_runs`). Nothing is faster beyond a level than within it."""
     from swauto.backends.host import compile_module
 
-    costs = {}
-    for name, c_bytes in (("l3_restart_seconds", min(4 * l2, reach // 2)), ("dram_restart_seconds", 2 * reach)):
+    rates = {}
+    for level, c_bytes in (("l2", l2 // 4), ("l3", min(4 * l2, reach // 2)), ("dram", 2 * reach)):
         rows = max(1, c_bytes // (4 * RESTART_COLUMNS * 16)) * 16
         modules = restart_modules(rows)
         arrays = {tensor.name: np.ones(tensor.shape, np.float32) for tensor in modules[0].tensors}
         programs = [compile_module(module) for module in modules]
         seconds = _interleaved_best([lambda p=p, a=arrays: p.run(a, threads=1) for p in programs], runs=2)
-        restarts = [sum(_trips(loops) * _restarted_runs(node, loops, module)
+        shapes = {tensor.name: tensor.shape for tensor in modules[0].tensors}
+        restarts = [sum(_trips(loops) * _restarted_runs(node.tensor, shapes[node.tensor.name], loops)
                         for node, loops in walk(module.body) if isinstance(node, Dma)) for module in modules]
-        costs[name] = max(0.0, (seconds[0] - seconds[1]) / (restarts[0] - restarts[1]))
-    costs["dram_restart_seconds"] = max(costs["dram_restart_seconds"], costs["l3_restart_seconds"])
-    return costs
+        rates[f"{level}_view_bandwidth"] = 2 * 4 * rows * RESTART_COLUMNS / seconds[1]
+        if level != "l2":
+            rates[f"{level}_restart_seconds"] = max(0.0, (seconds[0] - seconds[1]) / (restarts[0] - restarts[1]))
+    rates["l3_view_bandwidth"] = min(rates["l3_view_bandwidth"], rates["l2_view_bandwidth"])
+    rates["dram_view_bandwidth"] = min(rates["dram_view_bandwidth"], rates["l3_view_bandwidth"])
+    rates["dram_restart_seconds"] = max(rates["dram_restart_seconds"], rates["l3_restart_seconds"])
+    return rates
 
 
 # A kernel whose parallel loop does almost nothing: a call on every core against one on one core
