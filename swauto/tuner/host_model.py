@@ -182,8 +182,9 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     nodes = [(node, loops) for node, loops in walk(module.body) if isinstance(node, Dma | Call)]
     transposing = _transposing_buffers(nodes)
     level = _source_bandwidth(module, machine)
-    in_place = _view_bandwidth(sum(4 * prod(t.shape) for t in module.tensors), machine)
-    restart = _restart_seconds(sum(4 * prod(t.shape) for t in module.tensors), machine) if ordered else 0.0
+    footprint = sum(4 * prod(tensor.shape) for tensor in module.tensors)
+    view_bandwidth = _view_bandwidth(footprint, machine)
+    restart = _restart_seconds(footprint, machine) if ordered else 0.0
     # Per node of a parallel group, its segment's (compute share, traffic share); the others run on one
     # thread. On one thread, where the parallel phases would start changes nothing: they are not looked for.
     shares: dict[int, tuple[float, float]] = {}
@@ -220,7 +221,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
         trips = executions(loops, node.runs_if) if isinstance(node, Call) else _trips(loops)
         bandwidth = level
         if isinstance(node, Dma):
-            bandwidth = in_place if node.buffer.name in views else \
+            bandwidth = view_bandwidth if node.buffer.name in views else \
                 machine.transpose_bandwidth if node.buffer.name in transposing else level
         taps = taps_around(node, loops) if isinstance(node, Call) else 1
         node_flops, node_bytes, compute, traffic = _node_cost(node, machine, bandwidth, tile, shapes, taps,
