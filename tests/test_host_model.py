@@ -710,7 +710,7 @@ def test_a_transfer_moved_off_its_runs_restarts_them_and_one_moved_along_them_go
     here: 0.85 - 0.94 ms against 0.63 - 0.77, and at 64 MB 14.9 - 16.7 against 7.0 - 7.7.)"""
     machine = quiet_machine()
     modules = host_model.restart_modules(1024)
-    restarted = [{node.direction: host_model._restarted_runs(node.tensor, module.tensors[2].shape, loops)
+    restarted = [{node.direction: host_model._restarted_runs(node.tensor, module.tensor(node.tensor.name).shape, loops)
                   for node, loops in walk(module.body) if isinstance(node, Dma) and node.tensor.name == "C"}
                  for module in modules]
     columns = host_model.RESTART_COLUMNS // 256

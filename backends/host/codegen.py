@@ -78,17 +78,24 @@ class Plan:
     views: dict[str, str]  # buffer -> the tensor it is a view of (no workspace, no copies)
 
 
+def buffer_layouts(module: Module, knobs: Knobs, width: int, l3_bytes: int
+                   ) -> tuple[dict[str, layouts.Layout], dict[str, str]]:
+    """`layouts.plan` of `module` as the backend takes it (and the host model asks it): the float64
+    copies left out (`is_ignored_buffer`), tiles held in place only where the tensors fit half of an
+    L3 of `l3_bytes` (they stay cache-resident)."""
+    ignored = frozenset(b.name for b in module.buffers if is_ignored_buffer(b))
+    tensor_bytes = sum(4 * prod(tensor.shape) for tensor in module.tensors)
+    return layouts.plan(module, knobs, width, ignored, tensor_bytes <= l3_bytes // 2)
+
+
 def plan_kernel(module: Module, isa: Isa, knobs: Knobs) -> Plan:
     """The plan of `module` for `isa` and `knobs` (deterministic: the same for equal arguments).
 
     Raises `CodegenError` for non-float32 data, and for IR the verifier refuses (a bug in swauto).
     """
     _check_dtypes(module)
-    ignored = frozenset(b.name for b in module.buffers if is_ignored_buffer(b))
-    # Tensors that fit half the L3 stay cache-resident: their tiles can be read in place.
-    tensor_bytes = sum(4 * prod(tensor.shape) for tensor in module.tensors)
-    placed, views = layouts.plan(module, knobs, isa.width, ignored, tensor_bytes <= cache_sizes()[2] // 2)
-    buffers = [b.name for b in module.buffers if b.name not in ignored and b.name not in views]
+    placed, views = buffer_layouts(module, knobs, isa.width, cache_sizes()[2])
+    buffers = [b.name for b in module.buffers if not is_ignored_buffer(b) and b.name not in views]
     offsets, size = layouts.workspace(placed, buffers)
     # A view's pointer lives in the workspace too, so a phase's function sees where an earlier phase
     # (on the same workspace) pointed it: a stack slot would die with the function that set it.

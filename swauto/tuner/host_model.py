@@ -163,26 +163,24 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     operand (`_fetched_broadcast`), C tiles revisited as if no loop swept others in between
     (`_revisited_accumulators`), no transfer's runs started anew (`_restarted_runs`): a bound over every
     order of a nest's loops."""
-    from swauto.backends.host.codegen import is_ignored_buffer
+    from swauto.backends.host.codegen import buffer_layouts
     from swauto.backends.host.knobs import Knobs
-    from swauto.backends.host.layout import plan
     from swauto.backends.host.parallel import segments
     from swauto.backends.host.primitives import taps_around
 
     peeled = peeled or {}
 
     tile = machine.register_tiles[0]
-    # Buffers the backend holds as views of their tensors (`backends/host/layout.plan`): their transfers
-    # copy nothing, the micro-kernel reads and writes their bytes where they are, at the measured rate of
-    # tiles in place.
-    views: Mapping[str, str] = {}  # none where the tensors are not cache-resident
-    if _cache_resident(module, machine):
-        ignored = frozenset(buffer.name for buffer in module.buffers if is_ignored_buffer(buffer))
-        views = plan(module, Knobs(*tile), machine.vector_lanes, ignored, True)[1]
+    # Buffers the backend holds as views of their tensors (`backends/host/codegen.buffer_layouts`): their
+    # transfers copy nothing, the micro-kernel reads and writes their bytes where they are, at the
+    # measured rate of tiles in place. Views are made only where the tensors are cache-resident: elsewhere
+    # the plan is not asked for (it is most of an estimate's time).
+    views = buffer_layouts(module, Knobs(*tile), machine.vector_lanes, machine.l3_bytes)[1] \
+        if _cache_resident(module, machine) else {}
     nodes = [(node, loops) for node, loops in walk(module.body) if isinstance(node, Dma | Call)]
     transposing = _transposing_buffers(nodes)
-    level = _source_bandwidth(module, machine)
-    footprint = sum(4 * prod(tensor.shape) for tensor in module.tensors)
+    footprint = _footprint(module)
+    level = _level_bandwidth(footprint, machine)
     view_bandwidth = _view_bandwidth(footprint, machine)
     restart = _restart_seconds(footprint, machine) if ordered else 0.0
     # Per node of a parallel group, its segment's (compute share, traffic share); the others run on one
@@ -255,8 +253,8 @@ def least_seconds(nest: Module, threads: int, machine: Machine) -> Callable[[int
     or, where the tensors are cache-resident, a tile in place), shared by every thread."""
     compute = min(estimate(nest, count, machine, verify=False, ordered=False).seconds  # as sketches
                   for count in {1, threads})
-    footprint = sum(4 * prod(t.shape) for t in nest.tensors)
-    bandwidth = max(_source_bandwidth(nest, machine), machine.transpose_bandwidth,
+    footprint = _footprint(nest)
+    bandwidth = max(_level_bandwidth(footprint, machine), machine.transpose_bandwidth,
                     _view_bandwidth(footprint, machine) if _cache_resident(nest, machine) else 0.0) * threads
     return lambda moved: compute + moved / bandwidth
 
@@ -402,28 +400,30 @@ def _restarted_runs(box: Access, shape: tuple[int, ...], loops: tuple[For, ...])
     return runs
 
 
-def _view_bandwidth(footprint: int, machine: Machine) -> float:
-    """The rate a tile in place moves at where `footprint` bytes of tensors live (as `_level_bandwidth`)."""
+def _level(footprint: int, machine: Machine) -> str:
+    """The cache level `footprint` bytes stay in, as the `Machine` fields name it: "l2" within half of
+    the L2, "l3" within the L3's reach, else "dram"."""
     if footprint <= machine.l2_bytes // 2:
-        return machine.l2_view_bandwidth
-    return machine.l3_view_bandwidth if footprint <= machine.l3_reach else machine.dram_view_bandwidth
+        return "l2"
+    return "l3" if footprint <= machine.l3_reach else "dram"
+
+
+def _view_bandwidth(footprint: int, machine: Machine) -> float:
+    """The rate a tile in place moves at where `footprint` bytes of tensors live."""
+    return getattr(machine, f"{_level(footprint, machine)}_view_bandwidth")
 
 
 def _restart_seconds(footprint: int, machine: Machine) -> float:
     """What a restarted run (`_restarted_runs`) costs where `footprint` bytes live: nothing within half
     the L2 (its lines come before the copy or micro-kernel misses them), else the measured cost in L3
     or beyond its reach."""
-    if footprint <= machine.l2_bytes // 2:
-        return 0.0
-    return machine.l3_restart_seconds if footprint <= machine.l3_reach else machine.dram_restart_seconds
+    level = _level(footprint, machine)
+    return 0.0 if level == "l2" else getattr(machine, f"{level}_restart_seconds")
 
 
 def _level_bandwidth(footprint: int, machine: Machine) -> float:
-    """The copy bandwidth of the cache level `footprint` bytes stay in (within half of the L2, within
-    the L3's reach; beyond L1)."""
-    if footprint <= machine.l2_bytes // 2:
-        return machine.l2_bandwidth
-    return machine.l3_bandwidth if footprint <= machine.l3_reach else machine.dram_bandwidth
+    """The copy bandwidth of the cache level `footprint` bytes stay in (`_level`; beyond L1)."""
+    return getattr(machine, f"{_level(footprint, machine)}_bandwidth")
 
 
 def _holds_transfer(outer: For, inner: For) -> bool:
@@ -563,14 +563,14 @@ def _transposing_buffers(nodes: list[tuple[Dma | Call, tuple[For, ...]]]) -> set
     return transposing
 
 
+def _footprint(module: Module) -> int:
+    """The bytes of `module`'s tensors: the level they fit decides where its transfers come from."""
+    return sum(4 * prod(tensor.shape) for tensor in module.tensors)
+
+
 def _cache_resident(module: Module, machine: Machine) -> bool:
-    """Whether `module`'s tensors fit half the L3 (as `backends/host/codegen.plan_kernel` decides)."""
-    return sum(4 * prod(tensor.shape) for tensor in module.tensors) <= machine.l3_bytes // 2
-
-
-def _source_bandwidth(module: Module, machine: Machine) -> float:
-    """Bandwidth of the level the tensors live in: all of them fit L2, L3, or only DRAM."""
-    return _level_bandwidth(sum(4 * prod(t.shape) for t in module.tensors), machine)
+    """Whether `module`'s tensors fit half the L3 (as `backends/host/codegen.buffer_layouts` decides)."""
+    return _footprint(module) <= machine.l3_bytes // 2
 
 
 def _trips(loops: tuple[For, ...]) -> int:
@@ -915,8 +915,7 @@ def _in_place_rates(l2: int, reach: int) -> dict[str, float]:
         arrays = {tensor.name: np.ones(tensor.shape, np.float32) for tensor in modules[0].tensors}
         programs = [compile_module(module) for module in modules]
         seconds = _interleaved_best([lambda p=p, a=arrays: p.run(a, threads=1) for p in programs], runs=2)
-        shapes = {tensor.name: tensor.shape for tensor in modules[0].tensors}
-        restarts = [sum(_trips(loops) * _restarted_runs(node.tensor, shapes[node.tensor.name], loops)
+        restarts = [sum(_trips(loops) * _restarted_runs(node.tensor, module.tensor(node.tensor.name).shape, loops)
                         for node, loops in walk(module.body) if isinstance(node, Dma)) for module in modules]
         rates[f"{level}_view_bandwidth"] = 2 * 4 * rows * RESTART_COLUMNS / seconds[1]
         if level != "l2":
