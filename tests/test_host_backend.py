@@ -383,6 +383,33 @@ def test_tiles_of_cache_resident_tensors_are_views_and_others_copies():
     assert views.get(gemm.operand("C").name) is None
 
 
+
+def test_without_output_views_c_tiles_are_copies_and_read_only_tiles_still_views(monkeypatch):
+    """Where calibration measured GEMMs faster with their C tiles copied in and out than in place
+    (`Machine.output_views` false: a Zen 3), the plan copies C tiles, padded, and keeps the other views;
+    a kernel compiled through `swauto.compile` follows the calibration and computes the same product."""
+    op = load(GEMM_SW, {"M": 256, "N": 256, "K": 256})
+    module = lower(op, Candidate((("K", 128), ("M", 128), ("N", 128)), ("K_outer", "M_outer", "N_outer"), "M"),
+                   local_memory_machine("host"))[-1][1]
+    gemm = next(node for node, _ in walk(module.body) if isinstance(node, Call))
+    c_tile, broadcast = gemm.output.name, layout.gemm_roles(gemm)["broadcast"][1].name
+
+    def plan(output_views: bool) -> tuple[dict[str, layout.Layout], dict[str, str]]:
+        return layout.plan(module, Knobs(4, 2, output_views), 8, frozenset(), cache_resident=True)
+
+    assert plan(True)[1] == {c_tile: "C", broadcast: "A"}
+    placed, views = plan(False)
+    assert views == {broadcast: "A"} and placed[c_tile].size > 0
+    copying = replace(host_model.machine(), output_views=False)
+    monkeypatch.setattr(host_model, "machine", lambda cache_dir=None: copying)
+    kernel = swauto_compile(GEMM_SW, {"M": 96, "N": 80, "K": 64}, target="host", threads=1)
+    assert kernel.program.knobs.output_views is False
+    arrays = gemm_inputs(96, 80, 64)
+    expected = gemm_reference(arrays)
+    kernel(**arrays)
+    assert relative_error(arrays["C"], expected) <= TOLERANCE
+    assert not any(tensor == "C" for tensor in kernel.program.plan.views.values())
+
 class Rewrite(Rewriter):
     """Marks every DMA zero-filled."""
 

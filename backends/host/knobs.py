@@ -5,19 +5,23 @@ inside the backend (packing and the micro-kernel), never the IR."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from swauto.machine import HOST_MICRO_KERNELS
 
-from .isa import Isa
+from .isa import Isa, select
 
 
 @dataclass(frozen=True)
 class Knobs:
-    """A register tile of `rows` broadcast elements by `vectors` vectors: rows * vectors accumulators."""
+    """A register tile of `rows` broadcast elements by `vectors` vectors: rows * vectors accumulators;
+    and whether GEMMs may read and write their C tiles in place (`output_views`, views of cache-resident
+    tensors: `layout.plan`) or copy them in and out, whichever calibration measured faster on this
+    machine (`host_model.Machine.output_views`)."""
 
     rows: int
     vectors: int
+    output_views: bool = True
 
     def fits(self, isa: Isa) -> bool:
         """True when the accumulators, one vector per B vector and a broadcast register fit the
@@ -50,6 +54,9 @@ def register_tile_choices(isa: Isa) -> tuple[Knobs, ...]:
     return tuple(sorted((tile for tile in tiles if tile.fits(isa)), key=lambda tile: (tile.vectors, tile.rows)))
 
 
-def knobs_of(micro_kernel: tuple[int, int] | None) -> Knobs | None:
-    """The knobs a candidate's `micro_kernel` (rows, vectors) asks for; None: the default."""
-    return None if micro_kernel is None else Knobs(*micro_kernel)
+def knobs_of(micro_kernel: tuple[int, int] | None, output_views: bool = True) -> Knobs | None:
+    """The knobs a candidate's `micro_kernel` (rows, vectors) asks for, with `output_views`; None: the
+    default (the instruction set's default tile, C tiles in place)."""
+    if micro_kernel is None:
+        return None if output_views else replace(default_knobs(select()), output_views=False)
+    return Knobs(*micro_kernel, output_views)

@@ -136,10 +136,14 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
     each of its elements once per transfer, in whole vectors in place (`read_in_place`). Else, when the tensors are
     `cache_resident`, it is a view if `_view` allows (in DRAM, tiles read in place stall the micro-kernel,
     while a copy streams: measured 79 against 91 GFLOPS for GEMM 32768 x 256 x 128; in cache, 109 against 90
-    for 4096 x 64 x 64). Else it is row-major (padded).
+    for 4096 x 64 x 64), a GEMM's C tile only with `knobs.output_views` (on a Zen 3, copies of C tiles
+    ran GEMMs 2 - 17% faster than views; on the Emerald Rapids views ran faster). Else it is row-major
+    (padded).
     """
     uses = _uses(module, knobs, width)
     in_place = read_in_place(module, knobs, width, cache_resident, uses)
+    c_tiles = {node.output.name for node, _ in walk(module.body)
+               if isinstance(node, Call) and node.signature.kind == "gemm"}
     layouts = {tensor.name: row_major(tensor.shape) for tensor in module.tensors}
     views: dict[str, str] = {}
     for buffer in module.buffers:
@@ -150,7 +154,8 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
                 and only[1] is not None:
             _, axis, panel = only
             layouts[buffer.name] = packed(buffer.shape, axis, panel, _k_axes(module, buffer.name))
-        elif cache_resident and (view := _view(module, buffer.name, buffer.shape)) is not None \
+        elif cache_resident and (knobs.output_views or buffer.name not in c_tiles) \
+                and (view := _view(module, buffer.name, buffer.shape)) is not None \
                 and _lanes_contiguous(module, buffer.name, view[1]):
             views[buffer.name], layouts[buffer.name] = view[0], view[1]
         else:

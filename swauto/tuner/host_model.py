@@ -44,12 +44,12 @@ from swauto.ir.visitor import walk
 
 CALIBRATION_FILE = "host_machine.json"
 CACHE_LINE_BYTES = 64
-CALIBRATION_VERSION = 13  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
+CALIBRATION_VERSION = 14  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
 # 9: the FMA latency and the loads of a K step, measured on panels in L1; 10: a map's bandwidth on tiles in L1;
 # 11: a panel's stream out of L2 and L3 into the micro-kernel, the loads of a K step clear of the FMA latency;
 # 12: the micro-kernel's rates timed in interleaved rounds (stored ones were up to 30% low), copies with
 # ordinary stores, the L3's reach; 13: what a transfer's run costs where it does not continue the last one's,
-# tiles in place (views) at their own measured rate
+# tiles in place (views) at their own measured rate; 14: whether GEMMs' C tiles are views or copies
 
 
 @dataclass(frozen=True)
@@ -98,11 +98,14 @@ class Machine:
     l2_view_bandwidth: float
     l3_view_bandwidth: float
     dram_view_bandwidth: float
+    output_views: bool  # GEMMs read and write their C tiles in place: that ran faster than copies here
 
     def __post_init__(self) -> None:
         for name in ("cpu", "measured"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} is not a string")
+        if not isinstance(self.output_views, bool):
+            raise ValueError(f"output_views = {self.output_views!r} is not true or false")
         # Stored as JSON lists; held as tuples, each a (rows, vectors) pair of positive integers.
         tiles = self.register_tiles
         if not isinstance(tiles, list | tuple) or not tiles or not all(
@@ -175,7 +178,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     # transfers copy nothing, the micro-kernel reads and writes their bytes where they are, at the
     # measured rate of tiles in place. Views are made only where the tensors are cache-resident: elsewhere
     # the plan is not asked for (it is most of an estimate's time).
-    views = buffer_layouts(module, Knobs(*tile), machine.vector_lanes, machine.l3_bytes)[1] \
+    views = buffer_layouts(module, Knobs(*tile, machine.output_views), machine.vector_lanes, machine.l3_bytes)[1] \
         if _cache_resident(module, machine) else {}
     nodes = [(node, loops) for node, loops in walk(module.body) if isinstance(node, Dma | Call)]
     transposing = _transposing_buffers(nodes)
@@ -752,7 +755,8 @@ def calibrate(cpu: str) -> Machine:
         l3_bytes=l3,
         l3_reach=reach,
         peak_flops=peak,
-        register_tiles=register_tiles(),
+        register_tiles=(tiles := register_tiles()),
+        output_views=output_views(tiles[0]),
         parallel_call_seconds=_fork_join_seconds(),
         **_in_place_rates(l2, reach),
     )
@@ -845,23 +849,15 @@ def register_tiles() -> tuple[tuple[int, int], ...]:
     broadcast operand streams from memory is what tells them apart. Each tile's time is the best of
     `TILE_ROUNDS` rounds over all the tiles, so that another process running for a while slows every
     tile, not one."""
-    from swauto.api import load
     from swauto.backends.host import compile_module
     from swauto.backends.host.isa import select
     from swauto.backends.host.knobs import register_tile_choices
-    from swauto.machine import HOST_MICRO_KERNELS, HostScratchpad
-    from swauto.pipeline import lower
-    from swauto.schedule.candidate import Candidate
+    from swauto.machine import HOST_MICRO_KERNELS
 
-    rng = np.random.default_rng(0)
-    arrays = {name: rng.standard_normal(shape, dtype=np.float32)
-              for name, shape in (("A", (1024, 256)), ("B", (256, 1024)), ("C", (1024, 1024)))}
+    arrays = _tile_benchmark_arrays()
     isa = select()
     programs = []  # (tile, benchmark, program)
-    for index, ((tm, tn, tk), order, vectorized) in enumerate(TILE_BENCHMARKS):
-        text = TILE_BENCHMARK_GEMM.replace("TM", str(tm)).replace("TN", str(tn)).replace("TK", str(tk))
-        module = lower(load(text, {}), Candidate((("M", tm), ("N", tn), ("K", tk)), order, vectorized),
-                       HostScratchpad())[-1][1]
+    for index, module in enumerate(tile_benchmark_modules()):
         programs += [((knobs.rows, knobs.vectors), index, compile_module(module, knobs=knobs))
                      for knobs in register_tile_choices(isa)]
     seconds = _interleaved_best([lambda program=program: program.run(arrays, threads=1) for _, _, program in programs],
@@ -874,6 +870,45 @@ def register_tiles() -> tuple[tuple[int, int], ...]:
     return tuple(sorted(score, key=lambda tile: (score[tile] > (1 + TILE_TOLERANCE) * fastest,
                                                  defaults.index(tile) if tile in defaults else len(defaults),
                                                  score[tile]))[:EXPLORED_TILES])
+
+
+def output_views(tile: tuple[int, int]) -> bool:
+    """Whether the `TILE_BENCHMARKS` GEMMs, with register tile `tile`, run with their C tiles read and written
+    in place (views of C) at least about as fast (within `TILE_TOLERANCE`, geometric mean) as with them
+    copied in and out: the same GEMMs in the same tiles, timed in interleaved rounds. On a Zen 3 the copies
+    ran them 2 - 17% faster (rows 4 KiB apart in place, padded in a copy); on the Emerald Rapids views ran
+    tiles in place faster than copies."""
+    from swauto.backends.host import compile_module
+    from swauto.backends.host.knobs import Knobs
+
+    arrays = _tile_benchmark_arrays()
+    programs = [compile_module(module, knobs=Knobs(*tile, views)) for module in tile_benchmark_modules()
+                for views in (True, False)]
+    seconds = _interleaved_best([lambda program=program: program.run(arrays, threads=1) for program in programs],
+                                runs=2, rounds=TILE_ROUNDS)
+    in_place, copied = (math.prod(seconds[first::2]) ** (1 / len(TILE_BENCHMARKS)) for first in (0, 1))
+    return in_place <= (1 + TILE_TOLERANCE) * copied
+
+
+def tile_benchmark_modules() -> list[Module]:
+    """The host IR of each of the `TILE_BENCHMARKS` GEMMs."""
+    from swauto.api import load
+    from swauto.machine import HostScratchpad
+    from swauto.pipeline import lower
+    from swauto.schedule.candidate import Candidate
+
+    modules = []
+    for (tm, tn, tk), order, vectorized in TILE_BENCHMARKS:
+        text = TILE_BENCHMARK_GEMM.replace("TM", str(tm)).replace("TN", str(tn)).replace("TK", str(tk))
+        modules.append(lower(load(text, {}), Candidate((("M", tm), ("N", tn), ("K", tk)), order, vectorized),
+                             HostScratchpad())[-1][1])
+    return modules
+
+
+def _tile_benchmark_arrays() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {name: rng.standard_normal(shape, dtype=np.float32)
+            for name, shape in (("A", (1024, 256)), ("B", (256, 1024)), ("C", (1024, 1024)))}
 
 
 # GEMMs of K = 1 (C += A B: each C tile read and written in place, almost nothing else) whose C tiles,

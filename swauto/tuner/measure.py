@@ -46,7 +46,7 @@ def tune(space: Space, threads: int, machine: Machine, top: int | None = None, r
     ranked = rank_by_model(space, threads, machine)
     chosen = ranked if top is None else ranked[:top]
     measured = [Measured(r.candidate, r.stages, r.predicted,
-                         time_module(r.stages[-1][1], threads, runs, r.candidate.micro_kernel))
+                         time_module(r.stages[-1][1], threads, runs, r.candidate.micro_kernel, machine.output_views))
                 for r in chosen]
     return sorted(measured, key=lambda r: r.seconds)
 
@@ -62,12 +62,13 @@ def median_seconds(call: Callable[[], object], runs: int) -> float:
     return statistics.median(times)
 
 
-def time_module(module: Module, threads: int, runs: int = 3, micro_kernel: tuple[int, int] | None = None) -> float:
+def time_module(module: Module, threads: int, runs: int = 3, micro_kernel: tuple[int, int] | None = None,
+                output_views: bool = True) -> float:
     """Median seconds of `runs` calls of `module`'s host kernel with `micro_kernel` (None: the
-    default) on random inputs (after a warm-up)."""
+    default) and `output_views` (`Knobs`) on random inputs (after a warm-up)."""
     from swauto.backends.host import compile_module, knobs_of
 
-    program = compile_module(module, knobs=knobs_of(micro_kernel))
+    program = compile_module(module, knobs=knobs_of(micro_kernel, output_views))
     rng = np.random.default_rng(0)
     arrays = {t.name: rng.standard_normal(t.shape, dtype=np.float32) for t in module.tensors}
     return median_seconds(lambda: program.run(arrays, threads=threads), runs)
