@@ -142,8 +142,8 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
     """
     uses = _uses(module, knobs, width)
     in_place = read_in_place(module, knobs, width, cache_resident, uses)
-    c_tiles = {node.output.name for node, _ in walk(module.body)
-               if isinstance(node, Call) and node.signature.kind == "gemm"}
+    kept_copied = set() if knobs.output_views else {  # GEMMs' C tiles, copied in and out
+        node.output.name for node, _ in walk(module.body) if isinstance(node, Call) and node.signature.kind == "gemm"}
     layouts = {tensor.name: row_major(tensor.shape) for tensor in module.tensors}
     views: dict[str, str] = {}
     for buffer in module.buffers:
@@ -154,7 +154,7 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
                 and only[1] is not None:
             _, axis, panel = only
             layouts[buffer.name] = packed(buffer.shape, axis, panel, _k_axes(module, buffer.name))
-        elif cache_resident and (knobs.output_views or buffer.name not in c_tiles) \
+        elif cache_resident and buffer.name not in kept_copied \
                 and (view := _view(module, buffer.name, buffer.shape)) is not None \
                 and _lanes_contiguous(module, buffer.name, view[1]):
             views[buffer.name], layouts[buffer.name] = view[0], view[1]

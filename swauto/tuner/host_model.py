@@ -877,7 +877,7 @@ def output_views(tile: tuple[int, int]) -> bool:
     """Whether the `TILE_BENCHMARKS` GEMMs, with register tile `tile`, run with their C tiles read and written
     in place (views of C) at least about as fast (within `TILE_TOLERANCE`, geometric mean) as with them
     copied in and out: the same GEMMs in the same tiles, timed in interleaved rounds. On a Zen 3 the copies
-    (rows padded) ran two of them 4 - 13% faster; on a Zen 4 views ran GEMM 4096 x 64 x 64 21% faster."""
+    (rows padded) ran two of them 3 - 13% faster; on a Zen 4 views ran GEMM 4096 x 64 x 64 21% faster."""
     from swauto.backends.host import compile_module
     from swauto.backends.host.knobs import Knobs
 
@@ -890,7 +890,8 @@ def output_views(tile: tuple[int, int]) -> bool:
     return in_place <= (1 + TILE_TOLERANCE) * copied
 
 
-def _tile_benchmark_modules() -> list[Module]:
+@functools.cache  # calibration times them twice: for the register tiles, then views against copies
+def _tile_benchmark_modules() -> tuple[Module, ...]:
     """The host IR of each of the `TILE_BENCHMARKS` GEMMs."""
     from swauto.api import load
     from swauto.machine import HostScratchpad
@@ -902,7 +903,7 @@ def _tile_benchmark_modules() -> list[Module]:
         text = TILE_BENCHMARK_GEMM.replace("TM", str(tm)).replace("TN", str(tn)).replace("TK", str(tk))
         modules.append(lower(load(text, {}), Candidate((("M", tm), ("N", tn), ("K", tk)), order, vectorized),
                              HostScratchpad())[-1][1])
-    return modules
+    return tuple(modules)
 
 
 def _tile_benchmark_arrays() -> dict[str, np.ndarray]:
