@@ -78,8 +78,7 @@ def compare(name: str, source: Path | str, params: dict[str, int], threads: int,
     if sample:
         rest = ranked[HYBRID_TOP:]
         chosen = ranked[:HYBRID_TOP] + random.Random(0).sample(rest, min(sample, len(rest)))
-    measured = {r.candidate: time_module(r.stages[-1][1], threads, micro_kernel=r.candidate.micro_kernel,
-                                           output_views=host.output_views)
+    measured = {r.candidate: time_module(r.stages[-1][1], threads, knobs=host.knobs(r.candidate.micro_kernel))
                 for r in tqdm(chosen, desc=name, leave=False)}
     measure_s = time.perf_counter() - started
     best = min(measured, key=measured.__getitem__)
@@ -91,8 +90,7 @@ def compare(name: str, source: Path | str, params: dict[str, int], threads: int,
     again: dict = {c: [] for c in {best, pick, hybrid}}
     for _ in range(RECHECK_ROUNDS):
         for c in again:
-            again[c].append(time_module(stages[c][-1][1], threads, runs=3, micro_kernel=c.micro_kernel,
-                                        output_views=host.output_views))
+            again[c].append(time_module(stages[c][-1][1], threads, runs=3, knobs=host.knobs(c.micro_kernel)))
     rechecked = {c: statistics.median(times) for c, times in again.items()}
     row = {
         "operator": name, "threads": threads, "candidates": len(ranked), "measured": len(chosen),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,21 @@ COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "swauto.c
 
 def swauto(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*COMMAND, *args], capture_output=True, text=True)
+
+
+def swauto_in_process(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                      *args: str) -> subprocess.CompletedProcess:
+    """`swauto` run by the `main` the console script calls, in this process (a second apiece less than
+    starting Python again): its exit code, standard output and error. The other tests run the script."""
+    from swauto import cli
+
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)  # `main` sets its own
+    try:
+        code = cli.main(list(args))
+    except SystemExit as exit_:  # argparse's usage errors
+        code = exit_.code
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(list(args), code, captured.out, captured.err)
 
 
 SIZES = ["-D", "M=256", "-D", "N=128", "-D", "K=64"]
@@ -103,7 +119,7 @@ def _nine_loops(tmp_path: Path) -> Path:
     return path
 
 
-def test_more_user_errors_exit_2_with_one_sentence(tmp_path):
+def test_more_user_errors_exit_2_with_one_sentence(tmp_path, capsys, monkeypatch):
     latin1 = tmp_path / "latin1.sw"
     latin1.write_bytes(b"operator g(M = 4) {\n  # caf\xe9\n}\n")
     gemm = str(GEMM_SW)
@@ -135,7 +151,7 @@ def test_more_user_errors_exit_2_with_one_sentence(tmp_path):
         (["compile", gemm, *SIZES, "--layout", "C"], "argument --layout: expected TENSOR=AXIS,AXIS,..., got 'C'"),
         (["compile", gemm, *SIZES, "--layout", "C=M,N", "--layout", "C=M,N"], "tensor C is laid out twice"),
     ]:
-        result = swauto(*args)
+        result = swauto_in_process(capsys, monkeypatch, *args)
         assert result.returncode == 2, (args, result.stderr)
         assert message in result.stderr, (args, result.stderr)
         assert "Traceback" not in result.stderr

@@ -401,6 +401,9 @@ def test_without_output_views_c_tiles_are_copies_and_read_only_tiles_still_views
     placed, views = plan(False)
     assert views == {broadcast: "A"} and placed[c_tile].size > 0
     copying = replace(host_model.machine(), output_views=False)
+    # What every caller compiles a candidate with: its tile (or the ISA's default) and the calibration's choice.
+    assert copying.knobs((4, 3)) == Knobs(4, 3, False)
+    assert copying.knobs(None) == replace(default_knobs(select()), output_views=False)
     monkeypatch.setattr(host_model, "machine", lambda cache_dir=None: copying)
     kernel = swauto_compile(GEMM_SW, {"M": 96, "N": 80, "K": 64}, target="host", threads=1)
     assert kernel.program.knobs.output_views is False

@@ -4,7 +4,7 @@ for this CPU's widest vector ISA (`isa`), cached on disk (`cache`), JIT-loaded (
 NumPy arrays by a thread pool (`program`)."""
 
 from .jit import Build, clear_cache, compile_module
-from .knobs import Knobs, knobs_of
+from .knobs import Knobs
 from .program import HostProgram, available_threads
 
-__all__ = ["Build", "HostProgram", "Knobs", "available_threads", "clear_cache", "compile_module", "knobs_of"]
+__all__ = ["Build", "HostProgram", "Knobs", "available_threads", "clear_cache", "compile_module"]

@@ -5,11 +5,11 @@ inside the backend (packing and the micro-kernel), never the IR."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from swauto.machine import HOST_MICRO_KERNELS
 
-from .isa import Isa, select
+from .isa import Isa
 
 
 @dataclass(frozen=True)
@@ -52,11 +52,3 @@ def register_tile_choices(isa: Isa) -> tuple[Knobs, ...]:
         most = (isa.registers - vectors - 1) // vectors
         tiles |= {Knobs(rows, vectors) for rows in (most, (most + 1) // 2) if rows * vectors >= 8}
     return tuple(sorted((tile for tile in tiles if tile.fits(isa)), key=lambda tile: (tile.vectors, tile.rows)))
-
-
-def knobs_of(micro_kernel: tuple[int, int] | None, output_views: bool = True) -> Knobs | None:
-    """The knobs a candidate's `micro_kernel` (rows, vectors) asks for, with `output_views`; None: the
-    default (the instruction set's default tile, C tiles in place)."""
-    if micro_kernel is None:
-        return None if output_views else replace(default_knobs(select()), output_views=False)
-    return Knobs(*micro_kernel, output_views)

@@ -21,7 +21,6 @@ from swauto.tuner.sketch import SketchModel
 from swauto.tuner.space import explore
 
 from .jit import compile_module
-from .knobs import knobs_of
 from .program import HostProgram
 
 
@@ -67,7 +66,7 @@ def peak_flops(threads: int) -> float:
 def build(module: Module, candidate: Candidate) -> HostProgram:
     """The candidate's final IR compiled (through the JIT's disk cache) with its micro-kernel, C tiles in
     place or copied as calibration measured faster here."""
-    return compile_module(module, knobs=knobs_of(candidate.micro_kernel, host_model.machine().output_views))
+    return compile_module(module, knobs=host_model.machine().knobs(candidate.micro_kernel))
 
 
 def tune(op: BoundOperator, tuner: str, threads: int, machine: LocalMemoryMachine,
@@ -81,8 +80,7 @@ def tune(op: BoundOperator, tuner: str, threads: int, machine: LocalMemoryMachin
 
 def run_seconds(module: Module, candidate: Candidate, threads: int) -> float:
     """The median of 5 calls of the candidate's kernel on `threads` cores of this host, on random inputs."""
-    return measure.time_module(module, threads, runs=5, micro_kernel=candidate.micro_kernel,
-                               output_views=host_model.machine().output_views)
+    return measure.time_module(module, threads, runs=5, knobs=host_model.machine().knobs(candidate.micro_kernel))
 
 
 def report(module: Module, flops: int) -> Mapping[str, Any]:

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from math import ceil, prod
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -41,6 +42,9 @@ from swauto.ir import expr as ex
 from swauto.ir.analysis import executions, trip_count
 from swauto.ir.nodes import Access, Call, Dma, For, Module, Seq, Stmt, Tensor
 from swauto.ir.visitor import walk
+
+if TYPE_CHECKING:
+    from swauto.backends.host.knobs import Knobs
 
 CALIBRATION_FILE = "host_machine.json"
 CACHE_LINE_BYTES = 64
@@ -100,6 +104,18 @@ class Machine:
     l3_view_bandwidth: float
     dram_view_bandwidth: float
     output_views: bool  # GEMMs read and write their C tiles in place: that ran faster than copies here
+
+    def knobs(self, micro_kernel: tuple[int, int] | None) -> Knobs:
+        """What the host backend compiles a candidate with here: its register tile (`micro_kernel`; None:
+        the instruction set's default) and its GEMMs' C tiles in place or copied, whichever calibration
+        measured faster (`output_views`)."""
+        from swauto.backends.host.isa import select
+        from swauto.backends.host.knobs import Knobs, default_knobs
+
+        if micro_kernel is None:
+            default = default_knobs(select())
+            micro_kernel = (default.rows, default.vectors)
+        return Knobs(*micro_kernel, self.output_views)
 
     def __post_init__(self) -> None:
         for name in ("cpu", "measured"):
@@ -168,7 +184,6 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     (`_revisited_accumulators`), no transfer's runs started anew (`_restarted_runs`): a bound over every
     order of a nest's loops."""
     from swauto.backends.host.codegen import buffer_layouts
-    from swauto.backends.host.knobs import Knobs
     from swauto.backends.host.parallel import segments
     from swauto.backends.host.primitives import taps_around
 
@@ -179,7 +194,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     # transfers copy nothing, the micro-kernel reads and writes their bytes where they are, at the
     # measured rate of tiles in place. Views are made only where the tensors are cache-resident: elsewhere
     # the plan is not asked for (it is most of an estimate's time).
-    views = buffer_layouts(module, Knobs(*tile, machine.output_views), machine.vector_lanes, machine.l3_bytes)[1] \
+    views = buffer_layouts(module, machine.knobs(tile), machine.vector_lanes, machine.l3_bytes)[1] \
         if _cache_resident(module, machine) else {}
     nodes = [(node, loops) for node, loops in walk(module.body) if isinstance(node, Dma | Call)]
     transposing = _transposing_buffers(nodes)

@@ -11,6 +11,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,6 +20,9 @@ from swauto.schedule.candidate import Candidate
 from swauto.tuner.host_model import HostEstimate, Machine, estimate
 from swauto.tuner.model_tuner import by_model
 from swauto.tuner.space import Space
+
+if TYPE_CHECKING:
+    from swauto.backends.host.knobs import Knobs
 
 HYBRID_TOP = 8
 
@@ -46,7 +50,7 @@ def tune(space: Space, threads: int, machine: Machine, top: int | None = None, r
     ranked = rank_by_model(space, threads, machine)
     chosen = ranked if top is None else ranked[:top]
     measured = [Measured(r.candidate, r.stages, r.predicted,
-                         time_module(r.stages[-1][1], threads, runs, r.candidate.micro_kernel, machine.output_views))
+                         time_module(r.stages[-1][1], threads, runs, machine.knobs(r.candidate.micro_kernel)))
                 for r in chosen]
     return sorted(measured, key=lambda r: r.seconds)
 
@@ -62,13 +66,12 @@ def median_seconds(call: Callable[[], object], runs: int) -> float:
     return statistics.median(times)
 
 
-def time_module(module: Module, threads: int, runs: int = 3, micro_kernel: tuple[int, int] | None = None,
-                output_views: bool = True) -> float:
-    """Median seconds of `runs` calls of `module`'s host kernel with `micro_kernel` (None: the
-    default) and `output_views` (`Knobs`) on random inputs (after a warm-up)."""
-    from swauto.backends.host import compile_module, knobs_of
+def time_module(module: Module, threads: int, runs: int = 3, knobs: Knobs | None = None) -> float:
+    """Median seconds of `runs` calls of `module`'s host kernel compiled with `knobs` (None: the
+    backend's default) on random inputs (after a warm-up)."""
+    from swauto.backends.host import compile_module
 
-    program = compile_module(module, knobs=knobs_of(micro_kernel, output_views))
+    program = compile_module(module, knobs=knobs)
     rng = np.random.default_rng(0)
     arrays = {t.name: rng.standard_normal(t.shape, dtype=np.float32) for t in module.tensors}
     return median_seconds(lambda: program.run(arrays, threads=threads), runs)
