@@ -93,9 +93,9 @@ def test_the_ranked_pick_is_the_exhaustive_pick(target_name, example, params, mo
     tile's work is weighed by the target model's time of its call (`SketchModel.call_seconds`): weighed by its
     volume, the best host candidate at B = 1 on a 10 x 10 image at stride 2 (the 5 output rows fused into
     M) ranked 33rd of its sketches and the pick was 7.7% slower."""
-    slow = (example, params) in (ODD[0], FUSED[-1])
+    slow = (example, params) in (ODD[0], ODD[1], FUSED[-1])
     if target_name == "sw26010" and slow and not os.environ.get("SWAUTO_EXHAUSTIVE"):
-        pytest.skip("the SW26010's whole space of this one takes 20 - 30 s: SWAUTO_EXHAUSTIVE=1")
+        pytest.skip("the SW26010's whole space of this one takes 15 - 30 s: SWAUTO_EXHAUSTIVE=1")
     monkeypatch.setenv("SWAUTO_VERIFY", "0")
     # A made-up host calibration: the ranking's logic is under test, not this host's measurement (one
     # taken while the other test process loaded the machine once ranked a pick 2.9% from the best).
@@ -185,11 +185,10 @@ def test_the_tile_classes_hold_the_points_of_the_space(example, params):
     assert len(grouped) == len(set(grouped)) and set(grouped) == set(candidates(op))
 
 
-@pytest.mark.parametrize("target_name", ["sw26010", "host"])
+@pytest.mark.parametrize(("target_name", "threads"), [("sw26010", 1), ("host", 1), ("host", 2)])  # (no SW26010 threads)
 @pytest.mark.parametrize(("example", "params"), DIVIDING[:2] + ODD + ONE_ROW_TILE)
-@pytest.mark.parametrize("threads", [1, 2])
-def test_no_sketch_is_priced_below_its_class_bound_and_one_signature_one_price(target_name, example, params,
-                                                                              threads, monkeypatch):
+def test_no_sketch_is_priced_below_its_class_bound_and_one_signature_one_price(target_name, threads, example, params,
+                                                                              monkeypatch):
     """What lets `explore_ranked` skip work without changing what it lowers: every sketch of a tile
     class costs at least the bound of the bytes its placement moves (the target's least time for the
     class's compute nest moving them), which is at least the class's bound (the fewest bytes any
