@@ -48,12 +48,13 @@ if TYPE_CHECKING:
 
 CALIBRATION_FILE = "host_machine.json"
 CACHE_LINE_BYTES = 64
-CALIBRATION_VERSION = 14  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
+CALIBRATION_VERSION = 15  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
 # 9: the FMA latency and the loads of a K step, measured on panels in L1; 10: a map's bandwidth on tiles in L1;
 # 11: a panel's stream out of L2 and L3 into the micro-kernel, the loads of a K step clear of the FMA latency;
 # 12: the micro-kernel's rates timed in interleaved rounds (stored ones were up to 30% low), copies with
 # ordinary stores, the L3's reach; 13: what a transfer's run costs where it does not continue the last one's,
-# tiles in place (views) at their own measured rate; 14: whether GEMMs' C tiles are views or copies
+# tiles in place (views) at their own measured rate; 14: whether GEMMs' C tiles are views or copies; 15: the
+# loads of a K step timed in a one-row register tile (the default tile's split it into latency-bound columns)
 
 
 @dataclass(frozen=True)
@@ -794,19 +795,25 @@ def _kernel_rate() -> dict[str, float]:
     K: its flops per second in the K loop and its seconds per accumulator vector outside it (a call
     costs accumulators x (K x FMA time + accumulator time)); then on one row, on panels in L1 (a panel
     that streams from L2 is priced apart), each a K step's time in FMA slots: with one vector, whose
-    one accumulator waits on the FMA latency (how many accumulators would hide it), and with the
-    default tile's vectors, whose step loads them and a broadcast element (what a load takes)."""
+    one accumulator waits on the FMA latency (how many accumulators would hide it), and in a register
+    tile of one row and as many vectors as hide that latency, whose step loads them and a broadcast
+    element (what a load takes). That row runs as its own register tile: in the default tile's
+    narrower columns each column tile would wait on the latency (a Zen 3's 4 x 2 tile: 2.5 slots a
+    load, where a 1 x 7 tile measured 1.1, and the model priced the default tile's K step at 15 slots
+    for its 8 FMAs, its whole GEMMs at about half the rate they ran).
+    """
     from swauto.backends.host import compile_module
     from swauto.backends.host.isa import select
+    from swauto.backends.host.knobs import Knobs
 
-    def seconds_per_call(*shapes: tuple[int, int, int]) -> list[float]:  # (m, k, n) each
+    def seconds_per_call(*shapes: tuple[int, int, int], knobs: Knobs | None = None) -> list[float]:  # (m, k, n)
         # Short runs (a few milliseconds), so that some of them run without another process interrupting,
         # in rounds over all the shapes: each is a difference of two of them, which a slow moment of the
         # machine under one alone would skew (seen: the first in a process 20% slow).
         runs = []
         for m, k, n in shapes:
             module = kernel_benchmark_module(repeat=100 * (KERNEL_BENCHMARK[0] // m), m=m, k=k, n=n)  # same work
-            program = compile_module(module)
+            program = compile_module(module, knobs=knobs)
             calls = sum(_trips(loops) for node, loops in walk(module.body) if isinstance(node, Call))
             runs.append((program, calls))
         functions = [lambda p=program: p.run({}, threads=1) for program, _ in runs]
@@ -825,7 +832,8 @@ def _kernel_rate() -> dict[str, float]:
     # The loads: a one-row tile with accumulators enough to hide the latency (else its step measures the
     # latency: 4 vectors on a core with two FMA pipes of 4 cycles measured 1.9 slots a load, not 1).
     loaded = max(vectors, min(math.ceil(latency), (select().registers - 2) // 2))
-    loaded_long, loaded_short = seconds_per_call((1, 64, loaded * width), (1, 8, loaded * width))
+    loaded_long, loaded_short = seconds_per_call((1, 64, loaded * width), (1, 8, loaded * width),
+                                                 knobs=Knobs(1, loaded))
     return {"kernel_flops": 2 * width / fma,
             "accumulator_seconds": max(0.0, short - 8 * per_k) / (m * n / width),
             "latency_accumulators": latency,
