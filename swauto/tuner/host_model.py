@@ -800,8 +800,7 @@ def _kernel_rate() -> dict[str, float]:
     element (what a load takes). That row runs as its own register tile: in the default tile's
     narrower columns each column tile would wait on the latency (a Zen 3's 4 x 2 tile: 2.5 slots a
     load, where a 1 x 7 tile measured 1.1, and the model priced the default tile's K step at 15 slots
-    for its 8 FMAs, its whole GEMMs at about half the rate they ran).
-    """
+    for its 8 FMAs, its whole GEMMs at about half the rate they ran)."""
     from swauto.backends.host import compile_module
     from swauto.backends.host.isa import select
     from swauto.backends.host.knobs import Knobs
