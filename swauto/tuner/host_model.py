@@ -31,7 +31,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from math import ceil, prod
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -113,10 +113,8 @@ class Machine:
         from swauto.backends.host.isa import select
         from swauto.backends.host.knobs import Knobs, default_knobs
 
-        if micro_kernel is None:
-            default = default_knobs(select())
-            micro_kernel = (default.rows, default.vectors)
-        return Knobs(*micro_kernel, self.output_views)
+        tile = default_knobs(select()) if micro_kernel is None else Knobs(*micro_kernel)
+        return replace(tile, output_views=self.output_views)
 
     def __post_init__(self) -> None:
         for name in ("cpu", "measured"):
