@@ -16,7 +16,12 @@ which neither computes: on small padded images either may pass 100%), the ratio 
 compile time. swauto runs
 on arrays already in the layouts its kernel wants (`Kernel.run_arranged`): a framework would hand them
 over that way, and PyTorch likewise gets its own NCHW arrays; the conversion swauto would need from NCHW
-is timed apart (`layout_s`).
+is timed apart (`layout_s`). The weights are constants (`swauto.compile(constants=["weight"])`), as in
+inference: what depends on them alone (Winograd's filter transforms) runs once, in `Kernel.prepare`,
+timed apart (`prepare_s`), and the algorithm is chosen on a call's time after it; with
+`--weights-per-call`, every call transforms them again. PyTorch's plain conv2d is its fastest path here:
+its inference path with weights prepared once (`torch.jit.freeze`, `optimize_for_inference`: a
+constant MKLDNN weight) ran 7 - 11% slower on three VGG16 and ResNet layers.
 Prints the machine and the date; writes benchmarks/results/host_conv.{csv,md,png}.
 """
 
@@ -48,7 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"
 EXAMPLES = ROOT / "examples"
 FIELDS = ["model", "layer", "batch", "threads", "gflop", "algorithm", "swauto_gflops", "torch_gflops",
-          "swauto_vs_torch", "swauto_peak_pct", "layout_s", "tuning_s", "candidate"]
+          "swauto_vs_torch", "swauto_peak_pct", "layout_s", "prepare_s", "tuning_s", "candidate"]
 
 
 def layers(path: Path, kernel: int | None, models: list[str] | None) -> list[dict[str, str]]:
@@ -64,7 +69,8 @@ def winograd_applies(layer: dict[str, str]) -> bool:
             and layer["pad_r"] == layer["pad_c"])
 
 
-def measure(layer: dict[str, str], batch: int, threads: int, repeat: int, choose: bool) -> dict[str, object]:
+def measure(layer: dict[str, str], batch: int, threads: int, repeat: int, choose: bool,
+            constant_weights: bool = True) -> dict[str, object]:
     import torch
 
     from swauto.tuner.cost_model import peak_flops
@@ -74,13 +80,14 @@ def measure(layer: dict[str, str], batch: int, threads: int, repeat: int, choose
     example, params = found
     ci, co, hw, kr, kc, stride, pad_r, pad_c, groups = (
         int(layer[key]) for key in ("ci", "co", "in_hw", "kr", "kc", "stride", "pad_r", "pad_c", "groups"))
+    constants = ["weight"] if constant_weights else []
     started = time.perf_counter()
     if choose and winograd_applies(layer):
         params = {**{k: v for k, v in params.items() if k not in ("pad_r", "pad_c")}, "pad": pad_r}
         algorithms = [EXAMPLES / example, *(EXAMPLES / f"conv2d_winograd{f}.sw" for f in ("", "4"))]
-        kernel = swauto.choose(algorithms, params, target="host", threads=threads)
+        kernel = swauto.choose(algorithms, params, target="host", threads=threads, constants=constants)
     else:
-        kernel = swauto.compile(EXAMPLES / example, params, target="host", threads=threads)
+        kernel = swauto.compile(EXAMPLES / example, params, target="host", threads=threads, constants=constants)
     tuning = time.perf_counter() - started
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, ci, hw, hw), dtype=np.float32)  # NCHW, as PyTorch takes it
@@ -90,12 +97,17 @@ def measure(layer: dict[str, str], batch: int, threads: int, repeat: int, choose
     weight = w.transpose(2, 3, 0, 1) if groups == 1 else w[:, 0].transpose(1, 2, 0)
     ready = arranged(kernel, {"input": x.transpose(2, 3, 1, 0), "weight": weight})
     layout_s = time.perf_counter() - started
+    started = time.perf_counter()
+    run = kernel.prepare(weight=np.ascontiguousarray(weight)) if constant_weights else kernel
+    if constant_weights:
+        del ready["weight"]
+    prepare_s = time.perf_counter() - started
     out_shape = next(t.shape for t in kernel.module.tensors if t.name == "output")
     ready["output"] = np.zeros(out_shape, np.float32)
     torch.set_num_threads(threads)
     tx, tw = torch.from_numpy(x), torch.from_numpy(w)
     with torch.no_grad():  # the two take turns: a burst of load on a shared machine hits both alike
-        ours, theirs = median_seconds(lambda: kernel.run_arranged(**ready),
+        ours, theirs = median_seconds(lambda: run.run_arranged(**ready),
                                       lambda: torch.nn.functional.conv2d(tx, tw, stride=stride, padding=(pad_r, pad_c),
                                                                          groups=groups), repeat=repeat)
     # Every tap's flops, the padding's too, whichever algorithm runs (Winograd's own count is lower).
@@ -106,7 +118,8 @@ def measure(layer: dict[str, str], batch: int, threads: int, repeat: int, choose
         "swauto_gflops": round(flops / ours / 1e9, 1),
         "torch_gflops": round(flops / theirs / 1e9, 1), "swauto_vs_torch": round(theirs / ours, 3),
         "swauto_peak_pct": round(100 * flops / ours / peak_flops("host", threads), 1),
-        "layout_s": round(layout_s, 4), "tuning_s": round(tuning, 2), "candidate": kernel.schedule.describe(),
+        "layout_s": round(layout_s, 4), "prepare_s": round(prepare_s, 4), "tuning_s": round(tuning, 2),
+        "candidate": kernel.schedule.describe(),
     }
 
 
@@ -121,6 +134,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0, help="at most this many layers (0: all)")
     parser.add_argument("--implicit-only", action="store_true",
                         help="the implicit convolution everywhere (no choice of Winograd's)")
+    parser.add_argument("--weights-per-call", action="store_true",
+                        help="transform the weights at every call (not once, as constants)")
     args = parser.parse_args()
     steady_allocator()
     import torch
@@ -131,7 +146,7 @@ def main() -> None:
     rows = []
     jobs = [(layer, b, t) for layer in chosen for b in args.batch for t in args.threads]
     for layer, batch, threads in tqdm(jobs, desc="layers", unit=" runs"):
-        row = measure(layer, batch, threads, args.repeat, not args.implicit_only)
+        row = measure(layer, batch, threads, args.repeat, not args.implicit_only, not args.weights_per_call)
         rows.append(row)
         tqdm.write(f"{row['model']:9} {row['layer']:10} B={batch:<3} t={threads}  swauto {row['swauto_gflops']:7.1f}  "
                    f"torch {row['torch_gflops']:7.1f}  ratio {row['swauto_vs_torch']:.2f}  {row['algorithm']} "

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -14,7 +14,9 @@ import numpy as np
 
 from swauto import targets
 from swauto.errors import ArgumentError, Rejected, ScheduleError, SwautoError, UnsupportedSizes
-from swauto.frontend.check import BoundOperator, Layouts, check
+from swauto.frontend import ast
+from swauto.frontend.check import BoundOperator, Layouts, check, pin_layouts
+from swauto.frontend.constants import split_constants
 from swauto.frontend.integers import check_integer
 from swauto.frontend.parser import parse
 from swauto.frontend.source import Source
@@ -39,12 +41,16 @@ def load(source: str | Path, params: Mapping[str, object] | None = None, layouts
          ) -> BoundOperator:
     """Parse and check a `.sw` file (path or text) with its size parameters bound, and the tensors of
     `layouts` pinned to one memory layout each (`swauto.frontend.check.pin_layouts`)."""
-    if not isinstance(source, str | os.PathLike):
-        raise ArgumentError(f"source must be a path or the text of a .sw file, got {type(source).__name__}")
     if layouts is not None and not isinstance(layouts, Mapping):
         raise ArgumentError(f"layouts maps tensor names to their axes in memory order, got {type(layouts).__name__}")
-    src = Source.load(Path(source) if isinstance(source, os.PathLike) else source)
+    src = _source(source)
     return check(parse(src), src, {} if params is None else params, layouts)
+
+
+def _source(source: str | Path) -> Source:
+    if not isinstance(source, str | os.PathLike):
+        raise ArgumentError(f"source must be a path or the text of a .sw file, got {type(source).__name__}")
+    return Source.load(Path(source) if isinstance(source, os.PathLike) else source)
 
 
 def schedules(source: str | Path, params: Mapping[str, object] | None = None,
@@ -109,6 +115,7 @@ def compile(  # noqa: A001 - the public name users expect
     threads: int | None = None,
     max_candidates: int = MAX_CANDIDATES,
     layouts: Layouts | None = None,
+    constants: Collection[str] = (),
 ) -> Kernel:
     """Compile the operator in `source` (a path or `.sw` text) for `target`.
 
@@ -120,6 +127,12 @@ def compile(  # noqa: A001 - the public name users expect
     `layouts` keeps tensors in given memory layouts (`{"output": ["Ro", "Co", "B", "No"]}`: the declared
     axes in memory order, by name or index; one of those the schedule allows), as a caller whose arrays
     are already arranged that way wants (`Kernel.run_arranged` then converts nothing).
+
+    `constants` names inputs that do not change between calls (a network's weights): the statements
+    that compute from them alone (a Winograd convolution's filter transforms) are compiled apart, as
+    the kernel's `prologue`, which `Kernel.prepare` runs once; the kernel itself, and its predicted time,
+    is what runs at each call after that (`swauto.frontend.constants`). `schedule` then names a candidate
+    of that per-call part.
     """
     plugin = targets.get(target)
     _check_choice(tuner, TUNERS, "tuner")
@@ -127,10 +140,30 @@ def compile(  # noqa: A001 - the public name users expect
     if threads is not None:
         cores = available_threads()
         threads = check_integer(threads, "threads", 1, cores, why=f"the cores this process may run on: {cores}")
-    started = time.perf_counter()
-    op = load(source, params, layouts)
     if tuner not in plugin.tuners:
         raise ArgumentError(_tuner_refusal(tuner, plugin))
+    if layouts is not None and not isinstance(layouts, Mapping):
+        raise ArgumentError(f"layouts maps tensor names to their axes in memory order, got {type(layouts).__name__}")
+    started = time.perf_counter()
+    src = _source(source)
+    tree = parse(src)
+    whole = check(tree, src, {} if params is None else params, layouts)  # errors point at the user's operator
+    names = _check_constants(whole, constants)
+    split = split_constants(tree, names) if names else None
+    if split is None:
+        kernel = _compile_checked(whole, plugin, schedule, tuner, threads, max_candidates, started)
+        return replace(kernel, constants=names) if names else kernel
+    ops = [_check_part(part, src, whole, split.handed, layouts or {}) for part in (split.prologue, split.body)]
+    prologue = _compile_checked(ops[0], plugin, None, tuner, threads, max_candidates, time.perf_counter())
+    body = _compile_checked(ops[1], plugin, schedule, tuner, threads, max_candidates, started)
+    body.report["prologue_predicted_s"] = prologue.report["predicted_s"]
+    interface = tuple((t.name, t.shape) for t in whole.seed.tensors if not t.is_local)
+    return replace(body, prologue=prologue, constants=names, handed=split.handed, interface=interface)
+
+
+def _compile_checked(op: BoundOperator, plugin: Target, schedule: Candidate | str | Mapping[str, Any] | None,
+                     tuner: str, threads: int | None, max_candidates: int, started: float) -> Kernel:
+    """`compile` of a checked operator (see there)."""
     host_threads = threads or available_threads()
     machine = plugin.machine()
     if schedule is not None:
@@ -138,13 +171,14 @@ def compile(  # noqa: A001 - the public name users expect
         remembered = False
     else:
         # The tuning log answers a request tuned before (same source, sizes, target, tuner, threads, calibration).
-        key = database.request_key(op.source.text, op.params, target, tuner, host_threads if plugin.threaded else 1,
-                                   op.space.layouts, plugin.calibration())
+        key = database.request_key(op.source.text, op.params, plugin.name, tuner,
+                                   host_threads if plugin.threaded else 1, op.space.layouts, plugin.calibration(),
+                                   op.name)
         candidate, stages = _remembered(op, database.lookup(key), machine)
         remembered = candidate is not None
         if not remembered:
             candidate, stages = _tune(op, plugin, tuner, host_threads, machine, max_candidates)
-            database.record(key, candidate, {"operator": op.name, "params": op.params, "target": target,
+            database.record(key, candidate, {"operator": op.name, "params": op.params, "target": plugin.name,
                                              "tuner": tuner, "tuning_s": time.perf_counter() - started})
     tuning_seconds = time.perf_counter() - started
     predicted = plugin.estimate(stages, host_threads if plugin.threaded else 1)
@@ -157,7 +191,34 @@ def compile(  # noqa: A001 - the public name users expect
     program = plugin.build(module, candidate)
     report = _report(op, candidate, stages, plugin, threads, predicted, tuning_seconds)
     report["from_tuning_log"] = remembered
-    return Kernel(op, candidate, stages, target, program, report, host_threads)
+    return Kernel(op, candidate, stages, plugin.name, program, report, host_threads)
+
+
+def _check_constants(op: BoundOperator, constants: Collection[str]) -> tuple[str, ...]:
+    """The names of `constants`, each an input of `op` (not an output, not a local tensor)."""
+    if isinstance(constants, str) or not isinstance(constants, Collection):
+        raise ArgumentError(f"constants lists input tensors by name, got {constants!r}")
+    inputs = [t.name for t in op.seed.tensors if not t.is_local and not t.is_output]
+    for name in constants:
+        if name not in inputs:
+            what = ("an output" if any(t.name == name and t.is_output for t in op.seed.tensors)
+                    else "not one of its tensors" if all(t.name != name for t in op.seed.tensors) else "local")
+            raise ArgumentError(f"{op.name} cannot take {name!r} as a constant: it is {what}; its inputs are "
+                                f"{', '.join(inputs)}")
+    return tuple(name for name in inputs if name in constants)
+
+
+def _check_part(part: ast.Operator, src: Source, whole: BoundOperator, handed: tuple[str, ...],
+                layouts: Layouts) -> BoundOperator:
+    """`part` of a split of `whole`, checked, with the user's `layouts` of its arguments pinned, and the
+    tensors `handed` from prologue to body kept in their declared layout where its schedule allows that
+    (else a call converts them, as any tensor kept in another layout)."""
+    arguments = {t.name for t in part.tensors if not t.local}
+    op = check(part, src, whole.params, {name: order for name, order in layouts.items() if name in arguments})
+    declared = {name: tuple(range(len(whole.seed.tensor(name).shape))) for name in handed}
+    kept = {choice.tensor: declared[choice.tensor] for choice in op.space.layouts
+            if choice.tensor in declared and declared[choice.tensor] in choice.permutations}
+    return replace(op, space=pin_layouts(op.space, part, kept)) if kept else op
 
 
 def choose(
@@ -167,6 +228,7 @@ def choose(
     tuner: str = "model",
     threads: int | None = None,
     max_candidates: int = MAX_CANDIDATES,
+    constants: Collection[str] = (),
 ) -> Kernel:
     """Compile each of `sources` (the same operator written as different algorithms, such as the
     implicit, explicit and Winograd convolutions: the same parameters and argument tensors) and return
@@ -175,7 +237,8 @@ def choose(
     (each algorithm's pick run again: measured on the host, timed by the SW26010's simulator). Its
     `report["alternatives"]` lists every source with its predicted time, the seconds compared
     (`seconds`) and candidate, or why it does not apply (a `require` that fails, no legal
-    candidate); `report["why"]` says why the choice was made, in a sentence."""
+    candidate); `report["why"]` says why the choice was made, in a sentence. With `constants` (see
+    `compile`), what is compared is a call once they are prepared, their prologue's time apart."""
     if isinstance(sources, str | Path) or not sources:
         raise ArgumentError("choose takes a list of at least one .sw source (the algorithms to choose among)")
     plugin = targets.get(target)
@@ -183,7 +246,8 @@ def choose(
     alternatives: list[dict[str, Any]] = []
     for source in sources:
         try:
-            kernel = compile(source, params, target, tuner=tuner, threads=threads, max_candidates=max_candidates)
+            kernel = compile(source, params, target, tuner=tuner, threads=threads, max_candidates=max_candidates,
+                             constants=constants)
         except (UnsupportedSizes, ScheduleError) as error:  # this algorithm does not apply to these sizes
             name = _operator_name(source)
             alternatives.append({"operator": name, "applies": False, "reason": str(error)})
@@ -225,7 +289,7 @@ def _operator_name(source: str | Path) -> str:
 
 
 def _interface(kernel: Kernel) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    return tuple((t.name, t.shape) for t in kernel.operator.seed.tensors if not t.is_local)
+    return tuple(kernel.shapes.items())
 
 
 def _show_interface(kernel: Kernel) -> str:
@@ -320,7 +384,11 @@ def as_array(value: object, what: str) -> np.ndarray:
 class Kernel:
     """A compiled operator: call it with arrays named after its tensors (NumPy's, or any that speaks
     DLPack: outputs are updated in place); `.schedule`, `.ir`, `.code` and `.report` tell what was
-    built. `compile` makes it; it only holds the result and runs the target's program."""
+    built. `compile` makes it; it only holds the result and runs the target's program.
+
+    Compiled with `constants`, `prepare` binds them; a kernel split at its constants (`prologue`, the
+    statements that compute from them alone) is then the per-call part: `.schedule`, `.ir`, `.code`
+    and `.report` describe that part, `.prologue` the other."""
 
     operator: BoundOperator
     schedule: Candidate
@@ -329,6 +397,10 @@ class Kernel:
     program: Program = field(repr=False)
     report: dict[str, Any]
     threads: int = 1  # cores a call runs on (a threaded target's)
+    prologue: Kernel | None = field(default=None, repr=False)  # what `prepare` runs on the constants
+    constants: tuple[str, ...] = ()  # inputs that do not change between calls (`compile(constants=...)`)
+    handed: tuple[str, ...] = ()  # the prologue's outputs, which this kernel's program reads
+    interface: tuple[tuple[str, tuple[int, ...]], ...] | None = None  # with a prologue: the whole's arrays
     # The operator's local tensors (intermediates), allocated at the first call and kept.
     _locals: dict[str, np.ndarray] | None = field(default=None, init=False, repr=False)
 
@@ -347,36 +419,51 @@ class Kernel:
         """The final IR, printed."""
         return format_module(self.module)
 
+    @cached_property
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """The declared shape of each array a call takes, in declaration order (not the operator's
+        local tensors)."""
+        if self.interface is not None:
+            return dict(self.interface)
+        return {t.name: t.shape for t in self.operator.seed.tensors if not t.is_local}
+
     @property
     def tensors(self) -> tuple[str, ...]:
         """The names of the arrays a call takes, in declaration order (not the operator's local tensors)."""
-        return tuple(name for name, *_ in self._expected[False])
+        return tuple(self.shapes)
 
     @cached_property  # a call checks its arrays against these: a small kernel feels every microsecond
     def _expected(self) -> dict[bool, tuple[tuple[str, np.dtype, tuple[int, ...], bool], ...]]:
-        """Per `arranged`: (name, dtype, shape, is_output) of each array a call takes, in the declared
-        layouts (False) or in the kernel's (True)."""
+        """Per `arranged`: (name, dtype, shape, is_output) of each array this kernel's program takes, in
+        the declared layouts (False) or in the kernel's (True)."""
         return {arranged: tuple((t.name, np.dtype(t.dtype), t.shape, t.is_output)
                                 for t in (self.module if arranged else self.operator.seed).tensors if not t.is_local)
                 for arranged in (False, True)}
 
     @cached_property
     def _expected_names(self) -> frozenset[str]:
-        return frozenset(self.tensors)  # the same in both layouts
+        return frozenset(name for name, *_ in self._expected[False])  # the same in both layouts
 
     @cached_property  # read at every call of a model's layers
+    def _own_layouts(self) -> dict[str, tuple[int, ...]]:
+        return {t.name: t.layout for t in self.module.tensors if t.layout}
+
+    @cached_property
     def layouts(self) -> dict[str, tuple[int, ...]]:
         """The memory layout this kernel keeps each tensor in, where it differs from the declared one:
         the declared axes in memory order (`array.transpose(axes)` arranges an array that way).
         A call converts at its boundary; `run_arranged` takes arrays already arranged."""
-        return {t.name: t.layout for t in self.module.tensors if t.layout}
+        if self.prologue is None:
+            return self._own_layouts
+        return {**{name: axes for name, axes in self._own_layouts.items() if name not in self.handed},
+                **{name: self.prologue.layouts[name] for name in self.constants if name in self.prologue.layouts}}
 
     def _validate(self, arrays: Mapping[str, object], arranged: bool = False) -> dict[str, np.ndarray]:
         expected = self._expected[arranged]
         # A name the kernel does not take is reported first (a misspelt name also leaves one missing);
         # looked for only where the names cannot all be right, since small kernels feel every microsecond.
         if arrays.keys() != self._expected_names:
-            names = self.tensors
+            names = [name for name, *_ in expected]
             unknown = sorted(set(arrays) - set(names))
             if unknown:
                 raise ArgumentError(f"{self.operator.name} has no tensor {unknown[0]}; it takes {', '.join(names)}")
@@ -407,30 +494,74 @@ class Kernel:
         return checked
 
     def __call__(self, **arrays: np.ndarray) -> None:
-        """Run on arrays in their declared layouts (outputs updated in place)."""
+        """Run on arrays in their declared layouts (outputs updated in place). With a prologue, it runs
+        first, on the constants given (`prepare` runs it once for many calls)."""
+        if self.prologue is None:
+            self._call(arrays)
+            return
+        constants = {name: array for name, array in arrays.items() if name in self.constants}
+        self.prepare(**constants)(**{name: array for name, array in arrays.items() if name not in self.constants})
+
+    def run_arranged(self, **arrays: np.ndarray) -> None:
+        """Run on arrays already in this kernel's memory layouts (`Kernel.layouts`): no conversion."""
+        if self.prologue is None:
+            self._run(self._validate(arrays, arranged=True))
+            return
+        constants = {name: array for name, array in arrays.items() if name in self.constants}
+        self._prepare(constants, arranged=True).run_arranged(
+            **{name: array for name, array in arrays.items() if name not in self.constants})
+
+    def prepare(self, **constants: np.ndarray) -> Prepared:
+        """Bind the constants (`compile(constants=...)`), in their declared layouts: run the prologue on
+        them, once; the result runs the kernel on the other arrays. It keeps what it computed (or, without
+        a prologue, a copy of the constants): later changes to the arrays given here do not reach it."""
+        return self._prepare(constants, arranged=False)
+
+    def _prepare(self, constants: Mapping[str, object], arranged: bool) -> Prepared:
+        unknown = sorted(set(constants) - set(self.constants))
+        if unknown:
+            names = ", ".join(self.constants) or "none (compile with constants=[...] to bind inputs)"
+            raise ArgumentError(f"{unknown[0]} is not a constant of {self.operator.name}; its constants are {names}")
+        missing = [name for name in self.constants if name not in constants]
+        if missing:
+            raise ArgumentError(f"missing array for constant tensor {missing[0]}")
+        layouts = self.layouts if arranged else {}
+        if self.prologue is None:
+            values = {name: np.array(as_array(array, f"tensor {name}"), copy=True) for name, array in constants.items()}
+        else:
+            values = {name: np.zeros(shape, np.float32) for name, shape in self.prologue.shapes.items()
+                      if name in self.handed}
+            if arranged:
+                self.prologue.run_arranged(**constants, **arranged_arrays(self.prologue.layouts, values))
+            else:
+                self.prologue(**constants, **values)
+            layouts = self.prologue.layouts if arranged else {}
+        # Kept in the declared layouts (`Prepared` arranges them for `run_arranged` when first asked).
+        declared = {name: value.transpose(np.argsort(layouts[name])) if name in layouts else value
+                    for name, value in values.items()}
+        return Prepared(self, {name: np.ascontiguousarray(value) for name, value in declared.items()})
+
+    def _call(self, arrays: Mapping[str, object]) -> None:
+        """Run this kernel's program on arrays in their declared layouts."""
         checked = self._validate(arrays)
-        if not self.layouts:
+        layouts = self._own_layouts
+        if not layouts:
             self._run(checked)
             self.report["layout_conversion_s"] = 0.0
             return
         started = time.perf_counter()
         # Tensors kept in another layout are converted here; that time is reported apart.
         arranged = {
-            name: np.array(array.transpose(self.layouts[name]), order="C", copy=True) if name in self.layouts
-            else array
+            name: np.array(array.transpose(layouts[name]), order="C", copy=True) if name in layouts else array
             for name, array in checked.items()
         }
         converted = time.perf_counter() - started
         self._run(arranged)
         started = time.perf_counter()
         for tensor in self.operator.seed.tensors:
-            if tensor.is_output and tensor.name in self.layouts:
-                checked[tensor.name][...] = arranged[tensor.name].transpose(np.argsort(self.layouts[tensor.name]))
+            if tensor.is_output and tensor.name in layouts:
+                checked[tensor.name][...] = arranged[tensor.name].transpose(np.argsort(layouts[tensor.name]))
         self.report["layout_conversion_s"] = converted + time.perf_counter() - started
-
-    def run_arranged(self, **arrays: np.ndarray) -> None:
-        """Run on arrays already in this kernel's memory layouts (`Kernel.layouts`): no conversion."""
-        self._run(self._validate(arrays, arranged=True))
 
     def _run(self, checked: dict[str, np.ndarray]) -> None:
         started = time.perf_counter()
@@ -442,3 +573,49 @@ class Kernel:
 
     def __repr__(self) -> str:
         return f"<swauto.Kernel {self.operator.name} {self.operator.params} {self.target} {self.schedule}>"
+
+
+@dataclass
+class Prepared:
+    """A kernel with its constants bound (`Kernel.prepare`): call it with the other arrays, as the kernel."""
+
+    kernel: Kernel
+    values: dict[str, np.ndarray]  # what the kernel's program reads in place of the constants, declared layouts
+
+    @property
+    def tensors(self) -> tuple[str, ...]:
+        """The names of the arrays a call takes: the kernel's but its constants."""
+        return tuple(name for name in self.kernel.tensors if name not in self.kernel.constants)
+
+    @cached_property
+    def _arranged(self) -> dict[str, np.ndarray]:
+        return arranged_arrays(self.kernel._own_layouts, self.values)
+
+    def __call__(self, **arrays: np.ndarray) -> None:
+        """Run on arrays in their declared layouts (outputs updated in place)."""
+        self._check(arrays)
+        self.kernel._call({**arrays, **self.values})
+
+    def run_arranged(self, **arrays: np.ndarray) -> None:
+        """Run on arrays already in the kernel's memory layouts (`Kernel.layouts`): no conversion."""
+        self._check(arrays)
+        self.kernel._run(self.kernel._validate({**arrays, **self._arranged}, arranged=True))
+
+    def _check(self, arrays: Mapping[str, object]) -> None:
+        """Refuse a constant or a name the kernel does not take (the kernel checks the rest)."""
+        bound = sorted(set(arrays) & set(self.kernel.constants))
+        if bound:
+            raise ArgumentError(f"{bound[0]} is bound by prepare; prepare the kernel again to change it")
+        unknown = sorted(set(arrays) - set(self.tensors))
+        if unknown:
+            raise ArgumentError(f"{self.kernel.operator.name} has no tensor {unknown[0]}; prepared, it takes "
+                                f"{', '.join(self.tensors)}")
+
+    def __repr__(self) -> str:
+        return f"<swauto.Prepared {self.kernel!r} with {', '.join(self.kernel.constants)} bound>"
+
+
+def arranged_arrays(layouts: Mapping[str, tuple[int, ...]], arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`arrays` (declared layouts) in `layouts` (a kernel's), copied only where they differ."""
+    return {name: np.ascontiguousarray(array.transpose(layouts[name])) if name in layouts else array
+            for name, array in arrays.items()}

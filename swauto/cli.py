@@ -88,9 +88,15 @@ def _parser() -> argparse.ArgumentParser:
                                                      "its declared axes in memory order, e.g. input=Ri,Ci,B,Ni "
                                                      "(repeatable)")
 
+    def constant_option(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--constant", dest="constants", action="append", default=[], metavar="TENSOR",
+                         help="an input that does not change between calls (a weight): what is computed from "
+                              "such inputs alone runs once, before the calls (repeatable)")
+
     compile_cmd = operator_command("compile", "compile an operator; print the chosen candidate and its report")
     target_options(compile_cmd)
     layout_option(compile_cmd)
+    constant_option(compile_cmd)
     compile_cmd.add_argument("--dump-ir", action="store_true", help="print the IR after each pass")
     compile_cmd.add_argument("-o", dest="output", type=Path, help="write the generated code here")
 
@@ -106,6 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     choose_cmd.add_argument("--max-candidates", type=_integer(1), default=MAX_CANDIDATES, metavar="N",
                             help=f"refuse a schedule space of more than N candidates (default {MAX_CANDIDATES:,})")
     target_options(choose_cmd)
+    constant_option(choose_cmd)
 
     schedules_cmd = operator_command("schedules", "count the schedule space, the rejections by reason, and list "
                                                   "the candidates")
@@ -115,6 +122,7 @@ def _parser() -> argparse.ArgumentParser:
     run_cmd = operator_command("run", "compile, run on random inputs and compare with the NumPy reference")
     target_options(run_cmd)
     layout_option(run_cmd)
+    constant_option(run_cmd)
     run_cmd.add_argument("--repeat", type=_integer(1), default=5,
                          help="timed calls on the host (median is shown)")
     run_cmd.add_argument("--seed", type=_integer(0), default=0, help="random seed of the inputs (>= 0)")
@@ -246,6 +254,8 @@ def _print_report(report: dict) -> None:
     if "simulated_s" in report:
         print(f"simulated  {report['simulated_s'] * 1e3:.4g} ms  {report['gflops']:.1f} GFLOPS  "
               f"{100 * report['peak_fraction']:.1f}% of peak  (timed simulator)")
+    if "prologue_predicted_s" in report:
+        print(f"prologue   {report['prologue_predicted_s'] * 1e3:.4g} ms predicted, once for the constants")
     print(f"tuning     {report['tuning_s']:.3f} s")
 
 
@@ -257,7 +267,7 @@ def _compile(args: argparse.Namespace) -> int:
         _check_writable(args.output, "-o")
     kernel = swauto.compile(args.file, _params(args), target=args.target, schedule=args.schedule,
                             tuner=args.tuner, threads=args.threads, max_candidates=args.max_candidates,
-                            layouts=_layouts(args))
+                            layouts=_layouts(args), constants=args.constants)
     if args.dump_ir:
         for stage, module in kernel.stages:
             print(f"=== IR after {stage} ===")
@@ -275,7 +285,7 @@ def _choose(args: argparse.Namespace) -> int:
     if args.schedule is not None:
         raise ArgumentError("--schedule names one candidate of one file; choose compiles several files")
     kernel = swauto.choose(args.files, _params(args), target=args.target, tuner=args.tuner, threads=args.threads,
-                           max_candidates=args.max_candidates)
+                           max_candidates=args.max_candidates, constants=args.constants)
     ran = args.tuner != "model"  # then the choice compared each pick's time where the tuner runs candidates
     print(f"{'algorithm':24}  {'predicted ms':>12}  " + (f"{'run ms':>12}  " if ran else "") + "candidate")
     for alternative in kernel.report["alternatives"]:
@@ -314,17 +324,20 @@ def _run(args: argparse.Namespace) -> int:
     from swauto.reference import reference
 
     params = _params(args)
-    _check_run_memory(load(args.file, params))
+    op = load(args.file, params)
+    _check_run_memory(op)
     kernel = swauto.compile(args.file, params, target=args.target, schedule=args.schedule,
                             tuner=args.tuner, threads=args.threads, max_candidates=args.max_candidates,
-                            layouts=_layouts(args))
+                            layouts=_layouts(args), constants=args.constants)
     _print_report(kernel.report)
     rng = np.random.default_rng(args.seed)
-    arrays = {t.name: rng.standard_normal(t.shape, dtype=np.float32) for t in kernel.operator.seed.tensors
-              if not t.is_local}
-    expected = reference(kernel.operator, arrays)
+    arrays = {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in kernel.shapes.items()}
+    expected = reference(op, arrays)
     outputs = {name: arrays[name].copy() for name in expected}
     kernel(**{**arrays, **outputs})
+    # The calls timed run on the constants prepared once (all of it without constants).
+    prepared = kernel.prepare(**{name: arrays[name] for name in kernel.constants})
+    arrays = {name: array for name, array in arrays.items() if name not in kernel.constants}
     worst = max(float(np.abs(outputs[n] - expected[n]).max() / max(np.abs(expected[n]).max(), 1e-30))
                 for n in expected)
     target = targets.get(args.target)
@@ -333,7 +346,7 @@ def _run(args: argparse.Namespace) -> int:
         for _ in range(args.repeat):
             scratch = {name: arrays[name].copy() for name in expected}
             started = time.perf_counter()
-            kernel(**{**arrays, **scratch})
+            prepared(**{**arrays, **scratch})
             times.append(time.perf_counter() - started)
         seconds = float(np.median(times))
         print(f"measured   {seconds * 1e3:.4g} ms  {kernel.report['flops'] / seconds / 1e9:.2f} GFLOPS "

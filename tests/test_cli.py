@@ -150,6 +150,7 @@ def test_more_user_errors_exit_2_with_one_sentence(tmp_path, capsys, monkeypatch
         (["compile", gemm, *SIZES, "--layout", "C=N,M"], "C cannot be laid out as ['N', 'M']: gemm's schedule"),
         (["compile", gemm, *SIZES, "--layout", "C"], "argument --layout: expected TENSOR=AXIS,AXIS,..., got 'C'"),
         (["compile", gemm, *SIZES, "--layout", "C=M,N", "--layout", "C=M,N"], "tensor C is laid out twice"),
+        (["compile", gemm, *SIZES, "--constant", "C"], "gemm cannot take 'C' as a constant: it is an output"),
     ]:
         result = swauto_in_process(capsys, monkeypatch, *args)
         assert result.returncode == 2, (args, result.stderr)
@@ -215,3 +216,12 @@ def test_a_layout_is_pinned_from_the_command_line():
     result = swauto("run", conv, *sizes, "--target", "sw26010", "--layout", "input=Ri,Ci,B,Ni")
     assert result.returncode == 0, result.stderr
     assert "input layout [0, 1, 3, 2]" in result.stdout and ": ok" in result.stdout
+
+
+def test_run_prepares_the_constants_once_and_checks_the_result(capsys, monkeypatch):
+    winograd = str(GEMM_SW.parent / "conv2d_winograd4.sw")
+    result = swauto_in_process(capsys, monkeypatch, "run", winograd, "-D", "B=2", "-D", "Ni=5", "-D", "No=6",
+                               "-D", "Ri=7", "-D", "Ci=5", "--target", "host", "--repeat", "1", "--constant", "weight")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "prologue" in result.stdout and "once for the constants" in result.stdout
+    assert "relative to the NumPy float64 reference: ok" in result.stdout

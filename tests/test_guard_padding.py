@@ -151,7 +151,7 @@ def test_the_sw26010_keeps_every_call():
 
 
 def test_golden_ir_with_guards_on_the_host():
-    params = {"B": 2, "Ni": 16, "No": 8, "Ri": 5, "Ci": 6, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1}
+    params = {"B": 2, "Ni": 48, "No": 8, "Ri": 5, "Ci": 6, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1}
     op = load(CONV_SW, params)
     candidate = _candidate(op, {"cCo": 2, "cRo": 1}, ("N_outer", "K_outer", "cRo_outer", "cCo_outer", "cKr", "cKc"))
     assert_golden_stages(op, candidate, "conv2d_guarded_host.txt", HostScratchpad())
@@ -178,7 +178,7 @@ def test_the_verifier_refuses_a_guard_that_could_change_the_result(change):
     """A guarded call must add into an output defined before it, and be guarded by loop variables."""
     from swauto.ir import verify
 
-    params = {"B": 2, "Ni": 16, "No": 8, "Ri": 5, "Ci": 6, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1}
+    params = {"B": 2, "Ni": 48, "No": 8, "Ri": 5, "Ci": 6, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1}
     op = load(CONV_SW, params)
     final = lower(op, _candidate(op, {"cCo": 2, "cRo": 1}, ("N_outer", "K_outer", "cRo_outer", "cCo_outer", "cKr",
                                                            "cKc")), HostScratchpad())[-1][1]

@@ -431,9 +431,10 @@ CONV5_1_SAMPLE = 16
 def _conv5_1_family(candidate: Candidate) -> bool:
     """The model's pick of the issue: split cCo=4; loops cCo_outer > cKr > cKc > cRo; weight [0, 1, 3, 2]."""
     splits = dict(candidate.splits)
-    return (splits.get("cCo") == 4 and splits.get("cRo", 1) == 1  # rows in tiles of one where conv2d.sw splits them
-            and candidate.order[:5] == ("N_outer", "K_outer", "cCo_outer", "cKr", "cKc")
-            and candidate.order[5:] in (("cRo",), ("cRo_outer",))
+    # Rows, kernel rows and columns in tiles of one where conv2d.sw splits them (its loops then `_outer`).
+    loops = tuple(name.removesuffix("_outer") for name in candidate.order)
+    return (splits.get("cCo") == 4 and all(splits.get(loop, 1) == 1 for loop in ("cRo", "cKr", "cKc"))
+            and loops == ("N", "K", "cCo", "cKr", "cKc", "cRo")
             and dict(candidate.layouts).get("weight") == (0, 1, 3, 2))
 
 

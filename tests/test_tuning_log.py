@@ -164,7 +164,7 @@ def test_compile_goes_on_past_a_damaged_record_for_its_request(tmp_path, monkeyp
     monkeypatch.setenv("SWAUTO_CACHE_DIR", str(tmp_path))
     params = {"M": 256, "N": 256, "K": 128}
     op = load(gemm_source, params)
-    key = database.request_key(op.source.text, op.params, "sw26010", "model", 1)
+    key = database.request_key(op.source.text, op.params, "sw26010", "model", 1, operator=op.name)
     (tmp_path / database.LOG).write_bytes(b"\xff\n[1]\n{}\n" + json.dumps({"key": key, "candidate": {"x": 1}}).encode())
     with pytest.warns(CacheWarning, match="damaged record"):
         first = swauto.compile(gemm_source, params, target="sw26010")

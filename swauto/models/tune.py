@@ -243,7 +243,8 @@ def tune_layers(layers: list[Layer], target: str, threads: int, tuner: str, jobs
             continue
         choice, seconds[layer.key] = result
         op = load(task[0], task[1], task[5])
-        key = database.request_key(op.source.text, op.params, target, tuner, threads, op.space.layouts, calibration)
+        key = database.request_key(op.source.text, op.params, target, tuner, threads, op.space.layouts, calibration,
+                                   op.name)
         if database.lookup(key) is None:  # a local worker recorded it already
             database.record(key, Candidate.from_json(choice), {"operator": op.name, "params": op.params,
                                                                "target": target, "tuner": tuner,

@@ -45,11 +45,12 @@ LOG = "tuning.jsonl"
 
 
 def request_key(source_text: str, params: Mapping[str, int], target: str, tuner: str, threads: int,
-                layouts: Sequence[Any] = (), calibration: str = "") -> str:
+                layouts: Sequence[Any] = (), calibration: str = "", operator: str = "") -> str:
     """The tuning log's key of a request: what decides its choice (`layouts`: the space's layout choices,
-    which pinned layouts narrow; `calibration`: the target's measured constants, `Target.calibration`)."""
+    which pinned layouts narrow; `calibration`: the target's measured constants, `Target.calibration`;
+    `operator`: the operator's name, which tells the parts of a source split at its constants apart)."""
     request = [compiler_version(), source_text, sorted(params.items()), target, tuner, threads,
-               [[choice.tensor, choice.permutations] for choice in layouts], calibration]
+               [[choice.tensor, choice.permutations] for choice in layouts], calibration, operator]
     return hashlib.sha256(json.dumps(request).encode()).hexdigest()[:32]
 
 
