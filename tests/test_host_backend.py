@@ -320,14 +320,30 @@ def test_micro_kernel_shapes_with_edges_in_every_direction(isa, knobs):
     if not knobs.fits(select(isa)):
         pytest.skip(f"{knobs} needs more vector registers than this CPU's {select().name} has")
     # M=45, N=37 leave partial row and column tiles and single-lane columns for every register tile;
-    # N=24 and N=5, a tile of fewer column groups than the register tile's vectors (more rows).
-    for m, n, k in ((45, 37, 19), (45, 24, 19), (45, 5, 3)):
+    # N=24 and N=5, a tile of fewer column groups than the register tile's vectors (more rows); N=56, seven
+    # vectors of AVX2 in column tiles of two widths (3 + 2 + 2 in a 3-vector tile: `Knobs.column_tiles`).
+    for m, n, k in ((45, 37, 19), (45, 24, 19), (45, 5, 3), (13, 56, 5)):
         arrays = gemm_inputs(m, n, k, seed=3)
         arrays["AT"] = np.ascontiguousarray(arrays.pop("A").T)
         expected = arrays["C"].astype(np.float64) + arrays["AT"].T.astype(np.float64) @ arrays["B"]
         module = transposed_gemm_module(m, n, k, tile_k=k, vectorize="N")
         compile_module(module, isa=isa, knobs=knobs).run(arrays)
         assert relative_error(arrays["C"], expected) <= TOLERANCE, (m, n, k)
+
+
+def test_columns_are_cut_into_the_fewest_register_tiles_as_even_as_they_go():
+    """`Knobs.column_tiles`: every vector covered once, by the fewest tiles of at most the register
+    tile's vectors, whose widths differ by one at most (4 vectors in 3-vector tiles: 2 + 2, not 3 + 1)."""
+    assert Knobs(4, 3).column_tiles(4) == ((2, 2),)
+    assert Knobs(4, 3).column_tiles(7) == ((3, 1), (2, 2))
+    assert Knobs(4, 3).column_tiles(128) == ((3, 42), (2, 1))
+    for vectors in range(1, 6):
+        for slots in range(1, 40):
+            runs = Knobs(1, vectors).column_tiles(slots)
+            assert sum(width * count for width, count in runs) == slots
+            assert sum(count for _, count in runs) == -(-slots // vectors)
+            widths = [width for width, _ in runs]
+            assert max(widths) <= vectors and max(widths) - min(widths) <= 1
 
 
 @pytest.mark.parametrize("isa", ISAS)

@@ -3,8 +3,10 @@
 C is cut into tiles of `knobs.rows` broadcast elements by `knobs.vectors` vectors; each tile's
 accumulators stay in registers for the whole K loop, which per step loads one vector per column group
 of the vector operand, broadcasts one element per row of the other operand and issues rows x vectors
-FMAs. Tiles at the edges are smaller: fewer vectors (then single lanes), which take more rows
-(`Knobs.rows_for`), and fewer rows.
+FMAs. Where the columns are not a whole number of such tiles, they are cut as evenly as the fewest
+tiles allow (`Knobs.column_tiles`); narrower tiles take more rows (`Knobs.rows_for`); the last ones
+hold the columns left over from whole vectors (in narrower vectors, then single lanes) and the rows
+left over.
 
 Every operand offset is `base + table[d][i]` summed over its dimensions d: `base` holds the starts
 known only at run time, `table` (computed here, from the layouts) the rest. A table that is affine
@@ -69,30 +71,40 @@ class _Kernel:
         self.lw, self.maps, self.u, self.v = lw, maps, u, v
         self.builder = lw.builder
         self.width = lw.isa.width
-        self.columns = lw.knobs.vectors * self.width
         self.u_size, self.v_size, self.k_size = sizes[u], sizes[v], sizes["K"]
         self.vector_type = ir.VectorType(F32, self.width)
         self.fma_name = "llvm.fma" if lw.isa.fma else "llvm.fmuladd"
 
     def emit(self) -> None:
-        full, remainder = divmod(self.v_size, self.columns)
-        full_groups = self._groups([t * self.columns for t in range(full)], self.columns)
-        if full:
-            self.lw.loop(i64(0), i64(full), 1, "gemm.columns",
-                         lambda t: self._column_tile(t, full_groups), unroll=False)
-        if remainder:
-            self._column_tile(i64(full), self._groups([full * self.columns], remainder))
+        slots = lane_groups(self.v_size, self.width)  # the lanes of each vector of a row of C
+        first = 0  # slot
+        for vectors, count in self.lw.knobs.column_tiles(len(slots)):
+            tiles = [slots[first + t * vectors:first + (t + 1) * vectors] for t in range(count)]
+            # Tiles of whole vectors run in a loop; one holding narrower vectors (the last) runs alone.
+            looped = sum(all(lanes == self.width for lanes in tile) for tile in tiles)
+            lane = sum(slots[:first])
+            width = vectors * self.width
+            if looped:
+                groups = self._groups([lane + t * width for t in range(looped)], width)
+                self.lw.loop(i64(0), i64(looped), 1, "gemm.columns",
+                             lambda t, run=(lane, width, looped), g=groups: self._column_tile(run, t, g), unroll=False)
+            start = lane + looped * width
+            for tile in tiles[looped:]:
+                self._column_tile((start, sum(tile), 1), i64(0), self._groups([start], sum(tile)))
+                start += sum(tile)
+            first += count * vectors
 
-    def _column_tile(self, v_tile: ir.Value, groups: Sequence[tuple[int, int]]) -> None:
+    def _column_tile(self, run: tuple[int, int, int], v_tile: ir.Value, groups: Sequence[tuple[int, int]]) -> None:
+        """Tile number `v_tile` of the `run` (first lane, lanes per tile, tiles) of column tiles."""
         # A column tile narrower than the register tile's takes more rows, so that its accumulators
         # still hide the FMA latency (GEMM 96 x 16 x 256: 89 GFLOPS in 4 x 1 tiles, 150 in 16 x 1).
         tile = self.lw.knobs.rows_for(len(groups), self.lw.isa.registers)
         full, remainder = divmod(self.u_size, tile)
         if full:
             self.lw.loop(i64(0), i64(full), 1, "gemm.rows",
-                         lambda t: self._micro_kernel(t, tile, tile, v_tile, groups), unroll=False)
+                         lambda t: self._micro_kernel(t, tile, tile, run, v_tile, groups), unroll=False)
         if remainder:
-            self._micro_kernel(i64(full), tile, remainder, v_tile, groups)
+            self._micro_kernel(i64(full), tile, remainder, run, v_tile, groups)
 
     def _groups(self, starts: Sequence[int], width: int) -> list[tuple[int, int]]:
         """Column groups (offset in the tile, lanes) of a tile `width` wide at each of `starts`: the
@@ -110,21 +122,22 @@ class _Kernel:
             column += lanes
         return groups
 
-    def _micro_kernel(self, u_tile: ir.Value, tile: int, rows: int, v_tile: ir.Value,
+    def _micro_kernel(self, u_tile: ir.Value, tile: int, rows: int, run: tuple[int, int, int], v_tile: ir.Value,
                       groups: Sequence[tuple[int, int]]) -> None:
-        """Accumulate the C tile number (`u_tile` of tiles of `tile` rows, `v_tile`) of `rows` x `groups`
-        over all of K, in registers."""
+        """Accumulate the C tile (`u_tile` of tiles of `tile` rows; `v_tile` of the column tiles `run`) of
+        `rows` x `groups` over all of K, in registers."""
         b = self.builder
         c, vec, bc = self.maps["C"], self.maps["V"], self.maps["U"]
         columns = [column for column, _ in groups]
-        c_row = self._tile_offsets(c.tables[self.u], tile, u_tile, range(rows), "C.rows")
-        c_column = self._tile_offsets(c.tables[self.v], self.columns, v_tile, columns, "C.columns")
+        rows_run = (0, tile, -(-self.u_size // tile))
+        c_row = self._tile_offsets(c.tables[self.u], rows_run, u_tile, range(rows), "C.rows")
+        c_column = self._tile_offsets(c.tables[self.v], run, v_tile, columns, "C.columns")
         c_pointers = [[self._pointer(c, [c.base, c_row[r], c_column[g]], lanes)
                        for g, (_, lanes) in enumerate(groups)] for r in range(rows)]
         u_rows = [b.add(bc.base, offset, flags=_NSW)
-                  for offset in self._tile_offsets(bc.tables[self.u], tile, u_tile, range(rows), "U.rows")]
+                  for offset in self._tile_offsets(bc.tables[self.u], rows_run, u_tile, range(rows), "U.rows")]
         v_columns = [b.add(vec.base, offset, flags=_NSW)
-                     for offset in self._tile_offsets(vec.tables[self.v], self.columns, v_tile, columns, "V.columns")]
+                     for offset in self._tile_offsets(vec.tables[self.v], run, v_tile, columns, "V.columns")]
         initial = [[b.load(pointer, align=4) for pointer in row] for row in c_pointers]
 
         # K loop with the accumulators as phis.
@@ -164,19 +177,21 @@ class _Kernel:
 
     # --- helpers ----------------------------------------------------------------------------------
 
-    def _tile_offsets(self, table: tuple[int, ...], tile: int, index: ir.Value, within: Sequence[int],
-                      name: str) -> list[ir.Value]:
-        """table[index * tile + w] for each w in `within`. When every tile has the same inner offsets
-        (true of affine tables and of packed panels), one lookup of the tile's start plus constants,
+    def _tile_offsets(self, table: tuple[int, ...], run: tuple[int, int, int], index: ir.Value,
+                      within: Sequence[int], name: str) -> list[ir.Value]:
+        """table[first + index * tile + w] for each w in `within`, where `run` is (first, tile, tiles): tile
+        number `index` of `tiles` tiles of `tile` from `first`. When every tile of the run has the same inner
+        offsets (true of affine tables and of packed panels), one lookup of the tile's start plus constants,
         which LLVM folds into addressing; otherwise one lookup per element."""
-        starts = table[::tile]
-        separable = all(table[s + w] - table[s] == table[w] - table[0]
-                        for s in range(0, len(table), tile) for w in range(min(tile, len(table) - s)))
+        first, tile, tiles = run
+        starts = table[first:first + tile * tiles:tile]
+        separable = all(table[s + w] - table[s] == table[first + w] - table[first]
+                        for s in range(first, first + tile * tiles, tile) for w in range(min(tile, len(table) - s)))
         if separable:
             start = self._lookup(starts, index, name)
-            return [self.builder.add(start, i64(table[w] - table[0]), flags=_NSW) for w in within]
-        first = self.builder.mul(index, i64(tile), flags=_NSW)
-        return [self._lookup(table, self.builder.add(first, i64(w), flags=_NSW), name) for w in within]
+            return [self.builder.add(start, i64(table[first + w] - table[first]), flags=_NSW) for w in within]
+        lane = self.builder.add(self.builder.mul(index, i64(tile), flags=_NSW), i64(first), flags=_NSW)
+        return [self._lookup(table, self.builder.add(lane, i64(w), flags=_NSW), name) for w in within]
 
     def _pointer(self, operand: OperandMap, offsets: Sequence[ir.Value], lanes: int) -> ir.Value:
         """Pointer to `lanes` floats at `operand.storage.base + sum(offsets)`."""

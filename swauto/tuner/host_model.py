@@ -505,13 +505,11 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
     slots = len(lane_groups(sizes[v], width)) if whole else sizes[v]
     fma = 2 * width / machine.kernel_flops  # seconds per vector FMA at the full rate
     compute = 0.0
-    # Register tiles: whole ones, then the edge tiles with fewer vectors (and more rows: `Knobs.rows_for`)
-    # or fewer rows. A K step of a tile costs its FMAs, or the FMA latency when it has too few
-    # accumulators to hide it, or its loads (a vector per column group, an element per row) when it has
-    # few rows or few vectors.
-    for tile_vectors, column_tiles in ((vectors, slots // vectors), (slots % vectors, 1)):
-        if not (tile_vectors and column_tiles):
-            continue
+    # Register tiles: the column tiles of `Knobs.column_tiles` (narrower ones with more rows:
+    # `Knobs.rows_for`), each in whole row tiles and one of the rows left over. A K step of a tile costs
+    # its FMAs, or the FMA latency when it has too few accumulators to hide it, or its loads (a vector
+    # per column group, an element per row) when it has few rows or few vectors.
+    for tile_vectors, column_tiles in knobs.column_tiles(slots):
         whole_rows = knobs.rows_for(tile_vectors, registers)
         for tile_rows, row_tiles in ((whole_rows, sizes[u] // whole_rows), (sizes[u] % whole_rows, 1)):
             accumulators = tile_rows * tile_vectors
