@@ -525,17 +525,14 @@ class Kernel:
         missing = [name for name in self.constants if name not in constants]
         if missing:
             raise ArgumentError(f"missing array for constant tensor {missing[0]}")
-        layouts = self.layouts if arranged else {}
         if self.prologue is None:
+            layouts = self.layouts if arranged else {}
             values = {name: np.array(as_array(array, f"tensor {name}"), copy=True) for name, array in constants.items()}
-        else:
-            values = {name: np.zeros(shape, np.float32) for name, shape in self.prologue.shapes.items()
-                      if name in self.handed}
-            if arranged:
-                self.prologue.run_arranged(**constants, **arranged_arrays(self.prologue.layouts, values))
-            else:
-                self.prologue(**constants, **values)
+        else:  # the prologue's outputs, in its layouts where the constants come in them
             layouts = self.prologue.layouts if arranged else {}
+            values = arranged_arrays(layouts, {name: np.zeros(shape, np.float32)
+                                               for name, shape in self.prologue.shapes.items() if name in self.handed})
+            (self.prologue.run_arranged if arranged else self.prologue)(**constants, **values)
         # Kept in the declared layouts (`Prepared` arranges them for `run_arranged` when first asked).
         declared = {name: value.transpose(np.argsort(layouts[name])) if name in layouts else value
                     for name, value in values.items()}

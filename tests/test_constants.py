@@ -97,6 +97,15 @@ def test_a_kernel_with_constants_computes_the_operator_called_whole_prepared_or_
     prepared.run_arranged(**ready)
     result = ready[out].transpose(np.argsort(layouts[out])) if out in layouts else ready[out]
     assert relative_error(result, expected[out]) < 1e-4
+    # And unprepared, every array arranged (the constants in the prologue's layouts).
+    ready = {key: np.ascontiguousarray(value.transpose(layouts[key])) if key in layouts else value.copy()
+             for key, value in arrays.items()}
+    for name in constants:  # as they were when `expected` was computed
+        ready[name] = np.ascontiguousarray((arrays[name] - 1.0).transpose(layouts[name])) if name in layouts \
+            else arrays[name] - 1.0
+    kernel.run_arranged(**ready)
+    result = ready[out].transpose(np.argsort(layouts[out])) if out in layouts else ready[out]
+    assert relative_error(result, expected[out]) < 1e-4
 
 
 def test_a_prepared_kernel_predicts_a_call_after_the_prologue():
