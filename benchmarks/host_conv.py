@@ -3,25 +3,25 @@
     python benchmarks/host_conv.py [--batch 1 32] [--threads 1 2] [--kernel 3] [--models resnet50 vgg16]
                                    [--all] [--repeat 5] [--limit N] [--implicit-only] [--weights-per-call]
 
-The operator is examples/conv2d.sw overwriting its output (`C = output`, as PyTorch's conv2d computes it; the
-library's form adds into it, which a network's layer starting from its bias needs: the compiler then zeroes
-each output tile before its taps instead of reading it); for a 3 x 3 layer at stride 1, `swauto.choose` takes
-it, examples/conv2d_winograd.sw (F(2x2, 3x3)) or examples/conv2d_winograd4.sw (F(4x4, 3x3)), whichever the
-host model predicts fastest (`algorithm`; with `--implicit-only`, conv2d.sw always). Layers come from
-../shared/workloads/cnn_conv_layers.csv (default: the 3x3 layers of ResNet50 and VGG16); `--all` takes every
-distinct shape of that file and of benchmarks/workloads/networks.csv (ResNet-18, MobileNetV2, Inception-v3:
-121 shapes; MobileNetV2's depthwise layers from examples/conv2d_depthwise.sw, overwriting likewise, against
-PyTorch's grouped conv2d). For each layer, batch size and thread count: the median of `--repeat` calls of each
-implementation (taking turns), GFLOPS, percent of this machine's measured peak (on that many cores; both count
-every tap's flops, the padding's too, which neither computes: on small padded images either may pass 100%),
-the ratio swauto / PyTorch, and the tuning and compile time. swauto runs on arrays already in the layouts its
-kernel wants (`Kernel.run_arranged`): a framework would hand them over that way, and PyTorch likewise gets its
-own NCHW arrays; the conversion swauto would need from NCHW is timed apart (`layout_s`). The weights are
-constants (`swauto.compile(constants=["weight"])`), as in inference: what depends on them alone (Winograd's
-filter transforms) runs once, in `Kernel.prepare`, timed apart (`prepare_s`), and the algorithm is chosen on a
-call's time after it; with `--weights-per-call`, every call transforms them again. PyTorch's plain conv2d is
-its fastest path here: its inference path with weights prepared once (`torch.jit.freeze`,
-`optimize_for_inference`: a constant MKLDNN weight) ran 7 - 11% slower on three VGG16 and ResNet layers.
+The operator is examples/conv2d.sw as written; for a 3 x 3 layer at stride 1, `swauto.choose` takes
+it, examples/conv2d_winograd.sw (F(2x2, 3x3)) or examples/conv2d_winograd4.sw (F(4x4, 3x3)), whichever
+the host model predicts fastest (`algorithm`; with `--implicit-only`, conv2d.sw always). Layers come
+from ../shared/workloads/cnn_conv_layers.csv
+(default: the 3x3 layers of ResNet50 and VGG16); `--all` takes every distinct shape of that file and of
+benchmarks/workloads/networks.csv (ResNet-18, MobileNetV2, Inception-v3: 121 shapes; MobileNetV2's
+depthwise layers from examples/conv2d_depthwise.sw, against PyTorch's grouped conv2d). For each layer,
+batch size and thread count: the median of `--repeat` calls of each implementation (taking turns), GFLOPS, percent of
+this machine's measured peak (on that many cores; both count every tap's flops, the padding's too,
+which neither computes: on small padded images either may pass 100%), the ratio swauto / PyTorch, and the tuning and
+compile time. swauto runs
+on arrays already in the layouts its kernel wants (`Kernel.run_arranged`): a framework would hand them
+over that way, and PyTorch likewise gets its own NCHW arrays; the conversion swauto would need from NCHW
+is timed apart (`layout_s`). The weights are constants (`swauto.compile(constants=["weight"])`), as in
+inference: what depends on them alone (Winograd's filter transforms) runs once, in `Kernel.prepare`,
+timed apart (`prepare_s`), and the algorithm is chosen on a call's time after it; with
+`--weights-per-call`, every call transforms them again. PyTorch's plain conv2d is its fastest path here:
+its inference path with weights prepared once (`torch.jit.freeze`, `optimize_for_inference`: a
+constant MKLDNN weight) ran 7 - 11% slower on three VGG16 and ResNet layers.
 Prints the machine and the date; writes benchmarks/results/host_conv.{csv,md,png}.
 """
 
@@ -62,14 +62,6 @@ def layers(path: Path, kernel: int | None, models: list[str] | None) -> list[dic
             if (kernel is None or int(r["k"]) == kernel) and (not models or r["model"] in models)]
 
 
-def overwriting(path: Path) -> str:
-    """The text of `path` (conv2d.sw or conv2d_depthwise.sw, which add into their output) with the output
-    overwritten instead, as PyTorch computes a convolution."""
-    text = path.read_text()
-    assert text.count(" += output[") == 1, f"{path.name} adds into its output once"
-    return text.replace(" += output[", " = output[")
-
-
 def winograd_applies(layer: dict[str, str]) -> bool:
     """Whether the Winograd convolutions (examples/conv2d_winograd*.sw) compute `layer`: dense, 3 x 3,
     stride 1, padded alike on every side."""
@@ -92,11 +84,10 @@ def measure(layer: dict[str, str], batch: int, threads: int, repeat: int, choose
     started = time.perf_counter()
     if choose and winograd_applies(layer):
         params = {**{k: v for k, v in params.items() if k not in ("pad_r", "pad_c")}, "pad": pad_r}
-        algorithms = [overwriting(EXAMPLES / example), *(EXAMPLES / f"conv2d_winograd{f}.sw" for f in ("", "4"))]
+        algorithms = [EXAMPLES / example, *(EXAMPLES / f"conv2d_winograd{f}.sw" for f in ("", "4"))]
         kernel = swauto.choose(algorithms, params, target="host", threads=threads, constants=constants)
     else:
-        kernel = swauto.compile(overwriting(EXAMPLES / example), params, target="host", threads=threads,
-                                constants=constants)
+        kernel = swauto.compile(EXAMPLES / example, params, target="host", threads=threads, constants=constants)
     tuning = time.perf_counter() - started
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, ci, hw, hw), dtype=np.float32)  # NCHW, as PyTorch takes it
