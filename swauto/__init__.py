@@ -33,6 +33,7 @@ __all__ = [
     "ModelError",
     "ParameterError",
     "ParseError",
+    "Prepared",
     "ScheduleError",
     "SimulationError",
     "SourceError",
@@ -54,7 +55,7 @@ if not (Path(__file__).parent / "grammar").exists() and (_checkout / "grammar" /
 
 def __getattr__(name: str) -> Any:
     # The API pulls in the backends (llvmlite); load it on first use so `import swauto.ir` stays light.
-    if name in ("Kernel", "choose", "compile", "schedules"):
+    if name in ("Kernel", "Prepared", "choose", "compile", "schedules"):
         from swauto import api
 
         return getattr(api, name)
