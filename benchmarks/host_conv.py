@@ -95,12 +95,10 @@ def measure(layer: dict[str, str], batch: int, threads: int, repeat: int, choose
     started = time.perf_counter()
     # The declared layouts: input[Ri, Ci, Ni, B]; weight[Kr, Kc, No, Ni], or [Kr, Kc, C] for depthwise.
     weight = w.transpose(2, 3, 0, 1) if groups == 1 else w[:, 0].transpose(1, 2, 0)
-    ready = arranged(kernel, {"input": x.transpose(2, 3, 1, 0), "weight": weight})
+    ready = arranged(kernel, {"input": x.transpose(2, 3, 1, 0), **({} if constant_weights else {"weight": weight})})
     layout_s = time.perf_counter() - started
     started = time.perf_counter()
     run = kernel.prepare(weight=np.ascontiguousarray(weight)) if constant_weights else kernel
-    if constant_weights:
-        del ready["weight"]
     prepare_s = time.perf_counter() - started
     out_shape = next(t.shape for t in kernel.module.tensors if t.name == "output")
     ready["output"] = np.zeros(out_shape, np.float32)

@@ -41,16 +41,19 @@ def load(source: str | Path, params: Mapping[str, object] | None = None, layouts
          ) -> BoundOperator:
     """Parse and check a `.sw` file (path or text) with its size parameters bound, and the tensors of
     `layouts` pinned to one memory layout each (`swauto.frontend.check.pin_layouts`)."""
-    if layouts is not None and not isinstance(layouts, Mapping):
-        raise ArgumentError(f"layouts maps tensor names to their axes in memory order, got {type(layouts).__name__}")
-    src = _source(source)
-    return check(parse(src), src, {} if params is None else params, layouts)
+    return _parsed(source, params, layouts)[2]
 
 
-def _source(source: str | Path) -> Source:
+def _parsed(source: str | Path, params: Mapping[str, object] | None, layouts: Layouts | None
+            ) -> tuple[Source, ast.Operator, BoundOperator]:
+    """`load`'s text, syntax tree and checked operator (`compile` splits the tree at its constants)."""
     if not isinstance(source, str | os.PathLike):
         raise ArgumentError(f"source must be a path or the text of a .sw file, got {type(source).__name__}")
-    return Source.load(Path(source) if isinstance(source, os.PathLike) else source)
+    if layouts is not None and not isinstance(layouts, Mapping):
+        raise ArgumentError(f"layouts maps tensor names to their axes in memory order, got {type(layouts).__name__}")
+    src = Source.load(Path(source) if isinstance(source, os.PathLike) else source)
+    tree = parse(src)
+    return src, tree, check(tree, src, {} if params is None else params, layouts)
 
 
 def schedules(source: str | Path, params: Mapping[str, object] | None = None,
@@ -142,12 +145,8 @@ def compile(  # noqa: A001 - the public name users expect
         threads = check_integer(threads, "threads", 1, cores, why=f"the cores this process may run on: {cores}")
     if tuner not in plugin.tuners:
         raise ArgumentError(_tuner_refusal(tuner, plugin))
-    if layouts is not None and not isinstance(layouts, Mapping):
-        raise ArgumentError(f"layouts maps tensor names to their axes in memory order, got {type(layouts).__name__}")
     started = time.perf_counter()
-    src = _source(source)
-    tree = parse(src)
-    whole = check(tree, src, {} if params is None else params, layouts)  # errors point at the user's operator
+    src, tree, whole = _parsed(source, params, layouts)  # errors point at the user's operator
     names = _check_constants(whole, constants)
     split = split_constants(tree, names) if names else None
     if split is None:
@@ -198,13 +197,12 @@ def _check_constants(op: BoundOperator, constants: Collection[str]) -> tuple[str
     """The names of `constants`, each an input of `op` (not an output, not a local tensor)."""
     if isinstance(constants, str) or not isinstance(constants, Collection):
         raise ArgumentError(f"constants lists input tensors by name, got {constants!r}")
-    inputs = [t.name for t in op.seed.tensors if not t.is_local and not t.is_output]
+    kinds = {t.name: "local" if t.is_local else "an output" if t.is_output else "an input" for t in op.seed.tensors}
+    inputs = [name for name, kind in kinds.items() if kind == "an input"]
     for name in constants:
         if name not in inputs:
-            what = ("an output" if any(t.name == name and t.is_output for t in op.seed.tensors)
-                    else "not one of its tensors" if all(t.name != name for t in op.seed.tensors) else "local")
-            raise ArgumentError(f"{op.name} cannot take {name!r} as a constant: it is {what}; its inputs are "
-                                f"{', '.join(inputs)}")
+            raise ArgumentError(f"{op.name} cannot take {name!r} as a constant: it is "
+                                f"{kinds.get(name, 'not one of its tensors')}; its inputs are {', '.join(inputs)}")
     return tuple(name for name in inputs if name in constants)
 
 
@@ -499,17 +497,21 @@ class Kernel:
         if self.prologue is None:
             self._call(arrays)
             return
-        constants = {name: array for name, array in arrays.items() if name in self.constants}
-        self.prepare(**constants)(**{name: array for name, array in arrays.items() if name not in self.constants})
+        constants, rest = self._apart(arrays)
+        self.prepare(**constants)(**rest)
 
     def run_arranged(self, **arrays: np.ndarray) -> None:
         """Run on arrays already in this kernel's memory layouts (`Kernel.layouts`): no conversion."""
         if self.prologue is None:
             self._run(self._validate(arrays, arranged=True))
             return
+        constants, rest = self._apart(arrays)
+        self._prepare(constants, arranged=True).run_arranged(**rest)
+
+    def _apart(self, arrays: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """`arrays` as (the constants, the others)."""
         constants = {name: array for name, array in arrays.items() if name in self.constants}
-        self._prepare(constants, arranged=True).run_arranged(
-            **{name: array for name, array in arrays.items() if name not in self.constants})
+        return constants, {name: array for name, array in arrays.items() if name not in constants}
 
     def prepare(self, **constants: np.ndarray) -> Prepared:
         """Bind the constants (`compile(constants=...)`), in their declared layouts: run the prologue on
@@ -613,6 +615,7 @@ class Prepared:
 
 
 def arranged_arrays(layouts: Mapping[str, tuple[int, ...]], arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """`arrays` (declared layouts) in `layouts` (a kernel's), copied only where they differ."""
-    return {name: np.ascontiguousarray(array.transpose(layouts[name])) if name in layouts else array
+    """`arrays` (declared layouts) in `layouts` (a kernel's, `Kernel.layouts`), C-contiguous: a copy only
+    where an array is not already so."""
+    return {name: np.ascontiguousarray(array.transpose(layouts[name]) if name in layouts else array)
             for name, array in arrays.items()}

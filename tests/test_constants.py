@@ -113,7 +113,11 @@ def test_a_prepared_kernel_predicts_a_call_after_the_prologue():
     whole = swauto.compile(EXAMPLES / "conv2d_winograd4.sw", WINOGRAD)
     assert kernel.tensors == whole.tensors == ("input", "weight", "output")
     assert kernel.report["prologue_predicted_s"] == kernel.prologue.report["predicted_s"] > 0
-    assert "filter_rows" not in kernel.report["schedule"] and "fo" in kernel.prologue.report["schedule"]
+    # The filter's channel blocks are the prologue's splits; the call's schedule splits none of them.
+    filter_splits = {"fo", "fo2"}
+    assert {target for target, _ in kernel.prologue.schedule.splits} == filter_splits
+    assert not filter_splits & {target for target, _ in kernel.schedule.splits}
+    assert filter_splits <= {target for target, _ in whole.schedule.splits}
 
 
 def test_choose_compares_calls_after_preparing_the_constants():
@@ -122,6 +126,9 @@ def test_choose_compares_calls_after_preparing_the_constants():
     seconds = {a["operator"]: a["seconds"] for a in kernel.report["alternatives"]}
     assert kernel.report["predicted_s"] == min(seconds.values())
     assert kernel.prologue is not None
+    # What is compared is a call after preparing: less than a call that transforms the filter again.
+    unprepared = swauto.compile(EXAMPLES / "conv2d_winograd4.sw", WINOGRAD)
+    assert seconds["conv2d_winograd4"] < unprepared.report["predicted_s"]
 
 
 @pytest.mark.parametrize(("constants", "message"), [

@@ -37,25 +37,26 @@ def split_constants(operator: ast.Operator, constants: Collection[str]) -> Const
     tensors that no later statement writes: moving them out of the call changes no value the body reads.
     """
     local = {tensor.name for tensor in operator.tensors if tensor.local}
+    accesses = [_accesses(statement) for statement in operator.compute]  # (reads, writes) of each
     produced: set[str] = set()
     count = 0
-    for statement in operator.compute:
-        if _holds_several(statement):
-            break
-        reads, writes = _accesses(statement)
-        if not reads <= set(constants) | produced or not writes <= local:
+    for statement, (reads, writes) in zip(operator.compute, accesses, strict=True):
+        if _holds_several(statement) or not reads <= set(constants) | produced or not writes <= local:
             break
         produced |= writes
         count += 1
+
+    def written(statements: range) -> set[str]:
+        return {name for index in statements for name in accesses[index][1]}
+
     # A statement after the prologue that writes what it wrote would make it change between calls.
-    while count and any(_accesses(s)[1] & _written(operator.compute[:count]) for s in operator.compute[count:]):
+    while count and written(range(count, len(accesses))) & written(range(count)):
         count -= 1
     if not count:
         return None
+    passed = written(range(count)) & {name for reads, _ in accesses[count:] for name in reads}
+    handed = tuple(t.name for t in operator.tensors if t.name in passed)
     head, rest = operator.compute[:count], operator.compute[count:]
-    written = _written(head)
-    body_reads = {name for statement in rest for name in _accesses(statement)[0]}
-    handed = tuple(t.name for t in operator.tensors if t.name in written and t.name in body_reads)
     prologue = _part(operator, head, f"{operator.name}_prologue", outputs=set(handed), inputs=set())
     body = _part(operator, rest, operator.name, outputs=set(), inputs=set(handed))
     return ConstantSplit(prologue, body, handed)
@@ -138,7 +139,3 @@ def _accesses(statement: ast.Statement) -> tuple[set[str], set[str]]:
                 else:
                     reads.add(tensor)
     return reads, writes
-
-
-def _written(statements: tuple[ast.Statement, ...]) -> set[str]:
-    return {name for statement in statements for name in _accesses(statement)[1]}

@@ -120,8 +120,9 @@ def to_form(array: np.ndarray, source: str, target: str) -> np.ndarray:
 
 def arranged(kernel: Any, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """`arrays` (declared layouts) in the layouts `kernel` (a `swauto.Kernel`) keeps them in."""
-    return {name: np.ascontiguousarray(array.transpose(kernel.layouts[name]) if name in kernel.layouts else array)
-            for name, array in arrays.items()}  # a copy only where the array is not already so
+    from swauto.api import arranged_arrays  # (the API loads the backends: not at import)
+
+    return arranged_arrays(kernel.layouts, arrays)
 
 
 def run(kernel: Any, arrays: Mapping[str, np.ndarray], weights: Mapping[str, np.ndarray]) -> Arrays:
