@@ -227,6 +227,7 @@ def choose(
     threads: int | None = None,
     max_candidates: int = MAX_CANDIDATES,
     constants: Collection[str] = (),
+    layouts: Layouts | None = None,
 ) -> Kernel:
     """Compile each of `sources` (the same operator written as different algorithms, such as the
     implicit, explicit and Winograd convolutions: the same parameters and argument tensors) and return
@@ -236,7 +237,8 @@ def choose(
     `report["alternatives"]` lists every source with its predicted time, the seconds compared
     (`seconds`) and candidate, or why it does not apply (a `require` that fails, no legal
     candidate); `report["why"]` says why the choice was made, in a sentence. With `constants` (see
-    `compile`), what is compared is a call once they are prepared, their prologue's time apart."""
+    `compile`), what is compared is a call once they are prepared, their prologue's time apart;
+    `layouts` (see `compile`) hold for every source."""
     if isinstance(sources, str | Path) or not sources:
         raise ArgumentError("choose takes a list of at least one .sw source (the algorithms to choose among)")
     plugin = targets.get(target)
@@ -245,7 +247,7 @@ def choose(
     for source in sources:
         try:
             kernel = compile(source, params, target, tuner=tuner, threads=threads, max_candidates=max_candidates,
-                             constants=constants)
+                             layouts=layouts, constants=constants)
         except (UnsupportedSizes, ScheduleError) as error:  # this algorithm does not apply to these sizes
             name = _operator_name(source)
             alternatives.append({"operator": name, "applies": False, "reason": str(error)})
@@ -585,6 +587,11 @@ class Prepared:
     def tensors(self) -> tuple[str, ...]:
         """The names of the arrays a call takes: the kernel's but its constants."""
         return tuple(name for name in self.kernel.tensors if name not in self.kernel.constants)
+
+    @property
+    def layouts(self) -> dict[str, tuple[int, ...]]:
+        """The memory layouts of the arrays a call takes (`Kernel.layouts` of those)."""
+        return {name: axes for name, axes in self.kernel.layouts.items() if name not in self.kernel.constants}
 
     @cached_property
     def _arranged(self) -> dict[str, np.ndarray]:

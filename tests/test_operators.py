@@ -36,6 +36,7 @@ OPERATORS = {
     "conv2d_relu": {"B": 3, "Ni": 5, "No": 6, "Ri": 5, "Ci": 7, "Kr": 3, "Kc": 3, "stride": 2, "pad": 1},
     "conv2d_relu6": {"B": 2, "Ni": 7, "No": 9, "Ri": 6, "Ci": 5, "Kr": 1, "Kc": 1, "stride": 1, "pad": 0},
     "conv2d_depthwise_relu": {"B": 2, "C": 5, "Ri": 5, "Ci": 4, "stride": 1, "pad": 1},
+    "conv2d_winograd_relu": {"B": 2, "Ni": 5, "No": 6, "Ri": 5, "Ci": 4, "pad_r": 1, "pad_c": 0},
     "conv2d_depthwise_relu6": {"B": 2, "C": 11, "Ri": 6, "Ci": 5, "stride": 2, "pad": 1},
     "lstm": {"T": 3, "B": 5, "In": 7, "H": 6},
     "lstm_baseline": {"T": 3, "B": 5, "In": 7, "H": 6},
@@ -166,27 +167,36 @@ def test_outputs_are_overwritten_and_intermediates_are_not_arguments():
     assert relative_error(arrays["y"], expected) < 1e-5
 
 
-def _direct_convolution(x: np.ndarray, w: np.ndarray, stride: int, pad: int) -> np.ndarray:
-    """output[ro, co, No, B] of input[Ri, Ci, Ni, B] and weight[Kr, Kc, No, Ni], in float64."""
+def _direct_convolution(x: np.ndarray, w: np.ndarray, stride: int, pad: int, pad_c: int | None = None) -> np.ndarray:
+    """output[ro, co, No, B] of input[Ri, Ci, Ni, B] and weight[Kr, Kc, No, Ni], in float64 (`pad`
+    rows and `pad_c`, by default `pad`, columns of zeros on each side)."""
+    pad_c = pad if pad_c is None else pad_c
     ri, ci = x.shape[:2]
     kr, kc = w.shape[:2]
-    x = np.pad(x.astype(np.float64), ((pad, pad), (pad, pad), (0, 0), (0, 0)))
-    ro, co = (ri + 2 * pad - kr) // stride + 1, (ci + 2 * pad - kc) // stride + 1
+    x = np.pad(x.astype(np.float64), ((pad, pad), (pad_c, pad_c), (0, 0), (0, 0)))
+    ro, co = (ri + 2 * pad - kr) // stride + 1, (ci + 2 * pad_c - kc) // stride + 1
     return sum(np.einsum("rcib,oi->rcob", x[r:r + stride * ro:stride, c:c + stride * co:stride], w[r, c])
                for r in range(kr) for c in range(kc))
 
 
-@pytest.mark.parametrize(("name", "stride", "pad"), [("conv2d_explicit", 1, 0), ("conv2d_explicit", 2, 1),
-                                                     ("conv2d_winograd", 1, 0), ("conv2d_winograd", 1, 1)])
-def test_explicit_and_winograd_convolutions_are_convolutions(name, stride, pad):
+@pytest.mark.parametrize(("name", "stride", "pad_r", "pad_c"), [
+    ("conv2d_explicit", 1, 0, 0), ("conv2d_explicit", 2, 1, 1), ("conv2d_explicit", 1, 1, 0),
+    ("conv2d_winograd", 1, 0, 0), ("conv2d_winograd", 1, 1, 1), ("conv2d_winograd4", 1, 0, 1),
+    ("conv2d_winograd_relu", 1, 1, 0), ("conv2d_winograd4_relu", 1, 1, 1)])
+def test_explicit_and_winograd_convolutions_are_convolutions(name, stride, pad_r, pad_c):
     """Checked against a direct convolution, not the seed's own semantics: im2col with stride and
-    padding folded in, and Winograd's transforms with the crop of odd output sizes."""
-    params = {**OPERATORS[name], "stride": stride, "pad": pad}
+    padding folded in, and Winograd's transforms with the crop of odd output sizes. Each adds into the
+    output, as examples/conv2d.sw does (what `swauto.choose` takes them for); the _relu forms then
+    apply a ReLU."""
+    params = {**OPERATORS[name.removesuffix("_relu")], "stride": stride, "pad_r": pad_r, "pad_c": pad_c}
     candidate = next(candidates(load(EXAMPLES / f"{name}.sw", params)))  # tiny: every tile fits
     kernel = swauto.compile(EXAMPLES / f"{name}.sw", params=params, target="sw26010", schedule=candidate)
     arrays = _inputs(kernel.operator)
+    start = arrays["output"].copy()
     kernel(**arrays)
-    expected = _direct_convolution(arrays["input"], arrays["weight"].astype(np.float64), stride, pad)
+    expected = start + _direct_convolution(arrays["input"], arrays["weight"].astype(np.float64), stride, pad_r, pad_c)
+    if name.endswith("_relu"):
+        expected = np.maximum(expected, 0)
     assert relative_error(arrays["output"], expected) < 1e-5
 
 
@@ -199,8 +209,9 @@ def test_winograd_in_channel_blocks_with_tails_is_a_convolution(target):
     candidate = next(c for c in candidates(op) if dict(c.splits).get("gemm.N") == dict(c.splits).get("gemm.K") == 256)
     kernel = swauto.compile(EXAMPLES / "conv2d_winograd.sw", params=params, target=target, schedule=candidate)
     arrays = _inputs(kernel.operator)
+    start = arrays["output"].copy()
     kernel(**arrays)
-    expected = _direct_convolution(arrays["input"], arrays["weight"].astype(np.float64), 1, 1)
+    expected = start + _direct_convolution(arrays["input"], arrays["weight"].astype(np.float64), 1, 1)
     assert relative_error(arrays["output"], expected) < 1e-5
 
 

@@ -141,7 +141,8 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
     (padded).
     """
     uses = _uses(module, knobs, width)
-    in_place = read_in_place(module, knobs, width, cache_resident, uses)
+    moves = _moves(module)
+    in_place = read_in_place(module, knobs, width, cache_resident, uses, moves)
     kept_copied = set() if knobs.output_views else {  # GEMMs' C tiles, copied in and out
         node.output.name for node, _ in walk(module.body) if isinstance(node, Call) and node.signature.kind == "gemm"}
     layouts = {tensor.name: row_major(tensor.shape) for tensor in module.tensors}
@@ -155,7 +156,7 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
             _, axis, panel = only
             layouts[buffer.name] = packed(buffer.shape, axis, panel, _k_axes(module, buffer.name))
         elif cache_resident and buffer.name not in kept_copied \
-                and (view := _view(module, buffer.name, buffer.shape)) is not None \
+                and (view := _view(module, buffer.name, buffer.shape, moves)) is not None \
                 and _lanes_contiguous(module, buffer.name, view[1]):
             views[buffer.name], layouts[buffer.name] = view[0], view[1]
         else:
@@ -184,7 +185,7 @@ def _uses(module: Module, knobs: Knobs, width: int) -> _Uses:
 
 
 def read_in_place(module: Module, knobs: Knobs, width: int, cache_resident: bool,
-                  uses: _Uses | None = None) -> frozenset[str]:
+                  uses: _Uses | None = None, moves: _Moves | None = None) -> frozenset[str]:
     """The vector operands `plan` could pack that it leaves in place as views, because packing would not
     pay (every GEMM reading them has `one_row_tile`, and no tile is kept for several calls) and their lanes
     are contiguous in the tensor: their transfers copy nothing (the host model charges the micro-kernel's
@@ -192,6 +193,7 @@ def read_in_place(module: Module, knobs: Knobs, width: int, cache_resident: bool
     if not cache_resident:
         return frozenset()
     uses = _uses(module, knobs, width) if uses is None else uses
+    moves = _moves(module) if moves is None else moves
     reread = {gemm_roles(node)["vector"][1].name for node, _ in walk(module.body)
               if isinstance(node, Call) and node.signature.kind == "gemm" and not one_row_tile(node, knobs)}
     reread |= _kept_for_several_calls(module)
@@ -200,7 +202,7 @@ def read_in_place(module: Module, knobs: Knobs, width: int, cache_resident: bool
         use = uses.get(buffer.name, set())
         if buffer.name not in reread and len(use) == 1 and (only := next(iter(use)))[0] == "vector" \
                 and only[1] is not None:
-            view = _view(module, buffer.name, buffer.shape)
+            view = _view(module, buffer.name, buffer.shape, moves)
             if view is not None and view[1].axes[only[1]].strides == (1,):  # whole vectors in place
                 found.add(buffer.name)
     return frozenset(found)
@@ -249,15 +251,38 @@ def _lanes_contiguous(module: Module, buffer: str, layout: Layout) -> bool:
     return True
 
 
-def _view(module: Module, buffer: str, shape: tuple[int, ...]) -> tuple[str, Layout] | None:
+@dataclass(frozen=True)
+class _Moves:
+    """What the statements of a module do to its buffers: each one's transfers, and the buffers zeroed
+    and written by a call (one walk, read by `_view` for every buffer)."""
+
+    dmas: Mapping[str, tuple[Dma, ...]]
+    zeroed: frozenset[str]
+    written: frozenset[str]
+
+
+def _moves(module: Module) -> _Moves:
+    dmas: dict[str, list[Dma]] = {}
+    zeroed, written = set(), set()
+    for node, _ in walk(module.body):
+        if isinstance(node, Dma):
+            dmas.setdefault(node.buffer.name, []).append(node)
+        elif isinstance(node, Zero):
+            zeroed.add(node.buffer.name)
+        elif isinstance(node, Call):
+            written.add(node.output.name)
+    return _Moves({name: tuple(nodes) for name, nodes in dmas.items()}, frozenset(zeroed), frozenset(written))
+
+
+def _view(module: Module, buffer: str, shape: tuple[int, ...], moves: _Moves) -> tuple[str, Layout] | None:
     """(tensor, layout) when `buffer` can be a view of a tensor box instead of a copy: every DMA of it
     moves the whole buffer from or to one and the same box of one tensor, inside the tensor (no zero
     fill), an axis of the box for each of the tensor's (no window walking one), with the same extents
     in the same order once 1-long axes are dropped; nothing zeroes it; and data flows one way: it is
     read-only (one or more gets of an input) or a get and a put of the same box (a C tile). Its layout
     gives each axis the stride of the tensor axis it pairs with."""
-    dmas = [node for node, _ in walk(module.body) if isinstance(node, Dma) and node.buffer.name == buffer]
-    if not dmas or any(isinstance(node, Zero) and node.buffer.name == buffer for node, _ in walk(module.body)):
+    dmas = moves.dmas.get(buffer, ())
+    if not dmas or buffer in moves.zeroed:
         return None
     box = dmas[0].tensor
     whole = tuple(Const(0) for _ in shape)
@@ -268,7 +293,7 @@ def _view(module: Module, buffer: str, shape: tuple[int, ...]) -> tuple[str, Lay
     tensor = module.tensor(box.name)
     gets = sum(dma.direction == "get" for dma in dmas)
     puts = len(dmas) - gets
-    written = any(isinstance(node, Call) and node.output.name == buffer for node, _ in walk(module.body))
+    written = buffer in moves.written
     if written and (gets, puts) != (1, 1) or not written and (puts or tensor.is_output):
         return None
     tensor_axes = [a for a, extent in enumerate(box.extents) if extent > 1]

@@ -22,7 +22,7 @@ convolutions add into their output, apart from a first layer's, which its kernel
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -48,19 +48,39 @@ class Layer:
     shape: str = ""
     numpy: str = ""
     layouts: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    # Other library files that compute the node alike (its parameters, its tensors), which `swauto.choose`
+    # weighs against `operator` (Winograd's for a 3 x 3 convolution), and the kernel's tensors that come from
+    # the model's weights where one of them prepares those (`swauto.compile(constants=...)`).
+    alternatives: tuple[str, ...] = ()
+    constants: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[Any, ...]:
         """Layers of one key compile to one kernel (a model's repeated blocks are tuned once)."""
-        return self.operator, tuple(sorted(self.params.items())), tuple(sorted(self.layouts.items()))
+        return (self.operator, self.alternatives, self.constants, tuple(sorted(self.params.items())),
+                tuple(sorted(self.layouts.items())))
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The library files the kernel is chosen among: `operator`, then its `alternatives`."""
+        assert self.operator is not None
+        return self.operator, *self.alternatives
 
     def compile(self, target: str, threads: int, tuner: str) -> Any:
         """This layer's kernel (a `swauto.Kernel`); the layer must have an operator."""
-        import swauto
+        return compile_layer([library(source) for source in self.sources], dict(self.params), target, threads,
+                             tuner, dict(self.layouts), self.constants)
 
-        assert self.operator is not None
-        return swauto.compile(library(self.operator), dict(self.params), target=target, threads=threads,
-                              tuner=tuner, layouts=dict(self.layouts))
+
+def compile_layer(sources: Sequence[str | Path], params: dict[str, int], target: str, threads: int, tuner: str,
+                  layouts: dict[str, tuple[int, ...]], constants: tuple[str, ...]) -> Any:
+    """The kernel of one source (paths or texts of `.sw` files), or the one `swauto.choose` keeps of several."""
+    import swauto
+
+    options = {"target": target, "threads": threads, "tuner": tuner, "layouts": layouts, "constants": constants}
+    if len(sources) == 1:
+        return swauto.compile(sources[0], params, **options)
+    return swauto.choose(list(sources), params, **options)
 
 
 class Outputs:
@@ -125,9 +145,19 @@ def arranged(kernel: Any, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     return arranged_arrays(kernel.layouts, arrays)
 
 
+def bind(kernel: Any, weights: Mapping[str, np.ndarray]) -> tuple[Any, Arrays]:
+    """What runs a layer's calls and the weights each call is handed: a kernel compiled with constants
+    prepared on `weights` (declared layouts) once (a Winograd convolution's filter transform) and none;
+    any other kernel and `weights` in its layouts."""
+    if kernel.constants:
+        return kernel.prepare(**weights), {}
+    return kernel, arranged(kernel, weights)
+
+
 def run(kernel: Any, arrays: Mapping[str, np.ndarray], weights: Mapping[str, np.ndarray]) -> Arrays:
-    """Run `kernel` on `arrays` (declared layouts, converted only where they are not in the kernel's)
-    and `weights` (already arranged); `arrays` back, seen in their declared layouts."""
+    """Run `kernel` (a `swauto.Kernel`, or a `swauto.Prepared`: `bind`) on `arrays` (declared layouts,
+    converted only where they are not in the kernel's) and `weights` (already arranged); `arrays` back,
+    seen in their declared layouts."""
     ready = arranged(kernel, arrays)
     kernel.run_arranged(**ready, **weights)
     return {name: ready[name].transpose(np.argsort(kernel.layouts[name])) if name in kernel.layouts else ready[name]
@@ -211,10 +241,14 @@ def _conv_layer(node: Node, graph: Graph) -> Layer:
     suffix = "".join(f" + {part.op.lower()}" for part in node.parts[1:])
     if group == 1:
         flops = 2 * batch * outputs * out_rows * out_columns * channels * kr * kc
-        operator = _CONVOLUTIONS[False, activation]
+        params = {"B": batch, "Ni": channels, "No": outputs, **window}
         if channels <= 8 and activation in _FIRST_LAYERS and not _residual(node):
-            operator = _FIRST_LAYERS[activation]
-        return Layer(node, operator, {"B": batch, "Ni": channels, "No": outputs, **window}, flops, shape + suffix)
+            return Layer(node, _FIRST_LAYERS[activation], params, flops, shape + suffix)
+        operator = _CONVOLUTIONS[False, activation]
+        if (kr, kc, stride) == (3, 3, 1) and channels > _WINOGRAD_FROM and activation in _WINOGRAD:
+            return Layer(node, operator, params, flops, shape + suffix, alternatives=_WINOGRAD[activation],
+                         constants=("weight",))
+        return Layer(node, operator, params, flops, shape + suffix)
     if group == channels == outputs and per_group == 1:
         flops = 2 * batch * channels * out_rows * out_columns * kr * kc
         return Layer(node, _CONVOLUTIONS[True, activation], {"B": batch, "C": channels, **window}, flops,
@@ -230,6 +264,13 @@ def _conv_layer(node: Node, graph: Graph) -> Layer:
 _CONVOLUTIONS = {(False, None): "conv2d.sw", (False, "relu"): "conv2d_relu.sw", (False, "relu6"): "conv2d_relu6.sw",
                  (True, None): "conv2d_depthwise.sw", (True, "relu"): "conv2d_depthwise_relu.sw",
                  (True, "relu6"): "conv2d_depthwise_relu6.sw"}
+# (the activation run on its output) -> the Winograd convolutions a dense 3 x 3 layer at stride 1 also
+# weighs (`swauto.choose`, their filter transforms prepared once per model): F(2x2, 3x3) and F(4x4, 3x3),
+# written with the ReLU networks put after their 3 x 3 layers (and the activation layouts a model pins).
+# Only above 32 input channels: up to 32 the implicit convolution joins the kernel's taps to K, and on the
+# workload list (benchmarks/host_conv.py, 2026-11-28) Winograd's were chosen only from 64 channels on.
+_WINOGRAD = {"relu": ("conv2d_winograd_relu.sw", "conv2d_winograd4_relu.sw")}
+_WINOGRAD_FROM = 32
 # A first layer (8 input channels or fewer, whose kernel taps the library joins to K) with its activation
 # and no residual overwrites its output instead, its bias added on each output tile: the output, by far
 # its largest tensor (32-64 channels for 3), is then written once and never read (on the SW26010 at

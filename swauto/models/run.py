@@ -1,7 +1,8 @@
 """Run a whole ONNX model with swauto kernels: `Model` compiles each distinct layer once and runs the
 nodes in order, each through its kernel.
 
-The weights are arranged once, in the layouts the kernels keep them in. The window operators'
+The weights are arranged once, in the layouts the kernels keep them in, or prepared once where a
+kernel computes from them apart (a Winograd convolution's filter transform: `layers.bind`). The window operators'
 activations (convolution, batch norm, pooling) are held in one memory form, [rows, columns, batch,
 channels] (`layers.ACTIVATION_FORM`), to which every such kernel is pinned, and element-wise maps work
 in their inputs' form: nothing is converted between layers but where a node wants ONNX's NCHW
@@ -31,7 +32,7 @@ from swauto.models.layers import (
     Layer,
     Outputs,
     Unsupported,
-    arranged,
+    bind,
     in_form,
     layer_of,
     run,
@@ -60,7 +61,9 @@ class Model:
         self.form = ACTIVATION_FORM  # the window operators' activations, in memory
         self.layers: list[Layer] = []
         self.kernels: dict[Any, swauto.Kernel] = {}
-        self._weights: list[dict[str, np.ndarray]] = []  # per layer, in its kernel's layouts
+        # Per layer, what runs its calls (its kernel, or the kernel prepared on its weights) and the weights
+        # each call is handed, in the kernel's layouts (`layers.bind`).
+        self._runs: list[tuple[Any, dict[str, np.ndarray]]] = []
         for node in self.graph.nodes:
             try:
                 self.layers.append(layer_of(node, self.graph, self.form))
@@ -72,7 +75,7 @@ class Model:
                 self.kernels[layer.key] = layer.compile(target, threads, tuner)
             kernel = self.kernels.get(layer.key)
             weights = MAPPINGS[node.op].weights(layer, self.graph)
-            self._weights.append({} if kernel is None else arranged(kernel, weights))
+            self._runs.append((None, {}) if kernel is None else bind(kernel, weights))
         self._outputs = [Outputs(layer.layouts, keep=True) for layer in self.layers]
         self._lock = threading.Lock()  # the kept output arrays serve one call at a time
         self.last_call_s: float | None = None
@@ -87,12 +90,12 @@ class Model:
         forms: dict[str, str] = {}  # NCHW where not said
         with self._lock:
             started = time.perf_counter()
-            for layer, weights, outputs in zip(self.layers, self._weights, self._outputs, strict=True):
+            for layer, (runner, weights), outputs in zip(self.layers, self._runs, self._outputs, strict=True):
                 mapping = MAPPINGS[layer.node.op]
                 local, form = in_form(layer, self.graph, values, forms)
                 arrays = mapping.arrays(layer, self.graph, local, outputs)
-                if layer.operator is not None:
-                    arrays = run(self.kernels[layer.key], arrays, weights)
+                if runner is not None:
+                    arrays = run(runner, arrays, weights)
                 result = mapping.output(layer, self.graph, arrays, local)
                 if mapping.activations:  # computed in the declared 'hwcn' form, held in the model's
                     result, form = to_form(result, form, self.form), self.form

@@ -31,6 +31,8 @@ from swauto.models.layers import (
     Outputs,
     Unsupported,
     arranged,
+    bind,
+    compile_layer,
     in_form,
     layer_of,
     library,
@@ -39,7 +41,10 @@ from swauto.models.layers import (
     to_form,
 )
 from swauto.models.rewrite import rewritten
+from swauto.tuner import database
 from swauto.tuner.measure import median_seconds
+
+Tuned = tuple[list[database.Record], float]  # what a worker tuned (`_tune_one`)
 
 
 @dataclass
@@ -217,48 +222,43 @@ def settings(target: str, tuner: str, batch: int | None, threads: int | None,
 
 
 def tune_layers(layers: list[Layer], target: str, threads: int, tuner: str, jobs: int, cluster: str | None = None,
-                worker: Callable[[str, dict[str, int], str, int, str], tuple[str, float]] | None = None
+                worker: Callable[..., Tuned] | None = None
                 ) -> dict[Any, float]:
     """Tune `layers` (each distinct key once) in other processes, so that this process's tuning log holds
     each one's choice when it compiles it: per key, the seconds its tuning took. They run on `jobs`
     processes of a local pool (`jobs` = 1: none), or, given a Dask `cluster` address, on its workers
-    (where swauto is installed). Each worker returns its choice and this process records it, so the
-    workers need not share a file system, and a worker that dies loses no layer another has finished;
+    (where swauto is installed). Each worker returns the choices it recorded (a layer's prologue's and
+    each of its algorithms', `Layer.sources`) and this process records them, so the workers need not
+    share a file system, and a worker that dies loses no layer another has finished;
     what no worker tuned (it died, or its layer failed), this process tunes when it compiles it, and
     says why it fails then."""
-    from swauto.api import load
     from swauto.schedule.candidate import Candidate
-    from swauto.tuner import database
 
     distinct = list({layer.key: layer for layer in layers}.values())
     if not distinct or cluster is None and (jobs <= 1 or len(distinct) == 1):
         return {}
-    calibration = targets.get(target).calibration()  # the host calibrates here once, not in every local worker
-    tasks = [(library(layer.operator).read_text(), dict(layer.params), target, threads, tuner, dict(layer.layouts))
-             for layer in distinct]
+    targets.get(target).calibration()  # the host calibrates here once, not in every local worker
+    tasks = [(tuple(library(source).read_text() for source in layer.sources), dict(layer.params), target, threads,
+              tuner, dict(layer.layouts), layer.constants) for layer in distinct]
     results = (_on_cluster if cluster is not None else _on_pool)(worker or _tune_one, tasks, cluster or jobs)
     seconds: dict[Any, float] = {}
-    for layer, task, result in zip(distinct, tasks, results, strict=True):
+    for layer, result in zip(distinct, results, strict=True):
         if result is None:
             continue
-        choice, seconds[layer.key] = result
-        op = load(task[0], task[1], task[5])
-        key = database.request_key(op.source.text, op.params, target, tuner, threads, op.space.layouts, calibration,
-                                   op.name)
-        if database.lookup(key) is None:  # a local worker recorded it already
-            database.record(key, Candidate.from_json(choice), {"operator": op.name, "params": op.params,
-                                                               "target": target, "tuner": tuner,
-                                                               "tuning_s": seconds[layer.key]})
+        records, seconds[layer.key] = result
+        for key, choice, details in records:  # each part and algorithm the worker tuned
+            if database.lookup(key) is None:  # a local worker recorded it already
+                database.record(key, Candidate.from_json(choice), details)
     return seconds
 
 
-def _on_pool(worker: Callable[..., tuple[str, float]], tasks: list[tuple], jobs: int) -> list[tuple[str, float] | None]:
+def _on_pool(worker: Callable[..., Tuned], tasks: list[tuple], jobs: int) -> list[Tuned | None]:
     """Each task's result on a local pool of spawned processes (None: it failed, or its worker died)."""
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
     from multiprocessing import get_context
 
-    results: list[tuple[str, float] | None] = []
+    results: list[Tuned | None] = []
     # 'spawn': a forked child of a process that ran kernels on the native thread pool cannot use it.
     with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=get_context("spawn")) as pool:
         for future in [pool.submit(worker, *task) for task in tasks]:
@@ -272,8 +272,8 @@ def _on_pool(worker: Callable[..., tuple[str, float]], tasks: list[tuple], jobs:
 CONNECT_SECONDS = 20  # how long to try to reach a Dask cluster
 
 
-def _on_cluster(worker: Callable[..., tuple[str, float]], tasks: list[tuple],
-                address: str) -> list[tuple[str, float] | None]:
+def _on_cluster(worker: Callable[..., Tuned], tasks: list[tuple],
+                address: str) -> list[Tuned | None]:
     """Each task's result on the workers of the Dask cluster at `address` (None: it failed; Dask runs a
     task again elsewhere when its worker dies, a few times)."""
     try:
@@ -285,7 +285,7 @@ def _on_cluster(worker: Callable[..., tuple[str, float]], tasks: list[tuple],
         client = Client(address, timeout=CONNECT_SECONDS)
     except OSError as error:
         raise ModelError(f"cannot reach the Dask cluster at {address}: {error}") from None
-    results: list[tuple[str, float] | None] = []
+    results: list[Tuned | None] = []
     with client:
         for future in [client.submit(worker, *task, pure=False) for task in tasks]:
             try:
@@ -295,14 +295,15 @@ def _on_cluster(worker: Callable[..., tuple[str, float]], tasks: list[tuple],
     return results
 
 
-def _tune_one(source: str, params: dict[str, int], target: str, threads: int, tuner: str,
-              layouts: dict[str, tuple[int, ...]]) -> tuple[str, float]:
-    """In a worker: tune one layer; its choice (a candidate's JSON form) and the seconds it took."""
-    import swauto
-
+def _tune_one(sources: tuple[str, ...], params: dict[str, int], target: str, threads: int, tuner: str,
+              layouts: dict[str, tuple[int, ...]], constants: tuple[str, ...]) -> tuple[list[database.Record], float]:
+    """In a worker: tune one layer (`compile_layer` of the texts of its `sources`); the tuning log's
+    records that made (`database.recorded`: its prologue's and each algorithm's choice too) and the
+    seconds it took."""
     started = time.perf_counter()
-    kernel = swauto.compile(source, params, target=target, tuner=tuner, threads=threads, layouts=layouts)
-    return kernel.schedule.to_json(), time.perf_counter() - started
+    with database.recorded() as records:
+        compile_layer(sources, params, target, threads, tuner, layouts, constants)
+    return records, time.perf_counter() - started
 
 
 def _tune_layer(row: LayerTuning, layer: Layer, graph: Graph, values: dict[str, np.ndarray], target: str,
@@ -311,6 +312,7 @@ def _tune_layer(row: LayerTuning, layer: Layer, graph: Graph, values: dict[str, 
     started = time.perf_counter()
     kernel = layer.compile(target, threads, tuner)
     row.tuning_s = time.perf_counter() - started
+    row.operator = f"{kernel.operator.name}.sw"  # of its `sources`, the library file chosen (named as its operator)
     row.candidate, row.candidate_id = kernel.schedule.describe(), kernel.schedule.id
     peak = targets.get(target).peak_flops(kernel.threads)
     if target != "host":
@@ -318,14 +320,14 @@ def _tune_layer(row: LayerTuning, layer: Layer, graph: Graph, values: dict[str, 
         row.peak_fraction = row.flops / row.seconds / peak if row.seconds else None
         return
     local, form = in_form(layer, graph, values, {})
-    weights = arranged(kernel, mapping.weights(layer, graph))
+    runner, weights = bind(kernel, mapping.weights(layer, graph))
     ready = {**weights, **arranged(kernel, mapping.arrays(layer, graph, local, Outputs(layer.layouts)))}
-    row.seconds = median_seconds(lambda: kernel.run_arranged(**ready), repeat)
+    row.seconds = median_seconds(lambda: runner.run_arranged(**ready), repeat)
     row.peak_fraction = row.flops / row.seconds / peak
     if runtime is None:
         return
     # Afresh, as a model runs it: the timed calls accumulated into the output.
-    arrays = run(kernel, mapping.arrays(layer, graph, local, Outputs(layer.layouts)), weights)
+    arrays = run(runner, mapping.arrays(layer, graph, local, Outputs(layer.layouts)), weights)
     ours = to_form(mapping.output(layer, graph, arrays, local), form, "nchw")
     session, feeds = _node_session(runtime, layer.node, graph, values, threads)
     output_name = session.get_outputs()[0].name

@@ -28,11 +28,12 @@ damage stays local and that needs no recovery of a whole file wins.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,21 @@ from swauto.errors import SwautoError
 from swauto.schedule.candidate import Candidate
 
 LOG = "tuning.jsonl"
+Record = tuple[str, dict[str, Any], dict[str, Any]]  # key, candidate (its JSON form), details
+_listeners: list[list[Record]] = []  # `recorded` blocks open in this process
+
+
+@contextlib.contextmanager
+def recorded() -> Iterator[list[Record]]:
+    """Within the block, every record this process appends to the log is listed too (key, candidate's
+    JSON form, details), written or not: what a worker tuned, for a process that does not share its log
+    (`swauto.models.tune.tune_layers`) to `record` again."""
+    records: list[Record] = []
+    _listeners.append(records)
+    try:
+        yield records
+    finally:
+        _listeners.remove(records)
 
 
 def request_key(source_text: str, params: Mapping[str, int], target: str, tuner: str, threads: int,
@@ -121,6 +137,8 @@ def record(key: str, candidate: Candidate, details: Mapping[str, Any], folder: P
     path = _log(folder)
     # The leading newline ends a line left torn by a crash or a full disk, so a record never glues onto one.
     choice = candidate.to_dict()
+    for records in _listeners:
+        records.append((key, choice, dict(details)))
     line = ("\n" + json.dumps({"key": key, "candidate": choice, "check": _check(key, choice), **details}) + "\n")
     line = line.encode()
     try:
