@@ -5,12 +5,14 @@ the same model and PyTorch (where installed) running its nodes in eager mode, si
     python benchmarks/onnx_networks.py [--batches 1 8] [--threads 1 2] [--repeat 5]
 
 Per network, batch and thread count: the compile time (model tuning and code generation of each distinct
-layer, a fresh cache folder but for the host's calibration), the median of `--repeat` end-to-end calls
-of each, the ratio, and the largest error of the output against onnxruntime's relative to its largest
-value; and, from `swauto.tune_model`, the sum over the nodes of the layers' own kernel times (arrays
-already in their layouts) against onnxruntime's nodes run alone, which tells the kernels apart from what
-`Model` adds between them (layout conversions, NumPy's bias). PyTorch runs the graph node by node with
-`torch.nn.functional` on the ONNX graph's weights (`torch_runner`), as a hand-written eager model would.
+layer, a fresh cache folder but for the host's calibration), the median of `--repeat` end-to-end calls of
+each, the ratio, swauto's time with every 3 x 3 layer on the implicit convolution (timed in turns with
+the model: what choosing Winograd's forms gave) and how many layers took one of them, and the largest
+error of the output against onnxruntime's relative to its largest value; and, from `swauto.tune_model`,
+the sum over the nodes of the layers' own kernel times (arrays already in their layouts) against
+onnxruntime's nodes run alone, which tells the kernels apart from what `Model` adds between them (layout
+conversions, NumPy's bias). PyTorch runs the graph node by node with `torch.nn.functional` on the ONNX
+graph's weights (`torch_runner`), as a hand-written eager model would.
 Prints the machine and the date; writes benchmarks/results/onnx_networks.{csv,md}.
 """
 
@@ -23,11 +25,13 @@ import time
 
 import numpy as np
 from common import header, steady_allocator, write_tables
+from common import median_seconds as in_turns
 
 from swauto.tuner.measure import median_seconds
 
 SETTLE_S = 1.0  # after another runtime ran: its spinning threads go to sleep
-FIELDS = ["network", "batch", "threads", "compile_s", "swauto_ms", "onnxruntime_ms", "onnxruntime_vs_swauto",
+FIELDS = ["network", "batch", "threads", "compile_s", "swauto_ms", "implicit_only_ms", "winograd_layers",
+          "onnxruntime_ms", "onnxruntime_vs_swauto",
           "torch_ms", "torch_vs_swauto", "error", "kernels_ms", "onnxruntime_nodes_ms", "layers", "nodes"]
 
 
@@ -77,7 +81,7 @@ def measure(network: str, batch: int, threads: int, repeat: int) -> dict[str, ob
     import onnxruntime
 
     import swauto
-    from swauto.models import zoo
+    from swauto.models import layers, zoo
 
     proto = getattr(zoo, network)()
     started = time.perf_counter()
@@ -87,7 +91,17 @@ def measure(network: str, batch: int, threads: int, repeat: int) -> dict[str, ob
     # Each runtime is timed alone: onnxruntime's and OpenMP's idle threads spin for a while after a
     # run, taking cores from whatever runs next (swauto was 1.5x slower timed right after onnxruntime).
     ours = model(input=x)["fc"]
-    swauto_ms = 1e3 * median_seconds(lambda: model(input=x), repeat)
+    # The same network with every 3 x 3 layer on the implicit convolution (no Winograd to choose), timed
+    # in turns with the model: what the choice of Winograd's forms gives (`layers._WINOGRAD`).
+    winograd, layers._WINOGRAD = layers._WINOGRAD, {}
+    try:
+        implicit = swauto.Model(proto, batch=batch, threads=threads)
+    finally:
+        layers._WINOGRAD = winograd
+    swauto_s, implicit_s = in_turns(lambda: model(input=x), lambda: implicit(input=x), repeat=repeat)
+    swauto_ms, implicit_ms = 1e3 * swauto_s, 1e3 * implicit_s
+    winograd_layers = sum(model.kernels[layer.key].operator.name.startswith("conv2d_winograd")
+                          for layer in model.layers if layer.alternatives)
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     session = onnxruntime.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
@@ -106,7 +120,8 @@ def measure(network: str, batch: int, threads: int, repeat: int) -> dict[str, ob
         torch_ms = 1e3 * median_seconds(lambda: torch_run(x), repeat)
         time.sleep(SETTLE_S)
     return {"network": network, "batch": batch, "threads": threads, "compile_s": round(compile_s, 2),
-            "swauto_ms": round(swauto_ms, 2), "onnxruntime_ms": round(onnxruntime_ms, 2),
+            "swauto_ms": round(swauto_ms, 2), "implicit_only_ms": round(implicit_ms, 2),
+            "winograd_layers": winograd_layers, "onnxruntime_ms": round(onnxruntime_ms, 2),
             "onnxruntime_vs_swauto": round(onnxruntime_ms / swauto_ms, 3),
             "torch_ms": torch_ms and round(torch_ms, 2), "torch_vs_swauto": torch_ms and round(torch_ms / swauto_ms, 3),
             "error": float(np.abs(ours - theirs).max() / np.abs(theirs).max()),
