@@ -64,9 +64,8 @@ def layers(path: Path, kernel: int | None, models: list[str] | None) -> list[dic
 
 def winograd_applies(layer: dict[str, str]) -> bool:
     """Whether the Winograd convolutions (examples/conv2d_winograd*.sw) compute `layer`: dense, 3 x 3,
-    stride 1, padded alike on every side."""
-    return (layer["groups"] == "1" and layer["kr"] == layer["kc"] == "3" and layer["stride"] == "1"
-            and layer["pad_r"] == layer["pad_c"])
+    stride 1."""
+    return layer["groups"] == "1" and layer["kr"] == layer["kc"] == "3" and layer["stride"] == "1"
 
 
 def measure(layer: dict[str, str], batch: int, threads: int, repeat: int, choose: bool,
@@ -83,7 +82,6 @@ def measure(layer: dict[str, str], batch: int, threads: int, repeat: int, choose
     constants = ["weight"] if constant_weights else []
     started = time.perf_counter()
     if choose and winograd_applies(layer):
-        params = {**{k: v for k, v in params.items() if k not in ("pad_r", "pad_c")}, "pad": pad_r}
         algorithms = [EXAMPLES / example, *(EXAMPLES / f"conv2d_winograd{f}.sw" for f in ("", "4"))]
         kernel = swauto.choose(algorithms, params, target="host", threads=threads, constants=constants)
     else:

@@ -1,11 +1,11 @@
 """Run a whole ONNX model with swauto kernels: `Model` compiles each distinct layer once and runs the
 nodes in order, each through its kernel.
 
-The weights are arranged once, in the layouts the kernels keep them in, or prepared once where a
-kernel computes from them apart (a Winograd convolution's filter transform: `layers.bind`). The window operators'
-activations (convolution, batch norm, pooling) are held in one memory form, [rows, columns, batch,
-channels] (`layers.ACTIVATION_FORM`), to which every such kernel is pinned, and element-wise maps work
-in their inputs' form: nothing is converted between layers but where a node wants ONNX's NCHW
+The weights are arranged once, in the layouts the kernels keep them in, or prepared once where a kernel
+computes from them apart (a Winograd convolution's filter transform: `layers.bind`). The window
+operators' activations (convolution, batch norm, pooling) are held in one memory form, [rows, columns,
+batch, channels] (`layers.ACTIVATION_FORM`), to which every such kernel is pinned, and element-wise maps
+work in their inputs' form: nothing is converted between layers but where a node wants ONNX's NCHW
 (Flatten) and at the model's edges. Each node writes arrays kept from call to call (`layers.Outputs`),
 so a call allocates only its results. Batch norms after convolutions are folded into them
 (`rewrite.fold_batch_norms`), and residual adds and activations after them fused into them
