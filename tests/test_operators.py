@@ -167,14 +167,15 @@ def test_outputs_are_overwritten_and_intermediates_are_not_arguments():
     assert relative_error(arrays["y"], expected) < 1e-5
 
 
-def _direct_convolution(x: np.ndarray, w: np.ndarray, stride: int, pad: int, pad_c: int | None = None) -> np.ndarray:
-    """output[ro, co, No, B] of input[Ri, Ci, Ni, B] and weight[Kr, Kc, No, Ni], in float64 (`pad`
-    rows and `pad_c`, by default `pad`, columns of zeros on each side)."""
-    pad_c = pad if pad_c is None else pad_c
+def _direct_convolution(x: np.ndarray, w: np.ndarray, stride: int, pad_r: int, pad_c: int | None = None
+                        ) -> np.ndarray:
+    """output[ro, co, No, B] of input[Ri, Ci, Ni, B] and weight[Kr, Kc, No, Ni], in float64 (`pad_r`
+    rows and `pad_c`, by default as many, columns of zeros on each side)."""
+    pad_c = pad_r if pad_c is None else pad_c
     ri, ci = x.shape[:2]
     kr, kc = w.shape[:2]
-    x = np.pad(x.astype(np.float64), ((pad, pad), (pad_c, pad_c), (0, 0), (0, 0)))
-    ro, co = (ri + 2 * pad - kr) // stride + 1, (ci + 2 * pad_c - kc) // stride + 1
+    x = np.pad(x.astype(np.float64), ((pad_r, pad_r), (pad_c, pad_c), (0, 0), (0, 0)))
+    ro, co = (ri + 2 * pad_r - kr) // stride + 1, (ci + 2 * pad_c - kc) // stride + 1
     return sum(np.einsum("rcib,oi->rcob", x[r:r + stride * ro:stride, c:c + stride * co:stride], w[r, c])
                for r in range(kr) for c in range(kc))
 

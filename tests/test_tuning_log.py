@@ -24,6 +24,22 @@ def test_a_recorded_choice_is_found_again(tmp_path):
     assert database.lookup(key, tmp_path) == CANDIDATE
 
 
+def test_recorded_lists_what_the_block_records_even_where_the_log_cannot_be_written(tmp_path):
+    """What a tuning worker hands back (`swauto.models.tune.tune_layers`): every record made inside the
+    block, in order, whether the log took it or not (a file where the folder should be)."""
+    keys = [database.request_key("operator g(...)", {"M": size}, "host", "model", 1) for size in (256, 512)]
+    database.record(keys[0], CANDIDATE, {}, tmp_path)  # before the block: not listed
+    blocked = tmp_path / "not a folder"
+    blocked.write_text("")
+    with database.recorded() as records:
+        database.record(keys[1], CANDIDATE, {"tuning_s": 2.0}, tmp_path)
+        with pytest.warns(CacheWarning):
+            database.record(keys[0], CANDIDATE, {}, blocked)
+    database.record(keys[1], CANDIDATE, {}, tmp_path)  # after it: not listed
+    assert records == [(keys[1], CANDIDATE.to_dict(), {"tuning_s": 2.0}), (keys[0], CANDIDATE.to_dict(), {})]
+    assert Candidate.from_json(records[0][1]) == CANDIDATE
+
+
 def test_any_difference_in_the_request_is_another_key():
     base = ("operator g(...)", {"M": 512}, "sw26010", "model", 1)
     keys = {
