@@ -37,6 +37,7 @@ OPERATORS = {
     "conv2d_relu6": {"B": 2, "Ni": 7, "No": 9, "Ri": 6, "Ci": 5, "Kr": 1, "Kc": 1, "stride": 1, "pad": 0},
     "conv2d_depthwise_relu": {"B": 2, "C": 5, "Ri": 5, "Ci": 4, "stride": 1, "pad": 1},
     "conv2d_winograd_relu": {"B": 2, "Ni": 5, "No": 6, "Ri": 5, "Ci": 4, "pad_r": 1, "pad_c": 0},
+    "conv2d_winograd4_relu": {"B": 2, "Ni": 5, "No": 6, "Ri": 6, "Ci": 7, "pad_r": 0, "pad_c": 1},
     "conv2d_depthwise_relu6": {"B": 2, "C": 11, "Ri": 6, "Ci": 5, "stride": 2, "pad": 1},
     "lstm": {"T": 3, "B": 5, "In": 7, "H": 6},
     "lstm_baseline": {"T": 3, "B": 5, "In": 7, "H": 6},
