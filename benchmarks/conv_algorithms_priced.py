@@ -7,17 +7,15 @@ Per layer (a 3 x 3 convolution at stride 1, padded by 1, and a ReLU, as `swauto.
 activations pinned channels innermost, the weights as constants, prepared once): `conv2d_relu.sw`,
 `conv2d_winograd_relu.sw` (F(2x2, 3x3)) and `conv2d_winograd4_relu.sw` (F(4x4, 3x3)), each the model's
 pick, timed in turns (medians of `--repeat` calls of the prepared kernel on arranged arrays) beside the
-model's price. Then each kernel's statements alone (its top-level nests grouped by the statement their
-buffers belong to, `s<i>_`; a kernel of one statement names none), each compiled and timed in turns the
-same way on the kernel's own arrays, beside the model's price of that statement alone: which statements
-the model prices wrong. Prints the machine and the date; writes
-benchmarks/results/conv_algorithms_priced.{csv,md}.
+model's price. Then each kernel's statements alone (its top-level nests grouped by the compute statement
+their buffers belong to), each compiled and timed in turns the same way on the kernel's own arrays,
+beside the model's price of that statement alone: which statements the model prices wrong. Prints the
+machine and the date; writes benchmarks/results/conv_algorithms_priced.{csv,md}.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 from dataclasses import replace
 
 import numpy as np
@@ -30,11 +28,13 @@ FIELDS = ["layer", "threads", "algorithm", "statement", "primitives", "measured_
 
 
 def statements(module):
-    """The kernel's top-level statements grouped by the compute statement their buffers belong to (a
-    nest and the transfers placed around it), each as a module of its own with every allocation."""
+    """The kernel's top-level statements grouped by the compute statement whose buffers they use
+    (`LocalBuffer.statement`: a nest and the transfers placed around it; 'other' for those that use
+    none), each as a module of its own with every allocation."""
     from swauto.ir.nodes import Alloc, Call, Dma, Seq, Zero, seq
     from swauto.ir.visitor import walk
 
+    owner = {buffer.name: buffer.statement for buffer in module.buffers}
     body = module.body.stmts if isinstance(module.body, Seq) else (module.body,)
     allocs = [stmt for stmt in body if isinstance(stmt, Alloc)]
     groups: dict[str, list] = {}
@@ -47,8 +47,8 @@ def statements(module):
                 names.add(node.buffer.name)
             elif isinstance(node, Call):
                 names |= {access.name for _, access in node.operands}
-        indices = sorted({int(m.group(1)) for name in names if (m := re.match(r"s(\d+)_", name))})
-        groups.setdefault(str(indices[0]) if indices else "unnamed", []).append(stmt)  # one statement: unnamed
+        used = sorted({owner[name] for name in names if name in owner})
+        groups.setdefault(str(used[0]) if used else "other", []).append(stmt)
     for index, stmts in groups.items():
         primitives = sorted({node.primitive for stmt in stmts for node, _ in walk(stmt) if isinstance(node, Call)})
         yield index, ",".join(primitives), replace(module, body=seq(*allocs, *stmts))

@@ -168,11 +168,9 @@ def test_outputs_are_overwritten_and_intermediates_are_not_arguments():
     assert relative_error(arrays["y"], expected) < 1e-5
 
 
-def _direct_convolution(x: np.ndarray, w: np.ndarray, stride: int, pad_r: int, pad_c: int | None = None
-                        ) -> np.ndarray:
+def _direct_convolution(x: np.ndarray, w: np.ndarray, stride: int, pad_r: int, pad_c: int) -> np.ndarray:
     """output[ro, co, No, B] of input[Ri, Ci, Ni, B] and weight[Kr, Kc, No, Ni], in float64 (`pad_r`
-    rows and `pad_c`, by default as many, columns of zeros on each side)."""
-    pad_c = pad_r if pad_c is None else pad_c
+    rows and `pad_c` columns of zeros on each side)."""
     ri, ci = x.shape[:2]
     kr, kc = w.shape[:2]
     x = np.pad(x.astype(np.float64), ((pad_r, pad_r), (pad_c, pad_c), (0, 0), (0, 0)))
@@ -213,7 +211,7 @@ def test_winograd_in_channel_blocks_with_tails_is_a_convolution(target):
     arrays = _inputs(kernel.operator)
     start = arrays["output"].copy()
     kernel(**arrays)
-    expected = start + _direct_convolution(arrays["input"], arrays["weight"].astype(np.float64), 1, 1)
+    expected = start + _direct_convolution(arrays["input"], arrays["weight"].astype(np.float64), 1, 1, 1)
     assert relative_error(arrays["output"], expected) < 1e-5
 
 

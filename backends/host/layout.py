@@ -15,7 +15,7 @@ sharing L1 sets.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from math import gcd, prod
 
@@ -143,8 +143,7 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
     uses = _uses(module, knobs, width)
     moves = _moves(module)
     in_place = read_in_place(module, knobs, width, cache_resident, uses, moves)
-    kept_copied = set() if knobs.output_views else {  # GEMMs' C tiles, copied in and out
-        node.output.name for node, _ in walk(module.body) if isinstance(node, Call) and node.signature.kind == "gemm"}
+    kept_copied = set() if knobs.output_views else set(moves.gemms)  # GEMMs' C tiles, copied in and out
     layouts = {tensor.name: row_major(tensor.shape) for tensor in module.tensors}
     views: dict[str, str] = {}
     for buffer in module.buffers:
@@ -157,7 +156,7 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
             layouts[buffer.name] = packed(buffer.shape, axis, panel, _k_axes(module, buffer.name))
         elif cache_resident and buffer.name not in kept_copied \
                 and (view := _view(module, buffer.name, buffer.shape, moves)) is not None \
-                and _lanes_contiguous(module, buffer.name, view[1]):
+                and _lanes_contiguous(moves.gemms.get(buffer.name, ()), view[1]):
             views[buffer.name], layouts[buffer.name] = view[0], view[1]
         else:
             layouts[buffer.name] = row_major(buffer.shape, pad=True)
@@ -237,32 +236,33 @@ def one_row_tile(gemm: Call, knobs: Knobs) -> bool:
     return dict(gemm.sizes)[gemm_roles(gemm)["broadcast"][0]] <= knobs.rows
 
 
-def _lanes_contiguous(module: Module, buffer: str, layout: Layout) -> bool:
-    """Whether every GEMM that accumulates into `buffer` finds the lanes of its vectors next to each other
-    in `layout` (the axis of its C access that carries the vectorized dimension has stride 1). A view of
-    an NCHW output tile has its channels' lanes a plane apart: the micro-kernel would multiply them one
-    lane at a time (conv2d_nchw at B = 1, one pixel per GEMM: 30 ms), where a copy in and out of the
-    64 channels keeps whole vectors (5 ms)."""
-    for node, _ in walk(module.body):
-        if isinstance(node, Call) and node.signature.kind == "gemm" and node.output.name == buffer:
-            axis = innermost_axis(node.operand("C"))
-            if axis is not None and layout.axes[axis].strides != (1,):
-                return False
+def _lanes_contiguous(gemms: Sequence[Call], layout: Layout) -> bool:
+    """Whether every one of `gemms` (those that accumulate into a buffer) finds the lanes of its vectors
+    next to each other in the buffer's `layout` (the axis of its C access that carries the vectorized
+    dimension has stride 1). A view of an NCHW output tile has its channels' lanes a plane apart: the
+    micro-kernel would multiply them one lane at a time (conv2d_nchw at B = 1, one pixel per GEMM: 30 ms),
+    where a copy in and out of the 64 channels keeps whole vectors (5 ms)."""
+    for gemm in gemms:
+        axis = innermost_axis(gemm.operand("C"))
+        if axis is not None and layout.axes[axis].strides != (1,):
+            return False
     return True
 
 
 @dataclass(frozen=True)
 class _Moves:
-    """What the statements of a module do to its buffers: each one's transfers, and the buffers zeroed
-    and written by a call (one walk, read by `_view` for every buffer)."""
+    """What the statements of a module do to its buffers: each one's transfers, the buffers zeroed and
+    written by a call, and the GEMMs that accumulate into each (one walk, read by `plan` for every buffer)."""
 
     dmas: Mapping[str, tuple[Dma, ...]]
     zeroed: frozenset[str]
     written: frozenset[str]
+    gemms: Mapping[str, tuple[Call, ...]]
 
 
 def _moves(module: Module) -> _Moves:
     dmas: dict[str, list[Dma]] = {}
+    gemms: dict[str, list[Call]] = {}
     zeroed, written = set(), set()
     for node, _ in walk(module.body):
         if isinstance(node, Dma):
@@ -271,7 +271,10 @@ def _moves(module: Module) -> _Moves:
             zeroed.add(node.buffer.name)
         elif isinstance(node, Call):
             written.add(node.output.name)
-    return _Moves({name: tuple(nodes) for name, nodes in dmas.items()}, frozenset(zeroed), frozenset(written))
+            if node.signature.kind == "gemm":
+                gemms.setdefault(node.output.name, []).append(node)
+    return _Moves({name: tuple(nodes) for name, nodes in dmas.items()}, frozenset(zeroed), frozenset(written),
+                  {name: tuple(nodes) for name, nodes in gemms.items()})
 
 
 def _view(module: Module, buffer: str, shape: tuple[int, ...], moves: _Moves) -> tuple[str, Layout] | None:
