@@ -50,7 +50,8 @@ def quiet_machine(cpu: str = "test-cpu") -> host_model.Machine:
         l3_reach=16 << 20, peak_flops=120e9,
         register_tiles=((4, 2), (6, 2)),  # AVX2's defaults: they fit every instruction set's registers
         parallel_call_seconds=2e-6, l3_restart_seconds=1e-8, dram_restart_seconds=3e-8,
-        l2_view_bandwidth=40e9, l3_view_bandwidth=30e9, dram_view_bandwidth=25e9, output_views=True)
+        l2_view_bandwidth=40e9, l3_view_bandwidth=30e9, dram_view_bandwidth=25e9, l2_stream_bandwidth=60e9,
+        l3_stream_bandwidth=40e9, dram_stream_bandwidth=12e9, output_views=True)
 
 
 @pytest.fixture
@@ -758,6 +759,28 @@ def test_a_transfer_moved_off_its_runs_restarts_them_and_one_moved_along_them_go
                                                     rel=0.01)
     bound = [host_model.estimate(module, 1, machine, ordered=False).seconds for module in modules]
     assert bound[0] == pytest.approx(bound[1])
+
+
+def test_stream_rates_are_a_tiled_maps_transfers_over_its_time_less_the_maps(monkeypatch):
+    """`_stream_rates` (faked times: the add in L2 takes its map's time plus its transfers' bytes at 50 GB/s,
+    in L3 at 80 GB/s, beyond at 10 GB/s): the rate is the transfers' bytes over the time left once the
+    map's operand bytes at the L1 map rate are taken out, never faster beyond a level than within it."""
+    machine = quiet_machine()
+    sizes = iter([machine.l2_bytes // 2, machine.l3_reach, 2 * machine.l3_reach])
+    rates_wanted = iter([50e9, 80e9, 10e9])
+
+    def fake_best(function):
+        size = next(sizes)
+        module = host_model._add_module(max(host_model.STREAM_TILE, size // 12), host_model.STREAM_TILE)
+        moved = sum(4 * np.prod(node.tensor.extents) * host_model._trips(loops)
+                    for node, loops in walk(module.body) if isinstance(node, Dma))
+        return max(1, (32 << 20) // size) * (moved / machine.l1_map_bandwidth + moved / next(rates_wanted))
+
+    monkeypatch.setattr(host_model, "_best_seconds", fake_best)
+    rates = host_model._stream_rates(machine.l2_bytes, machine.l3_reach, machine.l1_map_bandwidth)
+    assert rates["l2_stream_bandwidth"] == pytest.approx(50e9)  # the add's map moves as many bytes as its transfers
+    assert rates["l3_stream_bandwidth"] == rates["l2_stream_bandwidth"]  # a disturbed L2 reading: not faster in L3
+    assert rates["dram_stream_bandwidth"] == pytest.approx(10e9)
 
 
 def test_in_place_rates_are_what_the_tiles_moved_and_the_restarted_runs_take(monkeypatch):

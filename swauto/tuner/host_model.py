@@ -40,7 +40,7 @@ import numpy as np
 
 from swauto.ir import expr as ex
 from swauto.ir.analysis import executions, trip_count
-from swauto.ir.nodes import Access, Call, Dma, For, Module, Seq, Stmt, Tensor
+from swauto.ir.nodes import Access, Alloc, Call, Dma, For, Module, Seq, Stmt, Tensor, seq
 from swauto.ir.visitor import walk
 
 if TYPE_CHECKING:
@@ -48,13 +48,14 @@ if TYPE_CHECKING:
 
 CALIBRATION_FILE = "host_machine.json"
 CACHE_LINE_BYTES = 64
-CALIBRATION_VERSION = 15  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
+CALIBRATION_VERSION = 16  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
 # 9: the FMA latency and the loads of a K step, measured on panels in L1; 10: a map's bandwidth on tiles in L1;
 # 11: a panel's stream out of L2 and L3 into the micro-kernel, the loads of a K step clear of the FMA latency;
 # 12: the micro-kernel's rates timed in interleaved rounds (stored ones were up to 30% low), copies with
 # ordinary stores, the L3's reach; 13: what a transfer's run costs where it does not continue the last one's,
 # tiles in place (views) at their own measured rate; 14: whether GEMMs' C tiles are views or copies; 15: the
-# loads of a K step timed in a one-row register tile (the default tile's split it into latency-bound columns)
+# loads of a K step timed in a one-row register tile (the default tile's split it into latency-bound columns);
+# 16: a map's transfers at the rate of the backend's own tiled map (`*_stream_bandwidth`)
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,11 @@ class Machine:
     l2_view_bandwidth: float
     l3_view_bandwidth: float
     dram_view_bandwidth: float
+    # Bytes per second the transfers of a map's tiles (gets and puts, or views where the tensors are
+    # cache-resident) move, the tensors in L2, L3, beyond (`_stream_rates`)
+    l2_stream_bandwidth: float
+    l3_stream_bandwidth: float
+    dram_stream_bandwidth: float
     output_views: bool  # GEMMs read and write their C tiles in place: that ran faster than copies here
 
     def knobs(self, micro_kernel: tuple[int, int] | None) -> Knobs:
@@ -150,6 +156,7 @@ _PLAUSIBLE: dict[str, tuple[float, float]] = {
     "l1_bytes": _BYTES, "l2_bytes": _BYTES, "l3_bytes": _BYTES, "l3_reach": _BYTES,
     "parallel_call_seconds": (0.0, 1e-2), "l3_restart_seconds": (0.0, 1e-5), "dram_restart_seconds": (0.0, 1e-5),
     "l2_view_bandwidth": _BANDWIDTH, "l3_view_bandwidth": _BANDWIDTH, "dram_view_bandwidth": _BANDWIDTH,
+    "l2_stream_bandwidth": _BANDWIDTH, "l3_stream_bandwidth": _BANDWIDTH, "dram_stream_bandwidth": _BANDWIDTH,
 }
 
 
@@ -197,9 +204,13 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
         if _cache_resident(module, machine) else {}
     nodes = [(node, loops) for node, loops in walk(module.body) if isinstance(node, Dma | Call)]
     transposing = _transposing_buffers(nodes)
+    # Tiles only maps, reductions and transforms read and write: their transfers stream at a map's rate.
+    gemm_tiles = {access.name for node, _ in nodes if isinstance(node, Call) and node.signature.kind == "gemm"
+                  for _, access in node.operands}
     footprint = _footprint(module)
     level = _level_bandwidth(footprint, machine)
     view_bandwidth = _view_bandwidth(footprint, machine)
+    stream_bandwidth = _stream_bandwidth(footprint, machine)
     restart = _restart_seconds(footprint, machine) if ordered else 0.0
     # Per node of a parallel group, its segment's (compute share, traffic share); the others run on one
     # thread. On one thread, where the parallel phases would start changes nothing: they are not looked for.
@@ -237,7 +248,8 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
         trips = executions(loops, node.runs_if) if isinstance(node, Call) else _trips(loops)
         bandwidth = level
         if isinstance(node, Dma):
-            bandwidth = view_bandwidth if node.buffer.name in views else \
+            bandwidth = stream_bandwidth if node.buffer.name not in gemm_tiles else \
+                view_bandwidth if node.buffer.name in views else \
                 machine.transpose_bandwidth if node.buffer.name in transposing else level
         taps = taps_around(node, loops) if isinstance(node, Call) else 1
         node_flops, node_bytes, compute, traffic = _node_cost(node, machine, bandwidth, tile, shapes, taps,
@@ -273,6 +285,7 @@ def least_seconds(nest: Module, threads: int, machine: Machine) -> Callable[[int
                   for count in {1, threads})
     footprint = _footprint(nest)
     bandwidth = max(_level_bandwidth(footprint, machine), machine.transpose_bandwidth,
+                    _stream_bandwidth(footprint, machine),
                     _view_bandwidth(footprint, machine) if _cache_resident(nest, machine) else 0.0) * threads
     return lambda moved: compute + moved / bandwidth
 
@@ -429,6 +442,11 @@ def _level(footprint: int, machine: Machine) -> str:
 def _view_bandwidth(footprint: int, machine: Machine) -> float:
     """The rate a tile in place moves at where `footprint` bytes of tensors live."""
     return getattr(machine, f"{_level(footprint, machine)}_view_bandwidth")
+
+
+def _stream_bandwidth(footprint: int, machine: Machine) -> float:
+    """The rate a map's tiles move at where `footprint` bytes of tensors live."""
+    return getattr(machine, f"{_level(footprint, machine)}_stream_bandwidth")
 
 
 def _restart_seconds(footprint: int, machine: Machine) -> float:
@@ -755,7 +773,7 @@ def calibrate(cpu: str) -> Machine:
         measured=datetime.date.today().isoformat(),
         **rate,
         vector_lanes=select().width,
-        l1_map_bandwidth=_map_bandwidth(l1 // 2),
+        l1_map_bandwidth=(l1_map := _map_bandwidth(l1 // 2)),
         l2_map_bandwidth=_map_bandwidth(l2 // 2),
         **_panel_bandwidths(l1, l2, l3, rate["latency_accumulators"]),
         l2_bandwidth=max(_copy_bandwidth(l2 // 4), l3_copy),
@@ -772,6 +790,7 @@ def calibrate(cpu: str) -> Machine:
         output_views=output_views(tiles[0]),
         parallel_call_seconds=_fork_join_seconds(),
         **_in_place_rates(l2, reach),
+        **_stream_rates(l2, reach, l1_map),
     )
 
 
@@ -987,25 +1006,64 @@ PARALLEL_BENCHMARK = """operator add(N = 1024) {
   tensor y[N]
   tensor z[N]
   compute { add(N = N, X = x, Y = y, Z = z) }
-  schedule { split add.N by {16} }
+  schedule { split add.N by {TILE} }
 }"""
+STREAM_TILE = 2048  # elements of each operand's tile in `_stream_rates`: the three fit L1
+
+
+def _add_module(size: int, tile: int) -> Module:
+    """The host IR of `PARALLEL_BENCHMARK` on tensors of `size` elements in tiles of `tile`."""
+    from swauto.api import load
+    from swauto.machine import HostScratchpad
+    from swauto.pipeline import lower
+    from swauto.tuner.space import explore
+
+    op = load(PARALLEL_BENCHMARK.replace("TILE", str(tile)), {"N": size})
+    return lower(op, explore(op, HostScratchpad()).candidates[0], HostScratchpad())[-1][1]
+
+
+def _stream_rates(l2: int, reach: int, l1_map_bandwidth: float) -> dict[str, float]:
+    """`*_stream_bandwidth`: the add `z = x + y` as the backend compiles it, in tiles of `STREAM_TILE` (views
+    of the tensors where they are cache-resident, else copies: `backends/host/layout.plan`), its tensors
+    filling the most each level holds as `_level` counts (half the L2, the L3's reach) and beyond the reach
+    (twice it), run again and again for about 32 MB moved: the bytes its transfers move over its
+    time less its map's operand bytes at `l1_map_bandwidth` (as `_node_cost` prices them on tiles in L1), the
+    best of several runs. Nothing
+    is faster beyond a level than within it."""
+    from swauto.backends.host import compile_module
+    from swauto.ir.expr import Const
+
+    rates = {}
+    for level, size in (("l2", l2 // 2), ("l3", reach), ("dram", 2 * reach)):
+        module = _add_module(max(STREAM_TILE, size // 12), STREAM_TILE)
+        body = module.body.stmts if isinstance(module.body, Seq) else (module.body,)
+        allocs = [stmt for stmt in body if isinstance(stmt, Alloc)]
+        rest = [stmt for stmt in body if not isinstance(stmt, Alloc)]
+        repeat = max(1, (32 << 20) // size)
+        program = compile_module(replace(module, body=seq(*allocs, For("repeat", Const(0), Const(repeat), 1,
+                                                                          seq(*rest)))))
+        arrays = {tensor.name: np.ones(tensor.shape, np.float32) for tensor in module.tensors}
+        moved = sum(4 * prod(node.tensor.extents) * _trips(loops)
+                    for node, loops in walk(module.body) if isinstance(node, Dma))
+        mapped = sum(4 * sum(prod(access.extents) for _, access in node.operands) * _trips(loops)
+                     for node, loops in walk(module.body) if isinstance(node, Call)) / l1_map_bandwidth
+        seconds = _best_seconds(lambda p=program, a=arrays: p.run(a, threads=1)) / repeat
+        rates[f"{level}_stream_bandwidth"] = moved / max(seconds - mapped, seconds / 2)
+    rates["l3_stream_bandwidth"] = min(rates["l3_stream_bandwidth"], rates["l2_stream_bandwidth"])
+    rates["dram_stream_bandwidth"] = min(rates["dram_stream_bandwidth"], rates["l3_stream_bandwidth"])
+    return rates
 
 
 def parallel_call_seconds() -> float:
     """What a call shared out to every available core takes beyond the same call on one core: the native
     pool's fork and join (`backends/host/threads`), the best of many calls of an almost empty kernel on
     each; 0 where one core is all there is."""
-    from swauto.api import load
     from swauto.backends.host import available_threads, compile_module
-    from swauto.machine import HostScratchpad
-    from swauto.pipeline import lower
-    from swauto.tuner.space import explore
 
     cores = available_threads()
     if cores == 1:
         return 0.0
-    op = load(PARALLEL_BENCHMARK, {})
-    program = compile_module(lower(op, explore(op, HostScratchpad()).candidates[0], HostScratchpad())[-1][1])
+    program = compile_module(_add_module(1024, 16))
     arrays = {name: np.ones(1024, np.float32) for name in ("x", "y", "z")}
     one, every = _interleaved_best([lambda: program.run(arrays, threads=1),
                                     lambda: program.run(arrays, threads=cores)], runs=100)
