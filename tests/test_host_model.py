@@ -18,7 +18,8 @@ from swauto.backends.host import compile_module, parallel
 from swauto.backends.host.isa import ISAS, select
 from swauto.backends.host.knobs import Knobs, default_knobs, register_tile_choices
 from swauto.errors import ArgumentError
-from swauto.ir.nodes import Call, Dma, Seq
+from swauto.ir.expr import Const, Var
+from swauto.ir.nodes import Access, Call, Dma, Seq
 from swauto.ir.visitor import walk
 from swauto.machine import SUNWAY, HostScratchpad, local_memory_machine
 from swauto.passes.plan_local_memory import plan_local_memory
@@ -829,3 +830,23 @@ def test_a_c_block_swept_by_the_innermost_loop_between_its_taps_is_priced_coming
                                          for ordered in (True, False)]
     assert revisits["cCo_outer"][0] > 0 and revisits["cKc_outer"][0] == 0
     assert revisits["cCo_outer"][1] == revisits["cKc_outer"][1] == 0
+
+
+def test_a_transfer_is_priced_by_its_contiguous_blocks_in_the_tensor_windows_included():
+    """A transfer's rows are its contiguous blocks in the tensor (`dma_pattern`), whatever the box's
+    axes: a window of joined kernel taps (Inception-v3 Conv2d_2b_3x3's input, 4 output columns x 3 taps
+    x 32 channels, rows of 96 channels) and a first layer's image rows of 3 channels moved whole are
+    priced at their bytes (they were a line per 4 and per 12 bytes); an NCHW pixel's channels, 4 bytes
+    apart, still a line each."""
+    machine = quiet_machine()
+    bandwidth = machine.l3_bandwidth
+    window = Access("input", (Var("r"), Var("c") * 4, Const(0), Const(0), Const(0)), (1, 4, 3, 1, 32),
+                    ("K", "M", "K", None, "K"), walks=(0, 1, 1, 2, 3))
+    rows = Access("input", (Var("r"), Const(0), Const(0), Const(0)), (2, 224, 3, 1), ("M", "M", "K", None))
+    pixels = Access("input", (Const(0), Const(0), Var("r"), Var("c")), (1, 64, 1, 1), (None, "K", "M", "M"))
+    shapes = {"window": (147, 147, 1, 32), "rows": (224, 224, 3, 1), "pixels": (1, 64, 56, 56)}
+    for name, box, lines in (("window", window, 0), ("rows", rows, 0), ("pixels", pixels, 64)):
+        box = replace(box, name="input")
+        dma = Dma("get", box, Access("tile", tuple(Const(0) for _ in box.extents), box.extents, box.dims), "ready")
+        _, size, _, seconds = host_model._node_cost(dma, machine, bandwidth, (4, 2), {"input": shapes[name]})
+        assert seconds == pytest.approx((lines * host_model.CACHE_LINE_BYTES or size) / bandwidth), name
