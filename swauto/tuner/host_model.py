@@ -1,23 +1,24 @@
 """The host performance model: flops against the micro-kernel's measured rate plus its cost per
 accumulator (loading and storing C around the K loop), packing (DMA) traffic against the bandwidth of
-the memory level its data comes from (a cache line per row where the rows are shorter), tiles the
+the memory level its data comes from (a cache line per contiguous block shorter than one), tiles the
 backend holds in place (views: `backends/host/layout.plan`) at the measured rate of tiles read and
-written in place, the operands' trips
-between the caches (C tiles swept out between visits, vector panels streamed, a broadcast operand of
-short runs fetched where the innermost loop moves it, a transfer's runs started anew where the innermost
-loop around it moves its box off them), and the parallel nest's iterations shared by the
-threads, in each segment of an operator of several statements (each segment
-shared out also pays the native pool's measured fork and join).
+written in place, the tiles only maps, reductions and transforms touch at the measured rate of the
+backend's own tiled map, the operands' trips between the caches (C tiles swept out between visits,
+vector panels streamed, a broadcast operand of short runs fetched where the innermost loop moves it, a
+transfer's runs started anew where the innermost loop around it moves its box off them), and the
+parallel nest's iterations shared by the threads, in each segment of an operator of several statements
+(each segment shared out also pays the native pool's measured fork and join).
 
 Its machine constants come from `calibrate()`, a micro-benchmark of a few seconds (the micro-kernel on
 cache-resident panels at a long and a short K, whole GEMMs with each register tile the instruction set
-allows, copies sized for L2, L3 and DRAM, GEMMs whose C tiles restart their runs or go on along them,
-the core's peak: an in-register FMA loop, and an almost empty kernel on one core and on all), run once per
-machine and stored with the date in the cache directory (`host_machine.json`); a different CPU measures
-again, and so does `recalibrate()` (`swauto calibrate`). Every timing is the best of several short runs,
-and the micro-kernel's rate is checked against the FMA peak, so another process running during calibration
-is measured again or not stored. A stored file that is damaged (not JSON, the wrong shape, a constant that
-is zero, negative, NaN, infinite or absurd) is measured again and overwritten, with a `CacheWarning`.
+allows, copies sized for L2, L3 and DRAM, the backend's tiled add at each, GEMMs whose C tiles restart
+their runs or go on along them, the core's peak: an in-register FMA loop, and an almost empty kernel on one
+core and on all), run once per machine and stored with the date in the cache directory
+(`host_machine.json`); a different CPU measures again, and so does `recalibrate()` (`swauto calibrate`).
+Every timing is the best of several short runs, and the micro-kernel's rate is checked against the FMA
+peak, so another process running during calibration is measured again or not stored. A stored file that
+is damaged (not JSON, the wrong shape, a constant that is zero, negative, NaN, infinite or absurd) is
+measured again and overwritten, with a `CacheWarning`.
 """
 
 from __future__ import annotations
@@ -1031,10 +1032,9 @@ def _stream_rates(l2: int, reach: int, l1_map_bandwidth: float) -> dict[str, flo
     """`*_stream_bandwidth`: the add `z = x + y` as the backend compiles it, in tiles of `STREAM_TILE` (views
     of the tensors where they are cache-resident, else copies: `backends/host/layout.plan`), its tensors
     filling the most each level holds as `_level` counts (half the L2, the L3's reach) and beyond the reach
-    (twice it), run again and again for about 32 MB moved: the bytes its transfers move over its
-    time less its map's operand bytes at `l1_map_bandwidth` (as `_node_cost` prices them on tiles in L1), the
-    best of several runs. Nothing
-    is faster beyond a level than within it."""
+    (twice it), run again and again for about 32 MB moved: the bytes its transfers move over its time less
+    its map's operand bytes at `l1_map_bandwidth` (as `_node_cost` prices them on tiles in L1), the best
+    of several runs. Nothing is faster beyond a level than within it."""
     from swauto.backends.host import compile_module
     from swauto.ir.expr import Const
 
