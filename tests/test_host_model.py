@@ -846,7 +846,6 @@ def test_a_transfer_is_priced_by_its_contiguous_blocks_in_the_tensor_windows_inc
     pixels = Access("input", (Const(0), Const(0), Var("r"), Var("c")), (1, 64, 1, 1), (None, "K", "M", "M"))
     shapes = {"window": (147, 147, 1, 32), "rows": (224, 224, 3, 1), "pixels": (1, 64, 56, 56)}
     for name, box, lines in (("window", window, 0), ("rows", rows, 0), ("pixels", pixels, 64)):
-        box = replace(box, name="input")
         dma = Dma("get", box, Access("tile", tuple(Const(0) for _ in box.extents), box.extents, box.dims), "ready")
         _, size, _, seconds = host_model._node_cost(dma, machine, bandwidth, (4, 2), {"input": shapes[name]})
         assert seconds == pytest.approx((lines * host_model.CACHE_LINE_BYTES or size) / bandwidth), name
