@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import swauto
 from swauto.api import load
-from swauto.machine import SUNWAY
+from swauto.ir.expr import Const
+from swauto.ir.nodes import Dma, For
+from swauto.ir.visitor import walk
+from swauto.machine import SUNWAY, HostScratchpad
 from swauto.pipeline import lower
 from swauto.schedule.candidate import Candidate
 from swauto.tuner.cost_model import estimate, traffic
@@ -60,3 +63,23 @@ def test_rank_orders_by_predicted_time_then_traffic(gemm_source):
     keys = [(r.estimate.seconds, r.estimate.dma_bytes) for r in ranked]
     assert keys == sorted(keys)
     assert swauto.compile(gemm_source, PARAMS, target="sw26010").schedule == ranked[0].candidate
+
+
+def test_a_peeled_copys_transfers_outside_every_loop_open_its_own_statement(gemm_source):
+    """GEMM 512 x 448 x 1152 in tiles of 128 x 256 x 256, the M tiles' loop outside K's: N's last tile
+    (192) and K's (128) run in peeled copies. Hoisted over K, B's boxes of the main N tiles (1 MB and 128
+    KB) sit in the N loop, those of the peeled N copy (768 and 96 KB) outside every loop: they open that
+    copy (live while it runs), so B fits a 2 MiB local memory hoisted out of the M loop, where counted
+    beside the N loop's at the kernel's root they stayed inside it, moved again for every M tile."""
+    machine = HostScratchpad(ldm_bytes=2 << 20)
+    params = {"M": 512, "N": 448, "K": 1152}
+    candidate = Candidate((("M", 128), ("N", 256), ("K", 256)), ("N_outer", "M_outer", "K_outer"), "N")
+    module = dict(lower(load(gemm_source, params), candidate, machine))["hoist_dma"]
+    gets = [(node, loops) for node, loops in walk(module.body)
+            if isinstance(node, Dma) and node.tensor.name == "B"]
+    assert gets and all("M_outer" not in [loop.var for loop in loops] for _, loops in gets)
+    body = module.body.stmts
+    main = next(index for index, stmt in enumerate(body) if isinstance(stmt, For) and stmt.var == "N_outer")
+    peeled = [index for index, stmt in enumerate(body)
+              if isinstance(stmt, Dma) and stmt.tensor.name == "B" and Const(256) in stmt.tensor.starts]
+    assert peeled and all(index > main for index in peeled)

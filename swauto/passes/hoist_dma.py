@@ -4,7 +4,9 @@ Guarantees: starting from algorithm 7's placement, each operand's transfer moves
 its dependent loops (its box grows to cover every iteration of those loops, and the primitive reads
 its tile at an offset; every peeled copy of the nest crosses those of the loops it has, as far as
 its own box allows: `call_levels`) so that the bytes moved are as few as possible while every buffer still fits
-local memory (counting double buffering when it will be applied); among placements that move as
+local memory (counting double buffering when it will be applied; the statements of the nest's body, the
+peeled copies of its outermost loops, one at a time, each with the transfers only it uses, the transfers
+several share beside them all); among placements that move as
 few bytes, the one using the least local memory. An output tile stays in local memory from its get
 to its put: it is hoisted only over loops where `swauto.ir.dependence` proves that no other call
 inside that window writes an element of it (its put would overwrite that call's result), and not
@@ -21,14 +23,14 @@ from math import prod
 from swauto.errors import Rejected
 from swauto.ir.analysis import trip_count
 from swauto.ir.dependence import disjoint, loop_ranges
-from swauto.ir.nodes import Call, LocalBuffer, Module, Seq
-from swauto.ir.visitor import walk
+from swauto.ir.nodes import Call, LocalBuffer, Module
 from swauto.machine import DTYPE_BYTES, LocalMemoryMachine
 from swauto.passes.infer_dma import (
     TransferBox,
     buffer_names,
     call_levels,
     hoistable,
+    nest_calls,
     place_transfers,
     transfer_box,
 )
@@ -63,12 +65,14 @@ def _option(scheduled: Module, role: str, level: int, machine: LocalMemoryMachin
     calls = boxes.calls
     name = buffer_names(calls[0][0])[role]
     placements: dict[tuple, tuple[int, tuple[int, ...], int | None]] = {}
+    users: dict[tuple, set[int]] = {}  # per transfer outside every loop, the statements whose calls share it
     for index, ((call, loops), levels) in enumerate(zip(calls, call_levels(calls, {role: level}), strict=True)):
         access = dict(call.transfers)[role]
         tensor = scheduled.tensor(access.name)
         box = boxes(index, role, levels[role])
         # Calls whose transfers coincide (same loop, same box and padding) share them.
         key = (None if box.home is None else id(box.home), box.starts, box.extents, access.pad)
+        users.setdefault(key, set()).add(boxes.segments[index])
         if key in placements:
             continue
         enclosing = loops[: loops.index(box.home) + 1] if box.home is not None else ()
@@ -77,11 +81,15 @@ def _option(scheduled: Module, role: str, level: int, machine: LocalMemoryMachin
         moved = prod(box.extents) * DTYPE_BYTES[tensor.dtype] * trips * (2 if both_ways else 1)
         pad = access.pad or (0,) * len(box.extents)
         placements[key] = (moved, tuple(e + p for e, p in zip(box.extents, pad, strict=True)),
-                           None if box.home is None else boxes.segments[index])
+                           boxes.segments[index])
     moved = sum(m for m, _, _ in placements.values())
-    local: dict[int | None, int] = {}  # per statement of the nest's body (None: outside every loop)
-    for _, shape, segment in placements.values():
-        local[segment] = local.get(segment, 0) + aligned(per_cpe_bytes(LocalBuffer(name, shape), machine))
+    # Per statement of the nest's body; None: a transfer outside every loop that calls of several
+    # statements share, at the kernel's root (one of a single statement's calls opens that statement:
+    # `place_transfers`).
+    local: dict[int | None, int] = {}
+    for key, (_, shape, segment) in placements.items():
+        where = None if key[0] is None and len(users[key]) > 1 else segment
+        local[where] = local.get(where, 0) + aligned(per_cpe_bytes(LocalBuffer(name, shape), machine))
     return moved, local.pop(None, 0) + max(local.values(), default=0)
 
 
@@ -114,7 +122,7 @@ def hoist_dma(scheduled: Module, machine: LocalMemoryMachine, double_buffered: b
               placed: Module | None = None) -> Module:
     """`scheduled` is the IR before any transfer was placed (the input of `infer_dma`); `placed`, if
     given, is `infer_dma(scheduled)`, which this would otherwise compute again."""
-    segments, calls = _calls(scheduled)
+    segments, calls = nest_calls(scheduled)
     boxes = _Boxes(calls, segments)
     roles = tuple(role for role, _ in calls[0][0].transfers)
     caps = dict.fromkeys(roles, 0)  # how far each operand can move at most
@@ -156,13 +164,3 @@ def cheapest(options: Sequence[Sequence[tuple[int, int]]], room: int, factor: in
         if factor * local <= room and (best is None or (moved, local, picks) < best):
             best = (moved, local, picks)
     return None if best is None else best[2]
-
-
-def _calls(module: Module) -> tuple[list[int], list[tuple[Call, tuple]]]:
-    """The primitive calls of a nest (its peeled copies' included) with their enclosing loops, and per
-    call the statement of the nest's body that holds it."""
-    body = module.body.stmts if isinstance(module.body, Seq) else (module.body,)
-    found = [(index, (node, loops)) for index, stmt in enumerate(body) for node, loops in walk(stmt)
-             if isinstance(node, Call)]
-    return [index for index, _ in found], [call for _, call in found]
-

@@ -2,8 +2,10 @@
 
 Guarantees: after this pass every primitive operand is a box of a local buffer. For each operand
 box of a tensor, a local buffer is allocated at the root, and a `dma get` (then a wait) is placed
-as the leftmost child of the innermost loop whose iterator the box's address depends on (at the
-root when it depends on none). For an output, the same get when the primitive combines into it
+as the leftmost child of the innermost loop whose iterator the box's address depends on (when it
+depends on none: before the statement of the nest's body whose calls use it, the peeled copies of the
+outermost loops each opening with its own, or at the root where calls of several share it). For an
+output, the same get when the primitive combines into it
 (a GEMM, a reduction; none when it only stores its result) and a `dma put` (then a wait) as the
 rightmost child of that loop, once every iteration inside it has updated the tile. Calls fused into
 a producer (`Call.epilogue`) become statements just before that put, on the tile, their other
@@ -26,7 +28,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from swauto.ir import expr as ex
-from swauto.ir.nodes import Access, Alloc, Call, Dma, DmaWait, For, LocalBuffer, Module, Stmt, Zero, seq
+from swauto.ir.nodes import Access, Alloc, Call, Dma, DmaWait, For, LocalBuffer, Module, Seq, Stmt, Zero, seq
 from swauto.ir.visitor import Rewriter, walk
 
 
@@ -197,18 +199,29 @@ def _rename(placement: _Placement, old: str, new: str) -> _Placement:
 
 def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> Module:
     """Algorithm 7, with operand `X` hoisted over its `hoist[X]` innermost dependent loops."""
-    calls = [(node, loops) for node, loops in walk(module.body) if isinstance(node, Call)]
+    segments, calls = nest_calls(module)
     assert calls, "place_transfers expects primitive calls"
     names = buffer_names(calls[0][0])
+    # A transfer outside every loop goes at the start (and end) of the statement of the nest's body
+    # that holds its calls, where only one does (the peeled copies of the outermost loops run one after
+    # another: its buffer is live there alone); at the kernel's root where calls of several share it.
+    call_hoists = call_levels(calls, hoist or {})
+    root_users: dict[tuple, set[int]] = {}
+    for (call, loops), levels, segment in zip(calls, call_hoists, segments, strict=True):
+        for role, access in call.transfers:
+            box = transfer_box(access, loops, levels[role])
+            if box.home is None:
+                root_users.setdefault((role, box.starts, box.extents, access.pad), set()).add(segment)
     # Calls of peeled copies share a buffer only where they share the transfer; a copy whose transfer
     # sits elsewhere gets its own buffer, or one copy's tile would overwrite another's.
     buffers: dict[tuple, str] = {}
     shapes: dict[str, tuple[int, ...]] = {}
-    before: dict[int | None, list[Stmt]] = {}
-    after: dict[int | None, list[Stmt]] = {}
+    before: dict[object, list[Stmt]] = {}  # by the loop whose body holds them (its id), a segment, or None
+    after: dict[object, list[Stmt]] = {}
     new_calls: dict[int, Call] = {}
-    for (call, loops), levels in zip(calls, call_levels(calls, hoist or {}), strict=True):
+    for (call, loops), levels in zip(calls, call_hoists, strict=True):
         placed: dict[str, _Placement] = {}
+        keys: dict[str, object] = {}
         out = call.output_role
         for role, access in call.transfers:
             tensor = module.tensor(access.name)
@@ -217,7 +230,12 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
             reads = not writes or call.signature.reads_output() and not zeroed
             draft = place(access, loops, levels[role], names[role], reads, writes, tensor.shape,
                           module.context, zeroed)
-            key = None if draft.home is None else id(draft.home)
+            key: object = id(draft.home) if draft.home is not None else None
+            if draft.home is None:
+                box = transfer_box(access, loops, levels[role])
+                users = root_users[role, box.starts, box.extents, access.pad]
+                key = ("segment", *users) if len(users) == 1 else None
+            keys[role] = key
             identity = (role, key, draft.before, draft.after)
             if identity not in buffers:
                 taken = sum(1 for other in buffers if other[0] == role)
@@ -234,8 +252,8 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
             epilogue = tuple(consumer.with_operands(lambda role, access, i=index: operand(role, access, i))
                              for index, consumer in enumerate(call.epilogue))
             placed[out] = replace(placed[out], after=(*epilogue, *placed[out].after))
-        for placement in placed.values():
-            key = None if placement.home is None else id(placement.home)
+        for role, placement in placed.items():
+            key = keys[role]
             for target, statements in ((before, placement.before), (after, placement.after)):
                 listed = target.setdefault(key, [])
                 if not all(stmt in listed for stmt in statements):
@@ -257,9 +275,22 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
     # The GEMM lays its tiles out over the 8 x 8 mesh; the other primitives are data-parallel.
     spread = "mesh" if calls[0][0].signature.kind == "gemm" else "flat"
     allocated = tuple(LocalBuffer(name, shape, "float32", spread=spread) for name, shape in shapes.items())
-    body = seq(*(Alloc(b.name) for b in allocated), *before.get(None, []), Place().rewrite(module.body),
+    nest = module.body.stmts if isinstance(module.body, Seq) else (module.body,)
+    body = seq(*(Alloc(b.name) for b in allocated), *before.get(None, []),
+               *(stmt for index, statement in enumerate(nest)
+                 for stmt in (*before.get(("segment", index), []), Place().rewrite(statement),
+                              *after.get(("segment", index), []))),
                *after.get(None, []))
     return replace(module, buffers=module.buffers + allocated, body=body)
+
+
+def nest_calls(module: Module) -> tuple[list[int], list[tuple[Call, tuple[For, ...]]]]:
+    """The primitive calls of a nest (its peeled copies' included) with their enclosing loops, and per
+    call the statement of the nest's body that holds it."""
+    body = module.body.stmts if isinstance(module.body, Seq) else (module.body,)
+    found = [(index, (node, loops)) for index, stmt in enumerate(body) for node, loops in walk(stmt)
+             if isinstance(node, Call)]
+    return [index for index, _ in found], [call for _, call in found]
 
 
 def infer_dma(module: Module) -> Module:
