@@ -64,7 +64,7 @@ def _option(scheduled: Module, role: str, level: int, machine: LocalMemoryMachin
     the transfers outside every loop."""
     calls = boxes.calls
     name = buffer_names(calls[0][0])[role]
-    placements: dict[tuple, tuple[int, tuple[int, ...], int | None]] = {}
+    placements: dict[tuple, tuple[int, tuple[int, ...], int]] = {}  # bytes moved, buffer shape, statement
     users: dict[tuple, set[int]] = {}  # per transfer outside every loop, the statements whose calls share it
     for index, ((call, loops), levels) in enumerate(zip(calls, call_levels(calls, {role: level}), strict=True)):
         access = dict(call.transfers)[role]

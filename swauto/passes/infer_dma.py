@@ -206,12 +206,14 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
     # that holds its calls, where only one does (the peeled copies of the outermost loops run one after
     # another: its buffer is live there alone); at the kernel's root where calls of several share it.
     call_hoists = call_levels(calls, hoist or {})
-    root_users: dict[tuple, set[int]] = {}
-    for (call, loops), levels, segment in zip(calls, call_hoists, segments, strict=True):
+    roots: dict[tuple[int, str], tuple] = {}  # per (call, role) transfer outside every loop: what it moves
+    root_users: dict[tuple, set[int]] = {}  # per such transfer: the statements whose calls use it
+    for index, ((call, loops), levels) in enumerate(zip(calls, call_hoists, strict=True)):
         for role, access in call.transfers:
             box = transfer_box(access, loops, levels[role])
             if box.home is None:
-                root_users.setdefault((role, box.starts, box.extents, access.pad), set()).add(segment)
+                roots[index, role] = (role, box.starts, box.extents, access.pad)
+                root_users.setdefault(roots[index, role], set()).add(segments[index])
     # Calls of peeled copies share a buffer only where they share the transfer; a copy whose transfer
     # sits elsewhere gets its own buffer, or one copy's tile would overwrite another's.
     buffers: dict[tuple, str] = {}
@@ -219,7 +221,7 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
     before: dict[object, list[Stmt]] = {}  # by the loop whose body holds them (its id), a segment, or None
     after: dict[object, list[Stmt]] = {}
     new_calls: dict[int, Call] = {}
-    for (call, loops), levels in zip(calls, call_hoists, strict=True):
+    for index, ((call, loops), levels) in enumerate(zip(calls, call_hoists, strict=True)):
         placed: dict[str, _Placement] = {}
         keys: dict[str, object] = {}
         out = call.output_role
@@ -230,10 +232,10 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
             reads = not writes or call.signature.reads_output() and not zeroed
             draft = place(access, loops, levels[role], names[role], reads, writes, tensor.shape,
                           module.context, zeroed)
-            key: object = id(draft.home) if draft.home is not None else None
-            if draft.home is None:
-                box = transfer_box(access, loops, levels[role])
-                users = root_users[role, box.starts, box.extents, access.pad]
+            if draft.home is not None:
+                key: object = id(draft.home)
+            else:
+                users = root_users[roots[index, role]]
                 key = ("segment", *users) if len(users) == 1 else None
             keys[role] = key
             identity = (role, key, draft.before, draft.after)
@@ -275,9 +277,8 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
     # The GEMM lays its tiles out over the 8 x 8 mesh; the other primitives are data-parallel.
     spread = "mesh" if calls[0][0].signature.kind == "gemm" else "flat"
     allocated = tuple(LocalBuffer(name, shape, "float32", spread=spread) for name, shape in shapes.items())
-    nest = module.body.stmts if isinstance(module.body, Seq) else (module.body,)
     body = seq(*(Alloc(b.name) for b in allocated), *before.get(None, []),
-               *(stmt for index, statement in enumerate(nest)
+               *(stmt for index, statement in enumerate(_nest_statements(module))
                  for stmt in (*before.get(("segment", index), []), Place().rewrite(statement),
                               *after.get(("segment", index), []))),
                *after.get(None, []))
@@ -287,10 +288,14 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
 def nest_calls(module: Module) -> tuple[list[int], list[tuple[Call, tuple[For, ...]]]]:
     """The primitive calls of a nest (its peeled copies' included) with their enclosing loops, and per
     call the statement of the nest's body that holds it."""
-    body = module.body.stmts if isinstance(module.body, Seq) else (module.body,)
-    found = [(index, (node, loops)) for index, stmt in enumerate(body) for node, loops in walk(stmt)
-             if isinstance(node, Call)]
+    found = [(index, (node, loops)) for index, stmt in enumerate(_nest_statements(module))
+             for node, loops in walk(stmt) if isinstance(node, Call)]
     return [index for index, _ in found], [call for _, call in found]
+
+
+def _nest_statements(module: Module) -> tuple[Stmt, ...]:
+    """The statements of the nest's body: its outermost loop and the peeled copies that follow it."""
+    return module.body.stmts if isinstance(module.body, Seq) else (module.body,)
 
 
 def infer_dma(module: Module) -> Module:

@@ -497,10 +497,9 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
         # window of joined kernel taps (more axes than its tensor) has its own (Inception-v3 Conv2d_2b_3x3
         # with a kernel row's taps in K, rows of 3 x 32 channels, was priced a line per 4 bytes: 32.0 ms
         # where it ran 9.4; now 11.7).
-        shape = (shapes or {}).get(box.name)
-        moved_box = node.moved_box()
-        row = 4 * (dma_pattern(shape, moved_box.extents, moved_box.steps, moved_box.walks).block
-                   if shape is not None else box.extents[-1])
+        engine = node.moved_box()
+        shape = (shapes or {}).get(box.name, engine.bounding_box().spans())  # no shapes: the box alone
+        row = 4 * dma_pattern(shape, engine.extents, engine.steps, engine.walks).block
         moved = size // row * CACHE_LINE_BYTES if row < CACHE_LINE_BYTES else size
         return 0, size, 0.0, moved / source_bandwidth
     if node.signature.kind != "gemm":
@@ -774,12 +773,13 @@ def calibrate(cpu: str) -> Machine:
     l3_array = min(l3 // 4, 8 << 20)
     l3_copy = max(_copy_bandwidth(l3_array), dram)
     reach = _l3_reach(l3_array, l3, l3_copy, dram)
+    l1_map = _map_bandwidth(l1 // 2)  # the stream rates take the maps' own time out at it
     return Machine(
         cpu=cpu,
         measured=datetime.date.today().isoformat(),
         **rate,
         vector_lanes=select().width,
-        l1_map_bandwidth=(l1_map := _map_bandwidth(l1 // 2)),
+        l1_map_bandwidth=l1_map,
         l2_map_bandwidth=_map_bandwidth(l2 // 2),
         **_panel_bandwidths(l1, l2, l3, rate["latency_accumulators"]),
         l2_bandwidth=max(_copy_bandwidth(l2 // 4), l3_copy),
