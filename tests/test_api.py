@@ -215,7 +215,8 @@ def test_choose_with_a_tuner_that_runs_candidates_keeps_the_algorithm_that_runs_
     from swauto.machine import SUNWAY
 
     params = {"B": 2, "Ni": 8, "No": 8, "Ri": 6, "Ci": 6}
-    kernel = swauto.choose([EXAMPLES / name for name in CONV_ALGORITHMS], params, target="sw26010", tuner="hybrid")
+    kernel = swauto.choose([EXAMPLES / name for name in CONV_ALGORITHMS], params, target="sw26010", tuner="hybrid",
+                            max_candidates=200)
     alternatives = [a for a in kernel.report["alternatives"] if a["applies"]]
     fastest = min(alternatives, key=lambda a: a["seconds"])
     assert kernel.operator.name == fastest["operator"]
