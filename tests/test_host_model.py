@@ -849,3 +849,26 @@ def test_a_transfer_is_priced_by_its_contiguous_blocks_in_the_tensor_windows_inc
         dma = Dma("get", box, Access("tile", tuple(Const(0) for _ in box.extents), box.extents, box.dims), "ready")
         _, size, _, seconds = host_model._node_cost(dma, machine, bandwidth, (4, 2), {"input": shapes[name]})
         assert seconds == pytest.approx((lines * host_model.CACHE_LINE_BYTES or size) / bandwidth), name
+
+
+def test_candidates_timed_in_turns_are_not_ranked_by_when_they_ran(monkeypatch):
+    """On a machine whose speed drifts (other tenants' load), a candidate timed after another looks slower
+    for running later: the measured tuners rank their finalists by times taken in turns (`tune`), which
+    the drift hits alike. Here the clock is simulated: every call costs its kernel's time, 1% more per
+    second that passed."""
+    from swauto.tuner import measure
+
+    clock = [0.0]
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: clock[0])
+
+    def kernel(seconds: float):
+        def call() -> None:
+            clock[0] += seconds * (1 + clock[0] / 100)
+        return call
+
+    slower, faster = kernel(1.05), kernel(1.0)
+    alone = [measure.median_seconds(function, measure.ROUNDS * 3) for function in (slower, faster)]
+    assert alone[0] < alone[1]  # the faster kernel, timed after the slower, looks slower
+    clock[0] = 0.0
+    in_turns = measure.median_seconds_in_turns([slower, faster], 3, measure.ROUNDS)
+    assert in_turns[0] > in_turns[1]

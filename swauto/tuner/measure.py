@@ -2,15 +2,18 @@
 
 `measure` times every legal candidate; `hybrid` only the host model's `top` best. Each candidate is
 compiled (through the JIT's disk cache), run once to warm up, then timed `runs` times on random
-inputs; its score is the median.
+inputs; its score is the median. The few fastest are then timed again in turns (`IN_TURNS`), which
+rank them: on a machine shared with others, the speed of the whole machine drifts while candidates
+are timed one after another (here the same program ran 10 - 15% apart a few seconds later), so a
+candidate's time alone says as much about when it ran as about the candidate.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -25,6 +28,8 @@ if TYPE_CHECKING:
     from swauto.backends.host.knobs import Knobs
 
 HYBRID_TOP = 8
+IN_TURNS = 8  # the fastest candidates timed again in turns, which rank them
+ROUNDS = 3  # the turns each of them takes (each a warm-up call and `runs` timed)
 
 
 @dataclass(frozen=True)
@@ -46,32 +51,57 @@ def rank_by_model(space: Space, threads: int, machine: Machine) -> list[Measured
 
 
 def tune(space: Space, threads: int, machine: Machine, top: int | None = None, runs: int = 3) -> list[Measured]:
-    """The `top` best candidates by the model (all with None), measured, fastest measured first."""
+    """The `top` best candidates by the model (all with None), measured, fastest measured first: the
+    `IN_TURNS` fastest of a first pass (each timed alone; none where there are no more of them) timed
+    again in turns, `ROUNDS` x `runs` calls each, first, by those times; the others after them."""
     ranked = rank_by_model(space, threads, machine)
     chosen = ranked if top is None else ranked[:top]
-    measured = [Measured(r.candidate, r.stages, r.predicted,
-                         time_module(r.stages[-1][1], threads, runs, machine.knobs(r.candidate.micro_kernel)))
-                for r in chosen]
-    return sorted(measured, key=lambda r: r.seconds)
+
+    def call(r: Measured) -> Callable[[], object]:
+        return kernel_call(r.stages[-1][1], threads, machine.knobs(r.candidate.micro_kernel))
+
+    alone = [median_seconds(call(r), runs) for r in chosen] if len(chosen) > IN_TURNS else [0.0] * len(chosen)
+    order = sorted(range(len(chosen)), key=alone.__getitem__)
+    finalists, rest = order[:IN_TURNS], order[IN_TURNS:]
+    in_turns = median_seconds_in_turns([call(chosen[i]) for i in finalists], runs, ROUNDS)
+    measured = [replace(chosen[i], seconds=seconds) for i, seconds in zip(finalists, in_turns, strict=True)]
+    return sorted(measured, key=lambda r: r.seconds) + [replace(chosen[i], seconds=alone[i]) for i in rest]
 
 
 def median_seconds(call: Callable[[], object], runs: int) -> float:
     """The median wall time of `runs` calls of `call`, after one call that warms caches up."""
-    call()
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+    return median_seconds_in_turns([call], runs, 1)[0]
 
 
-def time_module(module: Module, threads: int, runs: int = 3, knobs: Knobs | None = None) -> float:
-    """Median seconds of `runs` calls of `module`'s host kernel compiled with `knobs` (None: the
-    backend's default) on random inputs (after a warm-up)."""
+def median_seconds_in_turns(calls: Sequence[Callable[[], object]], runs: int, rounds: int) -> list[float]:
+    """Per function of `calls`, the median wall time of its `rounds` x `runs` calls: in each round each
+    function in turn is called once to warm the caches up (the others' data took them), then timed `runs`
+    times; every other round in the reverse order. A drift of the machine's speed meanwhile (other
+    tenants' load) then hits them alike."""
+    times: list[list[float]] = [[] for _ in calls]
+    turns = list(zip(calls, times, strict=True))
+    for round_ in range(rounds):
+        for function, samples in turns if round_ % 2 == 0 else turns[::-1]:
+            function()
+            for _ in range(runs):
+                started = time.perf_counter()
+                function()
+                samples.append(time.perf_counter() - started)
+    return [statistics.median(samples) for samples in times]
+
+
+def kernel_call(module: Module, threads: int, knobs: Knobs | None = None) -> Callable[[], object]:
+    """A call of `module`'s host kernel compiled with `knobs` (None: the backend's default) on random
+    inputs, the same at every call."""
     from swauto.backends.host import compile_module
 
     program = compile_module(module, knobs=knobs)
     rng = np.random.default_rng(0)
     arrays = {t.name: rng.standard_normal(t.shape, dtype=np.float32) for t in module.tensors}
-    return median_seconds(lambda: program.run(arrays, threads=threads), runs)
+    return lambda: program.run(arrays, threads=threads)
+
+
+def time_module(module: Module, threads: int, runs: int = 3, knobs: Knobs | None = None) -> float:
+    """Median seconds of `runs` calls of `module`'s host kernel compiled with `knobs` (None: the
+    backend's default) on random inputs (after a warm-up)."""
+    return median_seconds(kernel_call(module, threads, knobs), runs)
