@@ -81,7 +81,7 @@ def measure(network: str, batch: int, threads: int, repeat: int) -> dict[str, ob
     import onnxruntime
 
     import swauto
-    from swauto.models import layers, zoo
+    from swauto.models import zoo
 
     proto = getattr(zoo, network)()
     started = time.perf_counter()
@@ -92,12 +92,8 @@ def measure(network: str, batch: int, threads: int, repeat: int) -> dict[str, ob
     # run, taking cores from whatever runs next (swauto was 1.5x slower timed right after onnxruntime).
     ours = model(input=x)["fc"]
     # The same network with every 3 x 3 layer on the implicit convolution (no Winograd to choose), timed
-    # in turns with the model: what the choice of Winograd's forms gives (`layers._WINOGRAD`).
-    winograd, layers._WINOGRAD = layers._WINOGRAD, {}
-    try:
-        implicit = swauto.Model(proto, batch=batch, threads=threads)
-    finally:
-        layers._WINOGRAD = winograd
+    # in turns with the model: what the choice of Winograd's forms gives.
+    implicit = swauto.Model(proto, batch=batch, threads=threads, winograd=False)
     swauto_s, implicit_s = in_turns(lambda: model(input=x), lambda: implicit(input=x), repeat=repeat)
     swauto_ms, implicit_ms = 1e3 * swauto_s, 1e3 * implicit_s
     winograd_layers = sum(model.kernels[layer.key].operator.name.startswith("conv2d_winograd")

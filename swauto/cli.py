@@ -159,6 +159,8 @@ def _parser() -> argparse.ArgumentParser:
                            help="tune the layers on the workers of this Dask cluster (tcp://host:port)")
     model_cmd.add_argument("--no-compare", dest="compare", action="store_false",
                            help="do not run onnxruntime beside each layer")
+    model_cmd.add_argument("--no-winograd", dest="winograd", action="store_false",
+                           help="run every 3 x 3 layer on the implicit convolution (Winograd's round more)")
     model_cmd.add_argument("--plot", type=Path, metavar="FILE.png", help="draw each layer's GFLOPS")
 
     commands.add_parser("calibrate", help="measure this machine again for the host model and keep the result",
@@ -406,7 +408,7 @@ def _tune_model(args: argparse.Namespace) -> int:
         _check_plot_path(args.plot)
     tuning = tune_model(args.model, target=args.target, batch=params.get("batch"), threads=args.threads,
                         tuner=args.tuner, repeat=args.repeat, compare=args.compare, jobs=args.jobs,
-                        cluster=args.cluster)
+                        cluster=args.cluster, winograd=args.winograd)
     print(tuning.table())
     print(tuning.summary())
     if args.plot is not None:

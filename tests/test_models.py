@@ -146,6 +146,8 @@ def test_the_command_line_prints_the_table_and_draws_the_plot(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| conv1 | FusedConv |" in out and "9 compiled for host at batch 1" in out
     assert (tmp_path / "t.png").stat().st_size > 0
+    assert main(["tune-model", str(path), "-D", "batch=1", "--repeat", "1", "--no-compare", "--no-winograd"]) == 0
+    assert "| conv1 | FusedConv |" in capsys.readouterr().out
     assert main(["tune-model", str(path), "-D", "B=1"]) == 2
     assert "takes one parameter, -D batch=N" in capsys.readouterr().err
     assert main(["tune-model", str(path)]) == 2
@@ -199,6 +201,26 @@ def test_a_3x3_layer_weighs_winograd_and_runs_it_on_filters_transformed_once(alg
         None, {"x": x})[0]
     for _ in range(2):  # the prepared filters serve every call
         assert np.abs(model(x=x)["y"] - theirs).max() <= TOLERANCE * np.abs(theirs).max()
+
+
+def test_without_winograd_a_3x3_layer_runs_on_the_implicit_convolution():
+    """`Model(winograd=False)`: the layers that would weigh Winograd's forms take the implicit convolution
+    alone, with no prologue (their weights arranged, not transformed), and compute as onnxruntime does."""
+    import onnxruntime
+
+    b = _Builder()
+    b.node("Relu", [b.conv("x", 40, 40, 3, "conv_a")], "y", "relu_a")
+    proto = b.model("implicit", [1, 40, 5, 6], "y", [1, 40, 5, 6])
+    model = swauto.Model(proto, jobs=1, winograd=False)
+    assert [layer.sources for layer in model.layers] == [("conv2d_relu.sw",)]
+    (kernel,) = model.kernels.values()
+    assert kernel.operator.name == "conv2d_relu" and kernel.prologue is None
+    x = np.random.default_rng(2).standard_normal((1, 40, 5, 6), dtype=np.float32)
+    theirs = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    assert np.abs(model(x=x)["y"] - theirs).max() <= TOLERANCE * np.abs(theirs).max()
+    tuning = tune_model(proto, repeat=1, compare=False, winograd=False)  # and `swauto tune-model --no-winograd`
+    assert [row.operator for row in tuning.layers] == ["conv2d_relu.sw"]
 
 
 def test_a_model_refuses_what_it_cannot_run_in_one_sentence():

@@ -527,14 +527,17 @@ MAPPINGS: dict[str, OnnxMapping] = {
 }
 
 
-def layer_of(node: Node, graph: Graph, form: str = ACTIVATION_FORM) -> Layer:
-    """The swauto operator of `node`, its activations held in memory `form` ('hwcn' or 'hwnc');
-    `Unsupported` (a sentence) when there is none."""
+def layer_of(node: Node, graph: Graph, form: str = ACTIVATION_FORM, winograd: bool = True) -> Layer:
+    """The swauto operator of `node`, its activations held in memory `form` ('hwcn' or 'hwnc'), without
+    Winograd's convolutions to weigh where not `winograd` (their transforms round more than the implicit
+    convolution's sums); `Unsupported` (a sentence) when there is none."""
     mapping = MAPPINGS.get(node.op)
     if mapping is None:
         raise Unsupported(f"swauto has no operator for ONNX {node.op} (it maps {', '.join(sorted(MAPPINGS))})")
     if node.op == "Flatten" and node.attribute("axis", 1) != 1:
         raise Unsupported(f"Flatten at axis {node.attribute('axis')}: swauto keeps the batch as the first axis")
     layer = mapping.layer(node, graph)
+    if not winograd and layer.alternatives:  # the Winograd forms, and the filters they prepare
+        layer = replace(layer, alternatives=(), constants=())
     layout = tuple("hwcn".index(axis) for axis in form)
     return replace(layer, layouts={tensor: layout for tensor in mapping.activations})

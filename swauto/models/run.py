@@ -47,11 +47,12 @@ class Model:
     (NumPy's, or any that speaks DLPack: a PyTorch tensor is read in place);
     it returns the model's outputs by name. `Model.layers` lists each node's operator and candidate.
     Its distinct layers are tuned first on `jobs` local processes, or on the Dask `cluster` at that
-    address (`swauto.models.tune.tune_layers`)."""
+    address (`swauto.models.tune.tune_layers`). With `winograd` False, no layer weighs Winograd's
+    convolutions (`layers.layer_of`)."""
 
     def __init__(self, model: str | Path | Any, target: str = "host", batch: int | None = None,
                  threads: int | None = None, tuner: str = "model", jobs: int | None = None,
-                 cluster: str | None = None) -> None:
+                 cluster: str | None = None, winograd: bool = True) -> None:
         import swauto
         from swauto.models.tune import settings, tune_layers
 
@@ -66,7 +67,7 @@ class Model:
         self._runs: list[tuple[Any, dict[str, np.ndarray]]] = []
         for node in self.graph.nodes:
             try:
-                self.layers.append(layer_of(node, self.graph, self.form))
+                self.layers.append(layer_of(node, self.graph, self.form, winograd))
             except Unsupported as reason:
                 raise ModelError(f"node {node.name} ({node.op}) cannot run on swauto: {reason}") from None
         tune_layers([layer for layer in self.layers if layer.operator], target, threads, tuner, jobs, cluster)

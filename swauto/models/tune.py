@@ -158,12 +158,12 @@ def _cell(value: float | None, form: str) -> str:
 
 def tune_model(model: str | Path | Any, target: str = "host", batch: int | None = None, threads: int | None = None,
                tuner: str = "model", repeat: int = 5, compare: bool = True, jobs: int | None = None,
-               cluster: str | None = None) -> ModelTuning:
+               cluster: str | None = None, winograd: bool = True) -> ModelTuning:
     """Tune every distinct layer of the ONNX `model` (a path or an `onnx.ModelProto`) for `target` at
     `batch` (see the module docstring), with a progress bar on a terminal. `compare`: check and time
     each layer against onnxruntime on the host, where it is installed. `jobs`: processes that tune
     layers at once (`tune_layers`; default: the cores this process may use); `cluster`: the address of
-    a Dask cluster to tune them on instead."""
+    a Dask cluster to tune them on instead. `winograd`: as `swauto.Model`'s."""
     from tqdm import tqdm
 
     from swauto.frontend.integers import check_integer
@@ -175,7 +175,7 @@ def tune_model(model: str | Path | Any, target: str = "host", batch: int | None 
     groups: dict[Any, list[tuple[Node, Layer | None, str]]] = {}
     for node in graph.nodes:
         try:
-            layer = layer_of(node, graph)
+            layer = layer_of(node, graph, winograd=winograd)
             key: Any = layer.key if layer.operator else ("view", node.name)
             groups.setdefault(key, []).append((node, layer, "ok" if layer.operator else "no kernel"))
         except Unsupported as reason:
