@@ -458,6 +458,10 @@ def test_a_class_bound_at_an_overwriting_order_counts_the_taps_other_orders_skip
     machine = host_model.machine()
     op = load(EXAMPLES / "conv2d_bias_relu.sw", {"B": 2, "Ni": 3, "No": 40, "Ri": 29, "Ci": 29, "stride": 2})
     sketcher = Sketcher(op, target.machine(), target.sketch_model(1))
+
+    def flops(module, peeled=None):  # as the model counts them: guarded calls where their guards hold
+        return host_model.estimate(module, 1, machine, peeled, verify=False, ordered=peeled is not None).flops
+
     skipping = 0
     for group in _fusion_groups(op, unit_axes(op)):
         for _, first, orders in group[:1]:
@@ -465,10 +469,6 @@ def test_a_class_bound_at_an_overwriting_order_counts_the_taps_other_orders_skip
             if found is None or found[0] is None:
                 continue
             nest, bounded = found
-
-            def flops(module, peeled=None):
-                return host_model.estimate(module, 1, machine, peeled, verify=False, ordered=peeled is not None).flops
-
             bound_flops, every_tap = flops(nest.module), flops(replace(nest.module, body=_unguarded(nest.module.body)))
             for order in orders[::20]:
                 try:
