@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -137,6 +137,15 @@ def compile(  # noqa: A001 - the public name users expect
     is what runs at each call after that (`swauto.frontend.constants`). `schedule` then names a candidate
     of that per-call part.
     """
+    return _compile(source, params, target, schedule, tuner, threads, max_candidates, layouts, constants)
+
+
+def _compile(source: str | Path, params: Mapping[str, object] | None, target: str,
+             schedule: Candidate | str | Mapping[str, Any] | None, tuner: str, threads: int | None,
+             max_candidates: int, layouts: Layouts | None, constants: Collection[str],
+             deferred: bool = False) -> Kernel:
+    """`compile`; with `deferred`, the kernel's program (and its prologue's) is built where it is first
+    used (`_Deferred`), as `choose` wants for the algorithms it does not keep."""
     plugin = targets.get(target)
     _check_choice(tuner, TUNERS, "tuner")
     check_integer(max_candidates, "max_candidates", 1)  # now: the tuning log may spare building the space
@@ -150,19 +159,20 @@ def compile(  # noqa: A001 - the public name users expect
     names = _check_constants(whole, constants)
     split = split_constants(tree, names) if names else None
     if split is None:
-        kernel = _compile_checked(whole, plugin, schedule, tuner, threads, max_candidates, started)
+        kernel = _compile_checked(whole, plugin, schedule, tuner, threads, max_candidates, started, deferred)
         return replace(kernel, constants=names) if names else kernel
     ops = [_check_part(part, src, whole, split.handed, layouts or {}) for part in (split.prologue, split.body)]
-    prologue = _compile_checked(ops[0], plugin, None, tuner, threads, max_candidates, time.perf_counter())
-    body = _compile_checked(ops[1], plugin, schedule, tuner, threads, max_candidates, started)
+    prologue = _compile_checked(ops[0], plugin, None, tuner, threads, max_candidates, time.perf_counter(), deferred)
+    body = _compile_checked(ops[1], plugin, schedule, tuner, threads, max_candidates, started, deferred)
     body.report["prologue_predicted_s"] = prologue.report["predicted_s"]
     interface = tuple((t.name, t.shape) for t in whole.seed.tensors if not t.is_local)
     return replace(body, prologue=prologue, constants=names, handed=split.handed, interface=interface)
 
 
 def _compile_checked(op: BoundOperator, plugin: Target, schedule: Candidate | str | Mapping[str, Any] | None,
-                     tuner: str, threads: int | None, max_candidates: int, started: float) -> Kernel:
-    """`compile` of a checked operator (see there)."""
+                     tuner: str, threads: int | None, max_candidates: int, started: float,
+                     deferred: bool = False) -> Kernel:
+    """`compile` of a checked operator (see there); `deferred` as `_compile`'s."""
     host_threads = threads or available_threads()
     machine = plugin.machine()
     if schedule is not None:
@@ -187,7 +197,7 @@ def _compile_checked(op: BoundOperator, plugin: Target, schedule: Candidate | st
             host_threads, predicted = 1, alone
     threads = host_threads if plugin.threaded else 1
     module = stages[-1][1]
-    program = plugin.build(module, candidate)
+    program = _Deferred(lambda: plugin.build(module, candidate)) if deferred else plugin.build(module, candidate)
     report = _report(op, candidate, stages, plugin, threads, predicted, tuning_seconds)
     report["from_tuning_log"] = remembered
     return Kernel(op, candidate, stages, plugin.name, program, report, host_threads)
@@ -245,9 +255,9 @@ def choose(
     kernels: list[tuple[Kernel, dict[str, Any]]] = []  # each applying source's kernel and its alternative
     alternatives: list[dict[str, Any]] = []
     for source in sources:
-        try:
-            kernel = compile(source, params, target, tuner=tuner, threads=threads, max_candidates=max_candidates,
-                             layouts=layouts, constants=constants)
+        try:  # built only if kept (code generation and LLVM: half of a fresh compile of ResNet-18 at 32²)
+            kernel = _compile(source, params, target, None, tuner, threads, max_candidates, layouts, constants,
+                              deferred=True)
         except (UnsupportedSizes, ScheduleError) as error:  # this algorithm does not apply to these sizes
             name = _operator_name(source)
             alternatives.append({"operator": name, "applies": False, "reason": str(error)})
@@ -277,7 +287,34 @@ def choose(
     why += f", against {', '.join(others)}" if others else " (the only algorithm that applies)"
     best.report["alternatives"] = alternatives
     best.report["why"] = "; ".join([why, *skipped])
-    return best
+    return _built(best)
+
+
+class _Deferred:
+    """A target's program built where it is first used (a `Program`)."""
+
+    def __init__(self, build: Callable[[], Program]) -> None:
+        self._build = build
+        self._program: Program | None = None
+
+    def built(self) -> Program:
+        if self._program is None:
+            self._program = self._build()
+        return self._program
+
+    @property
+    def code(self) -> str:
+        return self.built().code
+
+    def run(self, arrays: dict[str, np.ndarray], threads: int) -> Mapping[str, Any] | None:
+        return self.built().run(arrays, threads)
+
+
+def _built(kernel: Kernel) -> Kernel:
+    """`kernel` with its program, and its prologue's, built now (`_Deferred`): a code generation error
+    comes up where the kernel is made, not at its first call."""
+    program = kernel.program.built() if isinstance(kernel.program, _Deferred) else kernel.program
+    return replace(kernel, program=program, prologue=kernel.prologue and _built(kernel.prologue))
 
 
 def _operator_name(source: str | Path) -> str:

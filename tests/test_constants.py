@@ -140,6 +140,31 @@ def test_choose_compares_calls_after_preparing_the_constants():
     assert seconds["conv2d_winograd4"] < unprepared.report["predicted_s"]
 
 
+def test_choose_builds_only_the_kernel_it_keeps_and_its_prologue(monkeypatch):
+    """`choose` compiles every algorithm to compare them, but generates code (LLVM on the host) only for
+    the one it keeps: its kernel and its prologue, which compute the operator called whole."""
+    from dataclasses import replace
+
+    from swauto import targets
+
+    real = targets.get("host")
+    built = []
+
+    def build(module, candidate):
+        built.append(module)
+        return real.build(module, candidate)
+
+    monkeypatch.setattr(targets, "get", lambda name: replace(real, build=build))
+    sources = [EXAMPLES / "conv2d_winograd.sw", EXAMPLES / "conv2d_winograd4.sw"]
+    kernel = swauto.choose(sources, WINOGRAD, target="host", constants=["weight"])
+    assert len(kernel.report["alternatives"]) == 2 and kernel.prologue is not None
+    assert built == [kernel.module, kernel.prologue.module]
+    arrays = _arrays(kernel)
+    expected = reference(load(EXAMPLES / f"{kernel.operator.name}.sw", WINOGRAD), arrays)
+    kernel(**arrays)
+    assert relative_error(arrays["output"], expected["output"]) < 1e-4
+
+
 @pytest.mark.parametrize(("constants", "message"), [
     (["output"], "it is an output"),
     (["filter"], "it is not one of its tensors"),
