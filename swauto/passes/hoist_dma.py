@@ -32,6 +32,7 @@ from swauto.passes.infer_dma import (
     hoistable,
     nest_calls,
     place_transfers,
+    statements_of_outside_transfers,
     transfer_box,
 )
 from swauto.passes.plan_local_memory import aligned, per_cpe_bytes, twin_bytes
@@ -65,14 +66,15 @@ def _option(scheduled: Module, role: str, level: int, machine: LocalMemoryMachin
     calls = boxes.calls
     name = buffer_names(calls[0][0])[role]
     placements: dict[tuple, tuple[int, tuple[int, ...], int]] = {}  # bytes moved, buffer shape, statement
-    users: dict[tuple, set[int]] = {}  # per transfer outside every loop, the statements whose calls share it
+    outside: list[tuple[tuple, int]] = []  # the transfers outside every loop, each with its call's statement
     for index, ((call, loops), levels) in enumerate(zip(calls, call_levels(calls, {role: level}), strict=True)):
         access = dict(call.transfers)[role]
         tensor = scheduled.tensor(access.name)
         box = boxes(index, role, levels[role])
         # Calls whose transfers coincide (same loop, same box and padding) share them.
         key = (None if box.home is None else id(box.home), box.starts, box.extents, access.pad)
-        users.setdefault(key, set()).add(boxes.segments[index])
+        if box.home is None:
+            outside.append((key, boxes.segments[index]))
         if key in placements:
             continue
         enclosing = loops[: loops.index(box.home) + 1] if box.home is not None else ()
@@ -84,11 +86,11 @@ def _option(scheduled: Module, role: str, level: int, machine: LocalMemoryMachin
                            boxes.segments[index])
     moved = sum(m for m, _, _ in placements.values())
     # Per statement of the nest's body; None: a transfer outside every loop that calls of several
-    # statements share, at the kernel's root (one of a single statement's calls opens that statement:
-    # `place_transfers`).
+    # statements share, at the kernel's root (`statements_of_outside_transfers`).
+    statement = dict(zip((key for key, _ in outside), statements_of_outside_transfers(outside), strict=True))
     local: dict[int | None, int] = {}
     for key, (_, shape, segment) in placements.items():
-        where = None if key[0] is None and len(users[key]) > 1 else segment
+        where = statement.get(key, segment)
         local[where] = local.get(where, 0) + aligned(per_cpe_bytes(LocalBuffer(name, shape), machine))
     return moved, local.pop(None, 0) + max(local.values(), default=0)
 

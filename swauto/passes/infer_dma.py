@@ -23,7 +23,7 @@ loops (the `hoist_dma` pass chooses how far; `call_levels` says how far each cal
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -202,18 +202,16 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
     segments, calls = nest_calls(module)
     assert calls, "place_transfers expects primitive calls"
     names = buffer_names(calls[0][0])
-    # A transfer outside every loop goes at the start (and end) of the statement of the nest's body
-    # that holds its calls, where only one does (the peeled copies of the outermost loops run one after
-    # another: its buffer is live there alone); at the kernel's root where calls of several share it.
     call_hoists = call_levels(calls, hoist or {})
-    roots: dict[tuple[int, str], tuple] = {}  # per (call, role) transfer outside every loop: what it moves
-    root_users: dict[tuple, set[int]] = {}  # per such transfer: the statements whose calls use it
+    outside: list[tuple[int, str]] = []  # the (call, role) transfers outside every loop
+    moves: list[tuple[tuple, int]] = []  # each one's identity and its call's statement
     for index, ((call, loops), levels) in enumerate(zip(calls, call_hoists, strict=True)):
         for role, access in call.transfers:
             box = transfer_box(access, loops, levels[role])
             if box.home is None:
-                roots[index, role] = (role, box.starts, box.extents, access.pad)
-                root_users.setdefault(roots[index, role], set()).add(segments[index])
+                outside.append((index, role))
+                moves.append(((role, box.starts, box.extents, access.pad), segments[index]))
+    statement = dict(zip(outside, statements_of_outside_transfers(moves), strict=True))
     # Calls of peeled copies share a buffer only where they share the transfer; a copy whose transfer
     # sits elsewhere gets its own buffer, or one copy's tile would overwrite another's.
     buffers: dict[tuple, str] = {}
@@ -235,8 +233,7 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
             if draft.home is not None:
                 key: object = id(draft.home)
             else:
-                users = root_users[roots[index, role]]
-                key = ("segment", *users) if len(users) == 1 else None
+                key = None if statement[index, role] is None else ("segment", statement[index, role])
             keys[role] = key
             identity = (role, key, draft.before, draft.after)
             if identity not in buffers:
@@ -283,6 +280,18 @@ def place_transfers(module: Module, hoist: Mapping[str, int] | None = None) -> M
                               *after.get(("segment", index), []))),
                *after.get(None, []))
     return replace(module, buffers=module.buffers + allocated, body=body)
+
+
+def statements_of_outside_transfers(moves: Sequence[tuple[Hashable, int]]) -> list[int | None]:
+    """Where each of a nest's transfers outside every loop goes, given its identity (equal: one transfer
+    its calls share) and the statement of the nest's body holding its call: at the start (and end) of that
+    statement where only its calls use the transfer (the peeled copies of the outermost loops run one
+    after another: its buffer is live there alone); None, at the kernel's root, where calls of several
+    statements share it. `place_transfers` places them so, `hoist_dma` counts their local memory so."""
+    users: dict[Hashable, set[int]] = {}
+    for identity, statement in moves:
+        users.setdefault(identity, set()).add(statement)
+    return [statement if len(users[identity]) == 1 else None for identity, statement in moves]
 
 
 def nest_calls(module: Module) -> tuple[list[int], list[tuple[Call, tuple[For, ...]]]]:
