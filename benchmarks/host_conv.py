@@ -11,8 +11,9 @@ from ../shared/workloads/cnn_conv_layers.csv
 benchmarks/workloads/networks.csv (ResNet-18, MobileNetV2, Inception-v3: 121 shapes; MobileNetV2's
 depthwise layers from examples/conv2d_depthwise.sw, against PyTorch's grouped conv2d). For each layer,
 batch size and thread count: the median of `--repeat` calls of each implementation (taking turns), GFLOPS, percent of
-this machine's measured peak (on that many cores; both count every tap's flops, the padding's too,
-which neither computes: on small padded images either may pass 100%), the ratio swauto / PyTorch, and the tuning and
+the FMA peak that many cores gave in the same turns (`host_model.peak_probe`: on a shared machine, not
+always the peak calibration measured; both count every tap's flops, the padding's too, which neither
+computes: on small padded images either may pass 100%), the ratio swauto / PyTorch, and the tuning and
 compile time. swauto runs
 on arrays already in the layouts its kernel wants (`Kernel.run_arranged`): a framework would hand them
 over that way, and PyTorch likewise gets its own NCHW arrays; the conversion swauto would need from NCHW
@@ -53,7 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"
 EXAMPLES = ROOT / "examples"
 FIELDS = ["model", "layer", "batch", "threads", "gflop", "algorithm", "swauto_gflops", "torch_gflops",
-          "swauto_vs_torch", "swauto_peak_pct", "layout_s", "prepare_s", "tuning_s", "candidate"]
+          "swauto_vs_torch", "peak_gflops", "swauto_peak_pct", "layout_s", "prepare_s", "tuning_s", "candidate"]
 
 
 def layers(path: Path, kernel: int | None, models: list[str] | None) -> list[dict[str, str]]:
@@ -72,7 +73,7 @@ def measure(layer: dict[str, str], batch: int, threads: int, repeat: int, choose
             constant_weights: bool = True) -> dict[str, object]:
     import torch
 
-    from swauto.tuner.cost_model import peak_flops
+    from swauto.tuner.host_model import peak_probe
 
     found = conv_example(layer, batch)
     assert found is not None, f"{layer['model']} {layer['layer']}: {layer['groups']} groups are not covered"
@@ -102,10 +103,12 @@ def measure(layer: dict[str, str], batch: int, threads: int, repeat: int, choose
     ready["output"] = np.zeros(out_shape, np.float32)
     torch.set_num_threads(threads)
     tx, tw = torch.from_numpy(x), torch.from_numpy(w)
-    with torch.no_grad():  # the two take turns: a burst of load on a shared machine hits both alike
-        ours, theirs = median_seconds(lambda: run.run_arranged(**ready),
-                                      lambda: torch.nn.functional.conv2d(tx, tw, stride=stride, padding=(pad_r, pad_c),
-                                                                         groups=groups), repeat=repeat)
+    probe, probe_flops = peak_probe(threads)
+    with torch.no_grad():  # they take turns: a burst of load on a shared machine hits all alike
+        ours, theirs, peak_s = median_seconds(lambda: run.run_arranged(**ready),
+                                              lambda: torch.nn.functional.conv2d(tx, tw, stride=stride,
+                                                                                 padding=(pad_r, pad_c), groups=groups),
+                                              probe, repeat=repeat)
     # Every tap's flops, the padding's too, whichever algorithm runs (Winograd's own count is lower).
     flops = 2 * math.prod(out_shape) * (ci // groups) * kr * kc
     return {
@@ -113,7 +116,8 @@ def measure(layer: dict[str, str], batch: int, threads: int, repeat: int, choose
         "gflop": round(flops / 1e9, 3), "algorithm": kernel.operator.name,
         "swauto_gflops": round(flops / ours / 1e9, 1),
         "torch_gflops": round(flops / theirs / 1e9, 1), "swauto_vs_torch": round(theirs / ours, 3),
-        "swauto_peak_pct": round(100 * flops / ours / peak_flops("host", threads), 1),
+        "peak_gflops": round(probe_flops / peak_s / 1e9, 1),
+        "swauto_peak_pct": round(100 * flops / ours / (probe_flops / peak_s), 1),
         "layout_s": round(layout_s, 4), "prepare_s": round(prepare_s, 4), "tuning_s": round(tuning, 2),
         "candidate": kernel.schedule.describe(),
     }
@@ -157,8 +161,8 @@ def main() -> None:
             summary.append(f"B={batch} threads={threads}: geometric mean swauto / PyTorch = {geomean:.3f} over "
                            f"{len(ratios)} layers, {len(below)} below 0.9x"
                            + "".join(f"; {model} {layer} {ratio:.2f}x" for ratio, model, layer in below[:5])
-                           + f"; swauto at {statistics.median(r['swauto_peak_pct'] for r in runs):.0f}% of peak "
-                             "(median)")
+                           + f"; swauto at {statistics.median(r['swauto_peak_pct'] for r in runs):.0f}% of the peak "
+                             "measured in the same turns (median)")
             print(summary[-1])
     write_tables("host_conv", FIELDS, rows, "conv2d on the host: swauto against PyTorch", "  \n".join(summary))
     try:

@@ -6,7 +6,9 @@ A shape is `S` (S x S x S) or `MxNxK`; the operator is examples/gemm.sw with til
 512 (1024 for M and N).
 For each shape and thread count: the median of `--repeat` calls
 of each implementation (taking turns, with a pause before each turn on two threads, so OpenBLAS's
-spinning idle threads do not slow the next), GFLOPS and the ratios to swauto, the tuning time and the compile time. The
+spinning idle threads do not slow the next), GFLOPS and the ratios to swauto, the FMA peak of the cores in those
+same turns (`host_model.peak_probe`: on a shared machine the peak a calibration measured once may not be
+what the cores give during the run) and swauto's percent of it, the tuning time and the compile time. The
 libraries' thread counts are set with threadpoolctl when available, else through the environment
 (`OPENBLAS_NUM_THREADS`), which this script sets before importing NumPy for every run. Prints the
 machine and the date, and writes benchmarks/results/host_gemm.{csv,md} and, with matplotlib (the
@@ -30,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 DEFAULT_SHAPES = ["128", "256", "512", "1024", "2048", "4096", "4096x64x64", "32768x256x128", "128x4096x512"]
 FIELDS = ["shape", "threads", "candidate", "swauto_gflops", "numpy_gflops", "torch_gflops", "swauto_vs_numpy",
-          "swauto_vs_torch", "tuning_s", "compile_s"]
+          "swauto_vs_torch", "peak_gflops", "swauto_peak_pct", "tuning_s", "compile_s"]
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -59,6 +61,7 @@ def run_one(shape: tuple[int, int, int], threads: int, repeat: int, tuner: str) 
     from common import median_seconds, settle  # benchmarks/ is on the path when run as a script
 
     import swauto
+    from swauto.tuner.host_model import peak_probe
 
     m, n, k = shape
     started = time.perf_counter()
@@ -79,11 +82,14 @@ def run_one(shape: tuple[int, int, int], threads: int, repeat: int, tuner: str) 
         torch.set_num_threads(threads)
         ta, tb, tc = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c)
         peers.append(lambda: torch.matmul(ta, tb, out=tc))
-    ours, theirs, *torch_s = median_seconds(lambda: kernel(A=a, B=b, C=c), *peers, repeat=repeat,
-                                          settle=settle(threads))
+    probe, probe_flops = peak_probe(threads)
+    ours, peak_s, theirs, *torch_s = median_seconds(lambda: kernel(A=a, B=b, C=c), probe, *peers, repeat=repeat,
+                                                    settle=settle(threads))
     row = {"shape": f"{m}x{n}x{k}", "threads": threads, "candidate": kernel.schedule.describe(),
            "swauto_gflops": round(flops / ours / 1e9, 1), "numpy_gflops": round(flops / theirs / 1e9, 1),
            "torch_gflops": "", "swauto_vs_numpy": round(theirs / ours, 3), "swauto_vs_torch": "",
+           "peak_gflops": round(probe_flops / peak_s / 1e9, 1),
+           "swauto_peak_pct": round(100 * flops / ours / (probe_flops / peak_s), 1),
            "tuning_s": round(kernel.report["tuning_s"], 3), "compile_s": round(compile_s, 3)}
     if torch_s:
         row.update(torch_gflops=round(flops / torch_s[0] / 1e9, 1), swauto_vs_torch=round(torch_s[0] / ours, 3))
@@ -131,7 +137,8 @@ def main() -> None:
             print(f"{row['shape']:>16} t={threads}  swauto {row['swauto_gflops']:7.1f}"
                   f"  numpy {row['numpy_gflops']:7.1f}"
                   f"  torch {row['torch_gflops'] or '-':>7}  swauto/numpy {row['swauto_vs_numpy']:.3f}"
-                  f"  swauto/torch {row['swauto_vs_torch'] or '-'}  tuning {row['tuning_s']:.2f} s"
+                  f"  swauto/torch {row['swauto_vs_torch'] or '-'}  peak {row['peak_gflops']:7.1f}"
+                  f" ({row['swauto_peak_pct']:.1f}%)  tuning {row['tuning_s']:.2f} s"
                   f"  ({row['candidate']})", flush=True)
     write_results(rows, header, f"python benchmarks/host_gemm.py {' '.join(sys.argv[1:])}".strip())
 
@@ -145,10 +152,12 @@ def write_results(rows: list[dict], header: str, command: str) -> None:
         writer.writerows(rows)
     lines = [f"`{command}` — {header}; medians of calls, GFLOPS", "",
              "| shape (MxNxK) | threads | swauto | NumPy (OpenBLAS) | PyTorch | swauto / NumPy | swauto / PyTorch "
-             "| tuning s | candidate |", "|---|---|---|---|---|---|---|---|---|"]
+             "| FMA peak in the same turns | swauto, % of it | tuning s | candidate |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['shape']} | {r['threads']} | {r['swauto_gflops']} | {r['numpy_gflops']} "
               f"| {r['torch_gflops'] or '-'} "
-              f"| {r['swauto_vs_numpy']} | {r['swauto_vs_torch'] or '-'} | {r['tuning_s']} | {r['candidate']} |"
+              f"| {r['swauto_vs_numpy']} | {r['swauto_vs_torch'] or '-'} | {r['peak_gflops']} | {r['swauto_peak_pct']} "
+              f"| {r['tuning_s']} | {r['candidate']} |"
               for r in rows]
     (RESULTS / "host_gemm.md").write_text("\n".join(lines) + "\n")
     try:

@@ -291,6 +291,20 @@ def test_the_fma_peak_is_measured_for_the_selected_instruction_set(monkeypatch):
         assert ("llvm.fma" in text) == isa.fma and f"<{isa.width} x float>" in text, name
 
 
+def test_the_peak_probe_runs_the_fma_loop_on_every_thread_it_is_given(monkeypatch):
+    """What the benchmarks time in turns with a kernel: a call runs the FMA loop once per thread, the
+    threads at once, and its flops are theirs."""
+    real, per_iteration = host_model._fma_loop(host_model._selected_isa())
+    calls = []
+    monkeypatch.setattr(host_model, "_fma_loop", lambda isa: (lambda *a: calls.append(a) or real(*a), per_iteration))
+    for threads in (1, 2):
+        probe, flops = host_model.peak_probe(threads, seconds=0.0005)
+        calls.clear()
+        probe()
+        assert len(calls) == threads and len(set(calls)) == 1
+        assert flops == threads * per_iteration * calls[0][0] > 0
+
+
 def test_percent_of_peak_on_the_host_is_against_this_machines_measured_peak(tmp_path, monkeypatch, fake_calibration):
     from swauto.tuner.cost_model import peak_flops
 

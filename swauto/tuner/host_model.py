@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from math import ceil, prod
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -1090,22 +1090,7 @@ def fma_peak() -> float:
     FMAs (a multiply and an add without FMA) on independent accumulators of its widest vectors, held in
     registers (enough of them to cover the FMA latency on every FMA unit), JIT-compiled with llvmlite for
     this CPU; the best of many runs of about a millisecond."""
-    import ctypes
-
-    import llvmlite.binding as llvm
-
-    from swauto.backends.host.isa import host_cpu, select, target_features
-    from swauto.backends.host.jit import _LLVM_LOCK, _target_machine  # LLVM is not thread-safe: jit's lock
-
-    isa = select()
-    accumulators = min(16, isa.registers - 4)  # two operands and spare registers besides them
-    with _LLVM_LOCK:
-        llvm_module = llvm.parse_assembly(_fma_loop_ir(isa.width, accumulators, isa.fma))
-        llvm_module.verify()
-        engine = llvm.create_mcjit_compiler(llvm_module, _target_machine(host_cpu()[0], target_features(isa)))
-        engine.finalize_object()
-        address = engine.get_function_address("fma_loop")
-    loop = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64, ctypes.c_float, ctypes.c_float)(address)
+    loop, flops_per_iteration = _fma_loop(_selected_isa())
 
     def seconds(iterations: int, runs: int) -> float:
         return _best_seconds(lambda: loop(iterations, 1.0, 1e-7), runs)
@@ -1113,7 +1098,68 @@ def fma_peak() -> float:
     iterations = 1 << 10
     while seconds(iterations, 1) < 1e-3:
         iterations *= 2
-    return accumulators * isa.width * (2 if isa.fma else 1) * iterations / seconds(iterations, 40)
+    return flops_per_iteration * iterations / seconds(iterations, 40)
+
+
+def peak_probe(threads: int = 1, seconds: float = 0.004) -> tuple[Callable[[], object], int]:
+    """A call of `fma_peak`'s loop on `threads` cores at once, each running it for about `seconds`, and
+    the flops of a call: timed in turns with a kernel, it tells the peak the machine gives in those
+    turns (on a shared machine, another tenant on a core's sibling thread takes up to half its FMA
+    rate: 48 - 99 GFLOPS for the same loop within minutes on a Zen 3 guest), which a peak calibrated
+    once does not. The loop releases the GIL: the threads run it in parallel."""
+    loop, flops_per_iteration = _fma_loop(_selected_isa())
+    iterations = 1 << 10
+    while _best_seconds(lambda: loop(iterations, 1.0, 1e-7), 1) < seconds / 2:  # noqa: B023 (called at once)
+        iterations *= 2
+    if threads == 1:
+        return (lambda: loop(iterations, 1.0, 1e-7)), flops_per_iteration * iterations
+    pool = _probe_pool(threads)
+
+    def run() -> None:
+        for done in [pool.submit(loop, iterations, 1.0, 1e-7) for _ in range(threads)]:
+            done.result()
+
+    return run, threads * flops_per_iteration * iterations
+
+
+@functools.cache
+def _probe_pool(threads: int) -> Any:
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(threads, thread_name_prefix="swauto-peak")
+
+
+def _selected_isa() -> str:
+    from swauto.backends.host.isa import select
+
+    return select().name
+
+
+@functools.cache
+def _fma_loop(isa_name: str) -> tuple[Callable[[int, float, float], float], int]:
+    """`fma_loop(iterations, a, b)` (`_fma_loop_ir`) compiled for this CPU with instruction set
+    `isa_name` (its engine kept for the process), and the flops of one iteration."""
+    import ctypes
+
+    import llvmlite.binding as llvm
+
+    from swauto.backends.host.isa import host_cpu, select, target_features
+    from swauto.backends.host.jit import _LLVM_LOCK, _target_machine  # LLVM is not thread-safe: jit's lock
+
+    isa = select(isa_name)
+    accumulators = min(16, isa.registers - 4)  # two operands and spare registers besides them
+    with _LLVM_LOCK:
+        llvm_module = llvm.parse_assembly(_fma_loop_ir(isa.width, accumulators, isa.fma))
+        llvm_module.verify()
+        engine = llvm.create_mcjit_compiler(llvm_module, _target_machine(host_cpu()[0], target_features(isa)))
+        engine.finalize_object()
+        address = engine.get_function_address("fma_loop")
+    function = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64, ctypes.c_float, ctypes.c_float)(address)
+
+    def loop(iterations: int, a: float, b: float, engine: Any = engine) -> float:  # the engine lives with it
+        return function(iterations, a, b)
+
+    return loop, accumulators * isa.width * (2 if isa.fma else 1)
 
 
 def _fma_loop_ir(width: int, accumulators: int, fma: bool) -> str:
