@@ -292,17 +292,28 @@ def test_the_fma_peak_is_measured_for_the_selected_instruction_set(monkeypatch):
 
 
 def test_the_peak_probe_runs_the_fma_loop_on_every_thread_it_is_given(monkeypatch):
-    """What the benchmarks time in turns with a kernel: a call runs the FMA loop once per thread, the
-    threads at once, and its flops are theirs."""
-    real, per_iteration = host_model._fma_loop(host_model._selected_isa())
-    calls = []
-    monkeypatch.setattr(host_model, "_fma_loop", lambda isa: (lambda *a: calls.append(a) or real(*a), per_iteration))
-    for threads in (1, 2):
+    """What the benchmarks time in turns with a kernel: a call runs the FMA loop once on each of its
+    threads, the native pool's team (or Python threads without it), and its flops are theirs."""
+    real_loop, _, per_iteration = host_model._fma_loop(host_model._selected_isa())
+    for threads in (1, 2):  # the real loop and team
         probe, flops = host_model.peak_probe(threads, seconds=0.0005)
-        calls.clear()
         probe()
-        assert len(calls) == threads and len(set(calls)) == 1
-        assert flops == threads * per_iteration * calls[0][0] > 0
+        assert flops > 0
+    runs: list[int] = []  # the iterations of each thread's loop
+
+    def loop(iterations, a, b):
+        runs.append(iterations)
+        return real_loop(iterations, a, b)
+
+    def team(iterations, threads):
+        runs.extend([iterations] * threads)
+
+    for pool in (team, None):
+        monkeypatch.setattr(host_model, "_fma_loop", lambda isa, pool=pool: (loop, pool, per_iteration))
+        probe, flops = host_model.peak_probe(2, seconds=0.0005)
+        runs.clear()
+        probe()
+        assert len(runs) == 2 and runs[0] == runs[1] and flops == 2 * per_iteration * runs[0] > 0
 
 
 def test_percent_of_peak_on_the_host_is_against_this_machines_measured_peak(tmp_path, monkeypatch, fake_calibration):

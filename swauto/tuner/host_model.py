@@ -1090,7 +1090,7 @@ def fma_peak() -> float:
     FMAs (a multiply and an add without FMA) on independent accumulators of its widest vectors, held in
     registers (enough of them to cover the FMA latency on every FMA unit), JIT-compiled with llvmlite for
     this CPU; the best of many runs of about a millisecond."""
-    loop, flops_per_iteration = _fma_loop(_selected_isa())
+    loop, _, flops_per_iteration = _fma_loop(_selected_isa())
 
     def seconds(iterations: int, runs: int) -> float:
         return _best_seconds(lambda: loop(iterations, 1.0, 1e-7), runs)
@@ -1106,27 +1106,27 @@ def peak_probe(threads: int = 1, seconds: float = 0.004) -> tuple[Callable[[], o
     the flops of a call: timed in turns with a kernel, it tells the peak the machine gives in those
     turns (on a shared machine, another tenant on a core's sibling thread takes up to half its FMA
     rate: 48 - 99 GFLOPS for the same loop within minutes on a Zen 3 guest), which a peak calibrated
-    once does not. The loop releases the GIL: the threads run it in parallel."""
-    loop, flops_per_iteration = _fma_loop(_selected_isa())
+    once does not. The threads are the kernels' own, the native pool's team (`backends/host/threads`),
+    which spin between calls as they do between a kernel's calls (Python threads woke slowly after a
+    pause, two of them on one core: the probe read 84 - 146 GFLOPS on two Zen 3 cores where the
+    kernels ran 101 - 112); without the native pool, Python threads (the loop releases the GIL)."""
+    loop, team, flops_per_iteration = _fma_loop(_selected_isa())
     iterations = 1 << 10
     while _best_seconds(lambda: loop(iterations, 1.0, 1e-7), 1) < seconds / 2:  # noqa: B023 (called at once)
         iterations *= 2
     if threads == 1:
         return (lambda: loop(iterations, 1.0, 1e-7)), flops_per_iteration * iterations
-    pool = _probe_pool(threads)
+    if team is not None:
+        return (lambda: team(iterations, threads)), threads * flops_per_iteration * iterations
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="swauto-peak")
 
     def run() -> None:
         for done in [pool.submit(loop, iterations, 1.0, 1e-7) for _ in range(threads)]:
             done.result()
 
     return run, threads * flops_per_iteration * iterations
-
-
-@functools.cache
-def _probe_pool(threads: int) -> Any:
-    from concurrent.futures import ThreadPoolExecutor
-
-    return ThreadPoolExecutor(threads, thread_name_prefix="swauto-peak")
 
 
 def _selected_isa() -> str:
@@ -1136,30 +1136,63 @@ def _selected_isa() -> str:
 
 
 @functools.cache
-def _fma_loop(isa_name: str) -> tuple[Callable[[int, float, float], float], int]:
+def _fma_loop(isa_name: str) -> tuple[Callable[[int, float, float], float], Callable[[int, int], None] | None, int]:
     """`fma_loop(iterations, a, b)` (`_fma_loop_ir`) compiled for this CPU with instruction set
-    `isa_name` (its engine kept for the process), and the flops of one iteration."""
+    `isa_name` (its engine kept for the process); `fma_team(iterations, threads)`, the loop on each of
+    `threads` threads of the native pool's team, or None without the native pool; and the flops of one
+    iteration."""
     import ctypes
 
     import llvmlite.binding as llvm
 
+    from swauto.backends.host import threads as native
     from swauto.backends.host.isa import host_cpu, select, target_features
     from swauto.backends.host.jit import _LLVM_LOCK, _target_machine  # LLVM is not thread-safe: jit's lock
 
     isa = select(isa_name)
     accumulators = min(16, isa.registers - 4)  # two operands and spare registers besides them
+    pooled = native.native()
+    text = _fma_loop_ir(isa.width, accumulators, isa.fma) + ("\n" + _FMA_TEAM_IR if pooled else "")
     with _LLVM_LOCK:
-        llvm_module = llvm.parse_assembly(_fma_loop_ir(isa.width, accumulators, isa.fma))
+        llvm_module = llvm.parse_assembly(text)
         llvm_module.verify()
         engine = llvm.create_mcjit_compiler(llvm_module, _target_machine(host_cpu()[0], target_features(isa)))
         engine.finalize_object()
-        address = engine.get_function_address("fma_loop")
-    function = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64, ctypes.c_float, ctypes.c_float)(address)
+        loop_address = engine.get_function_address("fma_loop")
+        team_address = engine.get_function_address("fma_team") if pooled else 0
+    function = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64, ctypes.c_float, ctypes.c_float)(loop_address)
+    team_function = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int32)(team_address) if pooled else None
 
     def loop(iterations: int, a: float, b: float, engine: Any = engine) -> float:  # the engine lives with it
         return function(iterations, a, b)
 
-    return loop, accumulators * isa.width * (2 if isa.fma else 1)
+    def team(iterations: int, threads: int, engine: Any = engine) -> None:
+        team_function(iterations, threads)
+
+    return loop, team if pooled else None, accumulators * isa.width * (2 if isa.fma else 1)
+
+
+# `void fma_team(i64 n, i32 threads)`: `fma_loop(n, 1, 1e-7)` on each thread of an OpenMP team of
+# `threads` (libgomp's `GOMP_parallel`, as the kernels' parallel entry calls it); each thread's result
+# goes to a volatile global, so that no loop is dead code.
+_FMA_TEAM_IR = """declare void @GOMP_parallel(void (i8*)*, i8*, i32, i32)
+@fma_team_sink = internal global float 0.0
+define internal void @fma_team_share(i8* %argument) {
+entry:
+  %slot = bitcast i8* %argument to i64*
+  %n = load i64, i64* %slot
+  %result = call float @fma_loop(i64 %n, float 1.0, float 0x3E7AD7F2A0000000)
+  store volatile float %result, float* @fma_team_sink
+  ret void
+}
+define void @fma_team(i64 %n, i32 %threads) {
+entry:
+  %slot = alloca i64
+  store i64 %n, i64* %slot
+  %argument = bitcast i64* %slot to i8*
+  call void @GOMP_parallel(void (i8*)* @fma_team_share, i8* %argument, i32 %threads, i32 0)
+  ret void
+}"""
 
 
 def _fma_loop_ir(width: int, accumulators: int, fma: bool) -> str:
