@@ -50,14 +50,15 @@ if TYPE_CHECKING:
 
 CALIBRATION_FILE = "host_machine.json"
 CACHE_LINE_BYTES = 64
-CALIBRATION_VERSION = 16  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
+CALIBRATION_VERSION = 17  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
 # 9: the FMA latency and the loads of a K step, measured on panels in L1; 10: a map's bandwidth on tiles in L1;
 # 11: a panel's stream out of L2 and L3 into the micro-kernel, the loads of a K step clear of the FMA latency;
 # 12: the micro-kernel's rates timed in interleaved rounds (stored ones were up to 30% low), copies with
 # ordinary stores, the L3's reach; 13: what a transfer's run costs where it does not continue the last one's,
 # tiles in place (views) at their own measured rate; 14: whether GEMMs' C tiles are views or copies; 15: the
 # loads of a K step timed in a one-row register tile (the default tile's split it into latency-bound columns);
-# 16: a map's transfers at the rate of the backend's own tiled map (`*_stream_bandwidth`)
+# 16: a map's transfers at the rate of the backend's own tiled map (`*_stream_bandwidth`); 17: register tiles
+# and C views ranked by medians in turns, the default tiles first only within the tolerance
 
 
 @dataclass(frozen=True)
@@ -882,21 +883,25 @@ EXPLORED_TILES = 2
 # Tiles that run the benchmarks within this fraction of the fastest count as equally fast: the default
 # tiles are kept among them (a busier moment of the machine cannot turn the choice over by a few percent).
 TILE_TOLERANCE = 0.03
-TILE_ROUNDS = 3
+TILE_ROUNDS = 5
 
 
 def register_tiles() -> tuple[tuple[int, int], ...]:
     """The `EXPLORED_TILES` register tiles of `register_tile_choices` that run the `TILE_BENCHMARKS` GEMMs
     fastest on one core (geometric mean of their times), fastest first; the instruction set's default
-    tiles (`HOST_MICRO_KERNELS`) first among those within `TILE_TOLERANCE` of the fastest. Whole GEMMs,
-    not the micro-kernel on cache-resident panels, where every tile runs within a percent: how the
-    broadcast operand streams from memory is what tells them apart. Each tile's time is the best of
-    `TILE_ROUNDS` rounds over all the tiles, so that another process running for a while slows every
-    tile, not one."""
+    tiles (`HOST_MICRO_KERNELS`) first among those within `TILE_TOLERANCE` of the fastest, the others by
+    their times. Whole GEMMs, not the micro-kernel on cache-resident panels, where every tile runs within
+    a percent: how the broadcast operand streams from memory is what tells them apart. Each tile's time
+    is its median over `TILE_ROUNDS` rounds that run all the tiles in turn: a core shared with another
+    tenant for a while slows every tile alike. (The best of three rounds, with the defaults first even
+    beyond the tolerance, ranked a Zen 3's 4 x 2 tile second, 7 - 13% slower than the 4 x 3 first, ahead
+    of tiles within 2 - 5% of it; in its GEMMs and convolutions the 4 x 2 ran 4 - 25% slower than 6 x 2
+    and 4 x 3.)"""
     from swauto.backends.host import compile_module
     from swauto.backends.host.isa import select
     from swauto.backends.host.knobs import register_tile_choices
     from swauto.machine import HOST_MICRO_KERNELS
+    from swauto.tuner.measure import median_seconds_in_turns
 
     arrays = _tile_benchmark_arrays()
     isa = select()
@@ -904,31 +909,37 @@ def register_tiles() -> tuple[tuple[int, int], ...]:
     for index, module in enumerate(_tile_benchmark_modules()):
         programs += [((knobs.rows, knobs.vectors), index, compile_module(module, knobs=knobs))
                      for knobs in register_tile_choices(isa)]
-    seconds = _interleaved_best([lambda program=program: program.run(arrays, threads=1) for _, _, program in programs],
-                                runs=2, rounds=TILE_ROUNDS)
-    best = {(tile, index): elapsed for (tile, index, _), elapsed in zip(programs, seconds, strict=True)}
-    score = {tile: math.exp(sum(math.log(best[tile, i]) for i in range(len(TILE_BENCHMARKS)))
+    seconds = median_seconds_in_turns([lambda program=program: program.run(arrays, threads=1)
+                                       for _, _, program in programs], runs=2, rounds=TILE_ROUNDS)
+    median = {(tile, index): elapsed for (tile, index, _), elapsed in zip(programs, seconds, strict=True)}
+    score = {tile: math.exp(sum(math.log(median[tile, i]) for i in range(len(TILE_BENCHMARKS)))
                           / len(TILE_BENCHMARKS)) for tile, _, _ in programs}
     fastest = min(score.values())
     defaults = HOST_MICRO_KERNELS[isa.name]
-    return tuple(sorted(score, key=lambda tile: (score[tile] > (1 + TILE_TOLERANCE) * fastest,
-                                                 defaults.index(tile) if tile in defaults else len(defaults),
-                                                 score[tile]))[:EXPLORED_TILES])
+
+    def rank(tile: tuple[int, int]) -> tuple[bool, int, float]:
+        slower = score[tile] > (1 + TILE_TOLERANCE) * fastest
+        default = defaults.index(tile) if tile in defaults and not slower else len(defaults)
+        return slower, default, score[tile]
+
+    return tuple(sorted(score, key=rank)[:EXPLORED_TILES])
 
 
 def output_views(tile: tuple[int, int]) -> bool:
     """Whether the `TILE_BENCHMARKS` GEMMs, with register tile `tile`, run with their C tiles read and written
     in place (views of C) at least about as fast (within `TILE_TOLERANCE`, geometric mean) as with them
-    copied in and out: the same GEMMs in the same tiles, timed in interleaved rounds. On a Zen 3 the copies
-    (rows padded) ran two of them 3 - 13% faster; on a Zen 4 views ran GEMM 4096 x 64 x 64 21% faster."""
+    copied in and out: the same GEMMs in the same tiles, medians of rounds in turns (as `register_tiles`).
+    On a Zen 3 the copies (rows padded) ran two of them 3 - 13% faster; on a Zen 4 views ran GEMM 4096 x
+    64 x 64 21% faster."""
     from swauto.backends.host import compile_module
     from swauto.backends.host.knobs import Knobs
+    from swauto.tuner.measure import median_seconds_in_turns
 
     arrays = _tile_benchmark_arrays()
     programs = [compile_module(module, knobs=Knobs(*tile, views)) for module in _tile_benchmark_modules()
                 for views in (True, False)]
-    seconds = _interleaved_best([lambda program=program: program.run(arrays, threads=1) for program in programs],
-                                runs=2, rounds=TILE_ROUNDS)
+    seconds = median_seconds_in_turns([lambda program=program: program.run(arrays, threads=1)
+                                       for program in programs], runs=2, rounds=TILE_ROUNDS)
     in_place, copied = (math.prod(seconds[first::2]) ** (1 / len(TILE_BENCHMARKS)) for first in (0, 1))
     return in_place <= (1 + TILE_TOLERANCE) * copied
 
