@@ -895,7 +895,7 @@ def register_tiles() -> tuple[tuple[int, int], ...]:
     is its median over `TILE_ROUNDS` rounds that run all the tiles in turn: a core shared with another
     tenant for a while slows every tile alike. (The best of three rounds, with the defaults first even
     beyond the tolerance, ranked a Zen 3's 4 x 2 tile second, 7 - 13% slower than the 4 x 3 first, ahead
-    of tiles within 2 - 5% of it; in its GEMMs and convolutions the 4 x 2 ran 4 - 25% slower than 6 x 2
+    of tiles within 2 - 5% of it; in its GEMMs and convolutions the 4 x 2 ran 2 - 26% slower than 6 x 2
     and 4 x 3.)"""
     from swauto.backends.host import compile_module
     from swauto.backends.host.isa import select
