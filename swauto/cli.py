@@ -151,7 +151,8 @@ def _parser() -> argparse.ArgumentParser:
                            help="the batch (the first dimension of the model's inputs)")
     model_cmd.add_argument("--tuner", choices=("model", "measure", "simulate", "hybrid"), default="model")
     model_cmd.add_argument("--threads", type=_integer(1), default=None,
-                           help="host threads (default: all cores; at most the cores this process may use)")
+                           help="host threads (default: all cores, each layer on one where the model predicts its "
+                                "call too small to share; at most the cores this process may use)")
     model_cmd.add_argument("--repeat", type=_integer(1), default=5, help="timed calls per layer (the median is shown)")
     model_cmd.add_argument("--jobs", type=_integer(1), default=None,
                            help="processes that tune layers at once (default: the cores this process may use)")

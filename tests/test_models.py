@@ -175,6 +175,30 @@ def test_a_whole_network_runs_on_swauto_kernels_as_onnxruntime_runs_it(network):
     assert np.abs(ours - theirs).max() <= TOLERANCE * np.abs(theirs).max()
 
 
+def test_each_layer_runs_on_the_threads_the_model_predicts_faster_unless_threads_are_given():
+    """Without `threads`, a model's layers run on one core or on all as the host model predicts each
+    call faster (a layer too small to share on one); with them, every layer on that many."""
+    from swauto import targets
+    from swauto.api import available_threads
+
+    cores = available_threads()
+    if cores < 2:
+        pytest.skip("one core: nothing to decide")
+    plugin = targets.get("host")
+    network = tiny_network(channels=16, hw=24)
+    decided = swauto.Model(network, batch=1)
+    threads = {}
+    for key, kernel in decided.kernels.items():
+        alone, shared = (plugin.estimate(kernel.stages, t).seconds for t in (1, cores))
+        assert kernel.threads == (1 if alone <= shared else cores), key
+        threads[key] = kernel.threads
+    assert set(threads.values()) == {1, cores}  # calls of both kinds at these sizes
+    given = swauto.Model(network, batch=1, threads=cores)
+    assert {kernel.threads for kernel in given.kernels.values()} == {cores}
+    x = np.random.default_rng(2).standard_normal((1, 3, 24, 24), dtype=np.float32)
+    np.testing.assert_allclose(decided(x=x)["y"], given(x=x)["y"], rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("algorithm", [1, 2])
 def test_a_3x3_layer_weighs_winograd_and_runs_it_on_filters_transformed_once(algorithm, monkeypatch):
     """A dense 3 x 3 convolution at stride 1 of more than 32 channels is chosen among the implicit
