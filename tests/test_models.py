@@ -77,7 +77,7 @@ def tiny_network(channels: int = 8, hw: int = 12, classes: int = 10) -> onnx.Mod
 
 
 def test_every_layer_of_a_small_network_compiles_and_matches_onnxruntime():
-    tuning = tune_model(tiny_network(), batch=2, repeat=1)
+    tuning = tune_model(tiny_network(), batch=2, repeat=1, jobs=1)
     by_node = {node: layer for layer in tuning.layers for node in layer.nodes}
     # The two residual blocks have one shape: one kernel for their conv, Add and ReLU, fused (the
     # batch norms folded into the convs); the one after the pooling is a kernel of its own.
@@ -100,7 +100,7 @@ def test_every_layer_of_a_small_network_compiles_and_matches_onnxruntime():
 
 
 def test_the_sw26010_tunes_every_layer_on_its_timed_simulator():
-    tuning = tune_model(tiny_network(hw=8), target="sw26010", batch=1)
+    tuning = tune_model(tiny_network(hw=8), target="sw26010", batch=1, jobs=1)
     compiled = [layer for layer in tuning.layers if layer.status == "ok"]
     assert len(compiled) == len(tuning.layers) - 1
     assert all(0 < layer.peak_fraction < 1 and layer.onnxruntime_s is None for layer in compiled)
@@ -113,7 +113,7 @@ def test_nodes_swauto_cannot_compile_are_listed_with_the_reason():
     x = b.node("Sigmoid", [x], "sigmoid", "sigmoid")
     x = b.conv(x, 4, 4, 1, "grouped", pad=0, group=2)
     x = b.node("Relu", [x], "y", "relu")
-    tuning = tune_model(b.model("refused", [1, 4, 8, 8], "y", [1, 4, 4, 4]), repeat=1)
+    tuning = tune_model(b.model("refused", [1, 4, 8, 8], "y", [1, 4, 4, 4]), repeat=1, jobs=1)
     status = {layer.nodes[0]: layer.status for layer in tuning.layers}
     assert "dilations [2, 2]" in status["dilated"] and "pads 1x1" in status["padded_pool"]
     assert "no operator for ONNX Sigmoid" in status["sigmoid"] and "group = 2" in status["grouped"]
@@ -121,7 +121,7 @@ def test_nodes_swauto_cannot_compile_are_listed_with_the_reason():
     # A 1-D convolution (a 3-D input) is refused the same way, not a crash.
     b = _Builder()
     b.node("Conv", ["x", b.weight("w", (4, 4, 3))], "y", "conv1d", kernel_shape=[3], pads=[1, 1])
-    tuning = tune_model(b.model("conv1d", [1, 4, 8], "y", [1, 4, 8]), repeat=1)
+    tuning = tune_model(b.model("conv1d", [1, 4, 8], "y", [1, 4, 8]), repeat=1, jobs=1)
     assert "its input is 3-D" in tuning.layers[0].status
 
 
@@ -142,11 +142,12 @@ def test_a_model_that_cannot_be_read_is_one_clear_error(tmp_path):
 def test_the_command_line_prints_the_table_and_draws_the_plot(tmp_path, capsys):
     path = tmp_path / "tiny.onnx"
     onnx.save(tiny_network(hw=8), str(path))
-    assert main(["tune-model", str(path), "-D", "batch=1", "--repeat", "1", "--plot", str(tmp_path / "t.png")]) == 0
+    once = ["-D", "batch=1", "--repeat", "1", "--jobs", "1"]  # tuned in this process (the pool has its own tests)
+    assert main(["tune-model", str(path), *once, "--plot", str(tmp_path / "t.png")]) == 0
     out = capsys.readouterr().out
     assert "| conv1 | FusedConv |" in out and "9 compiled for host at batch 1" in out
     assert (tmp_path / "t.png").stat().st_size > 0
-    assert main(["tune-model", str(path), "-D", "batch=1", "--repeat", "1", "--no-compare", "--no-winograd"]) == 0
+    assert main(["tune-model", str(path), *once, "--no-compare", "--no-winograd"]) == 0
     assert "| conv1 | FusedConv |" in capsys.readouterr().out
     assert main(["tune-model", str(path), "-D", "B=1"]) == 2
     assert "takes one parameter, -D batch=N" in capsys.readouterr().err
@@ -164,7 +165,7 @@ def test_a_whole_network_runs_on_swauto_kernels_as_onnxruntime_runs_it(network):
     from swauto.models import zoo
 
     proto = getattr(zoo, network)(image=32, classes=10)
-    model = swauto.Model(proto, batch=2)
+    model = swauto.Model(proto, batch=2, jobs=1)
     assert all(layer.operator is not None or layer.node.op == "Flatten" for layer in model.layers)
     first = {"resnet18": "conv2d_bias_relu.sw", "mobilenet_v2": "conv2d_bias_relu6.sw"}[network]
     assert model.layers[0].operator == first  # 3 channels: overwrites its output, the bias in the kernel
@@ -186,14 +187,14 @@ def test_each_layer_runs_on_the_threads_the_model_predicts_faster_unless_threads
         pytest.skip("one core: nothing to decide")
     plugin = targets.get("host")
     network = tiny_network(channels=16, hw=24)
-    decided = swauto.Model(network, batch=1)
+    decided = swauto.Model(network, batch=1, jobs=1)
     threads = {}
     for key, kernel in decided.kernels.items():
         alone, shared = (plugin.estimate(kernel.stages, t).seconds for t in (1, cores))
         assert kernel.threads == (1 if alone <= shared else cores), key
         threads[key] = kernel.threads
     assert set(threads.values()) == {1, cores}  # calls of both kinds at these sizes
-    given = swauto.Model(network, batch=1, threads=cores)
+    given = swauto.Model(network, batch=1, threads=cores, jobs=1)
     assert {kernel.threads for kernel in given.kernels.values()} == {cores}
     x = np.random.default_rng(2).standard_normal((1, 3, 24, 24), dtype=np.float32)
     np.testing.assert_allclose(decided(x=x)["y"], given(x=x)["y"], rtol=1e-5, atol=1e-6)
@@ -256,7 +257,7 @@ def test_a_model_refuses_what_it_cannot_run_in_one_sentence():
     b.node("Sigmoid", ["x"], "y", "sigmoid")
     with pytest.raises(swauto.ModelError, match="node sigmoid \\(Sigmoid\\) cannot run on swauto"):
         swauto.Model(b.model("sigmoid", [1, 4], "y", [1, 4]))
-    model = swauto.Model(tiny_network(hw=8), batch=1)
+    model = swauto.Model(tiny_network(hw=8), batch=1, jobs=1)
     with pytest.raises(swauto.ArgumentError, match="missing input x"):
         model()
     with pytest.raises(swauto.ArgumentError, match="has shape \\(2, 3, 8, 8\\); expected \\(1, 3, 8, 8\\)"):
@@ -276,7 +277,7 @@ def test_a_model_takes_any_array_that_speaks_dlpack():
         def __dlpack_device__(self):
             return self.array.__dlpack_device__()
 
-    model = swauto.Model(tiny_network(hw=8), batch=1)
+    model = swauto.Model(tiny_network(hw=8), batch=1, jobs=1)
     x = np.random.default_rng(0).standard_normal((1, 3, 8, 8), dtype=np.float32)
     assert np.array_equal(model(x=Foreign(x))["y"], model(x=x)["y"])
 
@@ -369,7 +370,7 @@ def test_a_model_keeps_its_activations_in_one_layout_and_its_results_are_the_cal
     them), and the arrays a call returns are not the ones the next call writes."""
     from swauto.models.layers import ACTIVATION_FORM, MAPPINGS
 
-    model = swauto.Model(tiny_network(hw=8), batch=2)
+    model = swauto.Model(tiny_network(hw=8), batch=2, jobs=1)
     layout = tuple("hwcn".index(axis) for axis in ACTIVATION_FORM)
     windows = [layer for layer in model.layers if MAPPINGS[layer.node.op].activations]
     assert {layer.node.op for layer in windows} >= {"Conv", "MaxPool", "BatchNormalization"}
@@ -415,12 +416,12 @@ def test_activations_and_residuals_fuse_into_the_convolution_before_them_where_n
     assert [n.op for n in fuse_activations(load_onnx(other.model("clip", [2, 4, 6, 6], clip, [2, 4, 6, 6]))).nodes] \
         == ["Conv", "Clip"]
     assert [node.attribute("activation") for node in graph.nodes[:3]] == ["relu", "relu6", "relu"]
-    model = swauto.Model(proto, batch=2)
+    model = swauto.Model(proto, batch=2, jobs=1)
     assert {layer.operator for layer in model.layers} >= {"conv2d_relu.sw", "conv2d_depthwise_relu6.sw"}
     x = np.random.default_rng(3).standard_normal((2, 4, 6, 6), dtype=np.float32)
     theirs = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
         None, {"x": x})[0]
     assert np.abs(model(x=x)["y"] - theirs).max() <= TOLERANCE * np.abs(theirs).max()
     # Each fused layer against onnxruntime running the nodes it stands for.
-    layers = [layer for layer in tune_model(proto, batch=2, repeat=1).layers if layer.op == "FusedConv"]
+    layers = [layer for layer in tune_model(proto, batch=2, repeat=1, jobs=1).layers if layer.op == "FusedConv"]
     assert len(layers) == 3 and all(layer.error <= TOLERANCE for layer in layers)
