@@ -894,8 +894,8 @@ def register_tiles() -> tuple[tuple[int, int], ...]:
     a percent: how the broadcast operand streams from memory is what tells them apart. Each tile's time
     is its median over `TILE_ROUNDS` rounds that run all the tiles in turn: a core shared with another
     tenant for a while slows every tile alike. (The best of three rounds, with the defaults first even
-    beyond the tolerance, ranked a Zen 3's 4 x 2 tile second, 7 - 13% slower than the 4 x 3 first, ahead
-    of tiles within 2 - 5% of it; in its GEMMs and convolutions the 4 x 2 ran 2 - 26% slower than 6 x 2
+    beyond the tolerance, ranked a Zen 3's 4 x 2 tile second, 11.5% slower than the 4 x 3 first, ahead
+    of 2 x 4 and 6 x 2 at 4 - 6% from it; in its GEMMs and convolutions the 4 x 2 ran 2 - 26% slower than 6 x 2
     and 4 x 3.)"""
     from swauto.backends.host import compile_module
     from swauto.backends.host.isa import select
@@ -1102,29 +1102,22 @@ def fma_peak() -> float:
     registers (enough of them to cover the FMA latency on every FMA unit), JIT-compiled with llvmlite for
     this CPU; the best of many runs of about a millisecond."""
     loop, _, flops_per_iteration = _fma_loop(_selected_isa())
-
-    def seconds(iterations: int, runs: int) -> float:
-        return _best_seconds(lambda: loop(iterations, 1.0, 1e-7), runs)
-
-    iterations = 1 << 10
-    while seconds(iterations, 1) < 1e-3:
-        iterations *= 2
-    return flops_per_iteration * iterations / seconds(iterations, 40)
+    iterations = _fma_iterations(loop, 1e-3)
+    return flops_per_iteration * iterations / _best_seconds(lambda: loop(iterations, 1.0, 1e-7), 40)
 
 
 def peak_probe(threads: int = 1, seconds: float = 0.004) -> tuple[Callable[[], object], int]:
     """A call of `fma_peak`'s loop on `threads` cores at once, each running it for about `seconds`, and
     the flops of a call: timed in turns with a kernel, it tells the peak the machine gives in those
     turns (on a shared machine, another tenant on a core's sibling thread takes up to half its FMA
-    rate: 48 - 99 GFLOPS for the same loop within minutes on a Zen 3 guest), which a peak calibrated
-    once does not. The threads are the kernels' own, the native pool's team (`backends/host/threads`),
-    which spin between calls as they do between a kernel's calls (Python threads woke slowly after a
-    pause, two of them on one core: the probe read 84 - 146 GFLOPS on two Zen 3 cores where the
-    kernels ran 101 - 112); without the native pool, Python threads (the loop releases the GIL)."""
+    rate: on a Zen 3 guest this probe read 31.8 - 95.7 GFLOPS over one benchmark run, 90.1 in the
+    median), which a peak calibrated once does not. The threads are the kernels' own, the native pool's
+    team (`backends/host/threads`), which spin between calls as they do between a kernel's calls (Python
+    threads woke slowly after a pause, two of them on one core: the probe read 84 - 146 GFLOPS on two
+    Zen 3 cores where the kernels ran 101 - 112); without the native pool, Python threads (the loop
+    releases the GIL)."""
     loop, team, flops_per_iteration = _fma_loop(_selected_isa())
-    iterations = 1 << 10
-    while _best_seconds(lambda: loop(iterations, 1.0, 1e-7), 1) < seconds / 2:  # noqa: B023 (called at once)
-        iterations *= 2
+    iterations = _fma_iterations(loop, seconds / 2)
     if threads == 1:
         return (lambda: loop(iterations, 1.0, 1e-7)), flops_per_iteration * iterations
     if team is not None:
@@ -1138,6 +1131,14 @@ def peak_probe(threads: int = 1, seconds: float = 0.004) -> tuple[Callable[[], o
             done.result()
 
     return run, threads * flops_per_iteration * iterations
+
+
+def _fma_iterations(loop: Callable[[int, float, float], float], seconds: float) -> int:
+    """The fewest iterations of `loop` (a power of two, from 1024) that run for at least `seconds`."""
+    iterations = 1 << 10
+    while _best_seconds(lambda: loop(iterations, 1.0, 1e-7), 1) < seconds:  # noqa: B023 (called at once)
+        iterations *= 2
+    return iterations
 
 
 def _selected_isa() -> str:
