@@ -10,19 +10,20 @@ from ../shared/workloads/cnn_conv_layers.csv
 (default: the 3x3 layers of ResNet50 and VGG16); `--all` takes every distinct shape of that file and of
 benchmarks/workloads/networks.csv (ResNet-18, MobileNetV2, Inception-v3: 121 shapes; MobileNetV2's
 depthwise layers from examples/conv2d_depthwise.sw, against PyTorch's grouped conv2d). For each layer,
-batch size and thread count: the median of `--repeat` calls of each implementation (taking turns), GFLOPS, percent of
-the FMA peak that many cores gave in the same turns (`host_model.peak_probe`: on a shared machine, not
-always the peak calibration measured; both count every tap's flops, the padding's too, which neither
-computes: on small padded images either may pass 100%), the ratio swauto / PyTorch, and the tuning and
-compile time. swauto runs
-on arrays already in the layouts its kernel wants (`Kernel.run_arranged`): a framework would hand them
-over that way, and PyTorch likewise gets its own NCHW arrays; the conversion swauto would need from NCHW
-is timed apart (`layout_s`). The weights are constants (`swauto.compile(constants=["weight"])`), as in
-inference: what depends on them alone (Winograd's filter transforms) runs once, in `Kernel.prepare`,
-timed apart (`prepare_s`), and the algorithm is chosen on a call's time after it; with
-`--weights-per-call`, every call transforms them again. PyTorch's plain conv2d is its fastest path here:
-its inference path with weights prepared once (`torch.jit.freeze`, `optimize_for_inference`: a
-constant MKLDNN weight) ran 7 - 11% slower on three VGG16 and ResNet layers.
+batch size and thread count (the most threads: swauto runs a call on one where its model predicts it too
+small to share, `swauto_threads`): the median of `--repeat` calls of each implementation (taking turns),
+GFLOPS, percent of the FMA peak that many cores gave in the same turns (`host_model.peak_probe`: on a
+shared machine, not always the peak calibration measured; both count every tap's flops, the padding's
+too, which neither computes: on small padded images either may pass 100%), the ratio swauto / PyTorch,
+and the tuning and compile time. swauto runs on arrays already in the layouts its kernel wants
+(`Kernel.run_arranged`): a framework would hand them over that way, and PyTorch likewise gets its own
+NCHW arrays; the conversion swauto would need from NCHW is timed apart (`layout_s`). The weights are
+constants (`swauto.compile(constants=["weight"])`), as in inference: what depends on them alone
+(Winograd's filter transforms) runs once, in `Kernel.prepare`, timed apart (`prepare_s`), and the
+algorithm is chosen on a call's time after it; with `--weights-per-call`, every call transforms them
+again. PyTorch's plain conv2d is its fastest path here: its inference path with weights prepared once
+(`torch.jit.freeze`, `optimize_for_inference`: a constant MKLDNN weight) ran 7 - 11% slower on three
+VGG16 and ResNet layers.
 Prints the machine and the date; writes benchmarks/results/host_conv.{csv,md,png}.
 """
 
@@ -53,7 +54,7 @@ from swauto.models.layers import arranged
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"
 EXAMPLES = ROOT / "examples"
-FIELDS = ["model", "layer", "batch", "threads", "gflop", "algorithm", "swauto_gflops", "torch_gflops",
+FIELDS = ["model", "layer", "batch", "threads", "swauto_threads", "gflop", "algorithm", "swauto_gflops", "torch_gflops",
           "swauto_vs_torch", "peak_gflops", "swauto_peak_pct", "layout_s", "prepare_s", "tuning_s", "candidate"]
 
 
@@ -113,6 +114,7 @@ def measure(layer: dict[str, str], batch: int, threads: int, repeat: int, choose
     flops = 2 * math.prod(out_shape) * (ci // groups) * kr * kc
     return {
         "model": layer["model"], "layer": layer["layer"], "batch": batch, "threads": threads,
+        "swauto_threads": kernel.threads,
         "gflop": round(flops / 1e9, 3), "algorithm": kernel.operator.name,
         "swauto_gflops": round(flops / ours / 1e9, 1),
         "torch_gflops": round(flops / theirs / 1e9, 1), "swauto_vs_torch": round(theirs / ours, 3),

@@ -4,15 +4,16 @@
 
 A shape is `S` (S x S x S) or `MxNxK`; the operator is examples/gemm.sw with tile sizes from 32 to
 512 (1024 for M and N).
-For each shape and thread count: the median of `--repeat` calls
-of each implementation (taking turns, with a pause before each turn on two threads, so OpenBLAS's
-spinning idle threads do not slow the next), GFLOPS and the ratios to swauto, the FMA peak of the cores in those
-same turns (`host_model.peak_probe`: on a shared machine the peak a calibration measured once may not be
-what the cores give during the run) and swauto's percent of it, the tuning time and the compile time. The
-libraries' thread counts are set with threadpoolctl when available, else through the environment
-(`OPENBLAS_NUM_THREADS`), which this script sets before importing NumPy for every run. Prints the
-machine and the date, and writes benchmarks/results/host_gemm.{csv,md} and, with matplotlib (the
-`bench` extra), host_gemm.png.
+For each shape and thread count (the most threads each implementation may use: OpenBLAS and PyTorch run
+small GEMMs on fewer, swauto on one where its model predicts the call too small to share;
+`swauto_threads` says which): the median of `--repeat` calls of each implementation (taking turns, with a
+pause before each turn on two threads, so OpenBLAS's spinning idle threads do not slow the next), GFLOPS
+and the ratios to swauto, the FMA peak of the cores in those same turns (`host_model.peak_probe`: on a
+shared machine the peak a calibration measured once may not be what the cores give during the run) and
+swauto's percent of it, the tuning time and the compile time. The libraries' thread counts are set with
+threadpoolctl when available, else through the environment (`OPENBLAS_NUM_THREADS`), which this script
+sets before importing NumPy for every run. Prints the machine and the date, and writes
+benchmarks/results/host_gemm.{csv,md} and, with matplotlib (the `bench` extra), host_gemm.png.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 DEFAULT_SHAPES = ["128", "256", "512", "1024", "2048", "4096", "4096x64x64", "32768x256x128", "128x4096x512"]
-FIELDS = ["shape", "threads", "candidate", "swauto_gflops", "numpy_gflops", "torch_gflops", "swauto_vs_numpy",
-          "swauto_vs_torch", "peak_gflops", "swauto_peak_pct", "tuning_s", "compile_s"]
+FIELDS = ["shape", "threads", "swauto_threads", "candidate", "swauto_gflops", "numpy_gflops", "torch_gflops",
+          "swauto_vs_numpy", "swauto_vs_torch", "peak_gflops", "swauto_peak_pct", "tuning_s", "compile_s"]
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -85,7 +86,8 @@ def run_one(shape: tuple[int, int, int], threads: int, repeat: int, tuner: str) 
     probe, probe_flops = peak_probe(threads)
     ours, peak_s, theirs, *torch_s = median_seconds(lambda: kernel(A=a, B=b, C=c), probe, *peers, repeat=repeat,
                                                     settle=settle(threads))
-    row = {"shape": f"{m}x{n}x{k}", "threads": threads, "candidate": kernel.schedule.describe(),
+    row = {"shape": f"{m}x{n}x{k}", "threads": threads, "swauto_threads": kernel.threads,
+           "candidate": kernel.schedule.describe(),
            "swauto_gflops": round(flops / ours / 1e9, 1), "numpy_gflops": round(flops / theirs / 1e9, 1),
            "torch_gflops": "", "swauto_vs_numpy": round(theirs / ours, 3), "swauto_vs_torch": "",
            "peak_gflops": round(probe_flops / peak_s / 1e9, 1),
@@ -151,10 +153,11 @@ def write_results(rows: list[dict], header: str, command: str) -> None:
         writer.writeheader()
         writer.writerows(rows)
     lines = [f"`{command}` — {header}; medians of calls, GFLOPS", "",
-             "| shape (MxNxK) | threads | swauto | NumPy (OpenBLAS) | PyTorch | swauto / NumPy | swauto / PyTorch "
+             "| shape (MxNxK) | threads | swauto on | swauto | NumPy (OpenBLAS) | PyTorch | swauto / NumPy "
+             "| swauto / PyTorch "
              "| FMA peak in the same turns | swauto, % of it | tuning s | candidate |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['shape']} | {r['threads']} | {r['swauto_gflops']} | {r['numpy_gflops']} "
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['shape']} | {r['threads']} | {r['swauto_threads']} | {r['swauto_gflops']} | {r['numpy_gflops']} "
               f"| {r['torch_gflops'] or '-'} "
               f"| {r['swauto_vs_numpy']} | {r['swauto_vs_torch'] or '-'} | {r['peak_gflops']} | {r['swauto_peak_pct']} "
               f"| {r['tuning_s']} | {r['candidate']} |"

@@ -79,8 +79,8 @@ def _parser() -> argparse.ArgumentParser:
                               "simulate: time every candidate on the simulated sw26010; "
                               "hybrid: time the model's best few (host or simulator)")
         sub.add_argument("--threads", type=_integer(1), default=None,
-                         help="host threads (default: all cores, or one where the model predicts a call too small "
-                              "to share; at most the cores this process may use)")
+                         help="the most host threads (default: all cores this process may use); one where the model "
+                              "predicts a call too small to share, unless --schedule is given")
 
     def layout_option(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--layout", dest="layouts", action="append", type=_layout, default=[],
@@ -151,8 +151,8 @@ def _parser() -> argparse.ArgumentParser:
                            help="the batch (the first dimension of the model's inputs)")
     model_cmd.add_argument("--tuner", choices=("model", "measure", "simulate", "hybrid"), default="model")
     model_cmd.add_argument("--threads", type=_integer(1), default=None,
-                           help="host threads (default: all cores, each layer on one where the model predicts its "
-                                "call too small to share; at most the cores this process may use)")
+                           help="the most host threads (default: all cores this process may use); each layer on one "
+                                "where the model predicts its call too small to share")
     model_cmd.add_argument("--repeat", type=_integer(1), default=5, help="timed calls per layer (the median is shown)")
     model_cmd.add_argument("--jobs", type=_integer(1), default=None,
                            help="processes that tune layers at once (default: the cores this process may use)")

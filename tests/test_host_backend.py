@@ -228,21 +228,26 @@ def test_a_vector_operand_tile_at_a_run_time_start_is_packed(tile_n):
         assert relative_error(arrays["C"], expected) <= TOLERANCE
 
 
-def _run_in_child(module: Module) -> tuple[bool, float]:
-    """In a forked child: whether it would use the native pool, and the error of a 2-thread GEMM."""
+_PARENT_PROGRAMS: list = []  # the program the parent ran, inherited by the forked child
+
+
+def _run_in_child() -> tuple[bool, float]:
+    """In a forked child: whether it would use the native pool, and the error of a 2-thread GEMM run by
+    the program the parent ran on the native pool (which planned its calls there)."""
     arrays = gemm_inputs(256, 384, 128, seed=7)
     expected = gemm_reference(arrays)
-    compile_module(module).run(arrays, threads=2)
+    _PARENT_PROGRAMS[0].run(arrays, threads=2)
     return thread_pools.native(), relative_error(arrays["C"], expected)
 
 
 def test_a_forked_child_runs_threaded_kernels():
     """libgomp's team does not survive fork: a child forked after the parent ran a kernel on the native
     pool runs on the Python pool, and returns (it would wait forever for the parent's threads)."""
-    module = _shared_module()
-    compile_module(module).run(gemm_inputs(256, 384, 128), threads=2)
+    program = compile_module(_shared_module())
+    program.run(gemm_inputs(256, 384, 128), threads=2)
+    _PARENT_PROGRAMS[:] = [program]
     with multiprocessing.get_context("fork").Pool(1) as pool:
-        native, error = pool.apply_async(_run_in_child, (module,)).get(timeout=120)
+        native, error = pool.apply_async(_run_in_child).get(timeout=120)
     assert not native and error <= TOLERANCE
 
 

@@ -604,7 +604,18 @@ def test_compile_with_a_tuner_and_threads_computes_gemm(tuner):
     expected = gemm_reference(arrays)
     kernel(**arrays)
     assert relative_error(arrays["C"], expected) <= 1e-5
-    assert kernel.threads == 2 and kernel.report["predicted_s"] > 0
+    assert kernel.threads in (1, 2) and kernel.report["predicted_s"] > 0
+    assert swauto.compile(GEMM_SW, PARAMS, target="host", schedule=kernel.schedule, threads=2).threads == 2
+
+
+@pytest.mark.parametrize("threads", [None, 2])
+def test_threads_bound_the_cores_and_the_model_decides_within_them(monkeypatch, threads):
+    """Given or not, `threads` is the most cores a kernel runs on: where the fork and join costs more than
+    the second core saves (as BLAS libraries judge their thread counts), the kernel runs on one."""
+    monkeypatch.setattr("swauto.api.available_threads", lambda: 2)
+    calibrated = replace(host_model.machine(), parallel_call_seconds=1e-3)
+    monkeypatch.setattr(host_model, "machine", lambda cache_dir=None: calibrated)
+    assert swauto.compile(GEMM_SW, PARAMS, target="host", threads=threads).threads == 1
 
 
 @pytest.mark.parametrize(("fork_join", "threads"), [(0.0, 2), (1e-3, 1)])

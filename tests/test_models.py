@@ -176,9 +176,9 @@ def test_a_whole_network_runs_on_swauto_kernels_as_onnxruntime_runs_it(network):
     assert np.abs(ours - theirs).max() <= TOLERANCE * np.abs(theirs).max()
 
 
-def test_each_layer_runs_on_the_threads_the_model_predicts_faster_unless_threads_are_given():
-    """Without `threads`, a model's layers run on one core or on all as the host model predicts each
-    call faster (a layer too small to share on one); with them, every layer on that many."""
+def test_each_layer_runs_on_the_threads_the_model_predicts_faster():
+    """A model's layers run on one core or on all it may use as the host model predicts each call faster
+    (a layer too small to share on one); `threads` bounds them."""
     from swauto import targets
     from swauto.api import available_threads
 
@@ -195,7 +195,8 @@ def test_each_layer_runs_on_the_threads_the_model_predicts_faster_unless_threads
         threads[key] = kernel.threads
     assert set(threads.values()) == {1, cores}  # calls of both kinds at these sizes
     given = swauto.Model(network, batch=1, threads=cores, jobs=1)
-    assert {kernel.threads for kernel in given.kernels.values()} == {cores}
+    assert {key: kernel.threads for key, kernel in given.kernels.items()} == threads
+    assert {kernel.threads for kernel in swauto.Model(network, batch=1, threads=1, jobs=1).kernels.values()} == {1}
     x = np.random.default_rng(2).standard_normal((1, 3, 24, 24), dtype=np.float32)
     np.testing.assert_allclose(decided(x=x)["y"], given(x=x)["y"], rtol=1e-5, atol=1e-6)
 

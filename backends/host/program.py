@@ -13,6 +13,7 @@ import ctypes
 import functools
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -76,6 +77,11 @@ def split_range(count: int, parts: int) -> tuple[tuple[int, int], ...]:
     return tuple((lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False) if lo < hi)
 
 
+# A function of a call and what it takes after the tensors' pointers: a tuple, or a list of them, one per
+# thread of the Python pool (`HostProgram._plan_steps`).
+Step = tuple[Callable[..., None], tuple[int, ...] | list[tuple[int, ...]]]
+
+
 class HostProgram:
     """A kernel compiled for the host CPU.
 
@@ -105,8 +111,8 @@ class HostProgram:
                            self._functions.get(codegen_phase("loop", index)), phases.iterations)
                           for index, phases in enumerate(plan.segments)]
         self._iterations = max(iterations for _, _, iterations in self._segments)
-        # Per thread count, each segment's ranges of iterations, one per thread.
-        self._ranges: dict[int, list[tuple[tuple[int, int], ...]]] = {}
+        # Per thread count and whether this process is a fork, what a call runs in this thread (`_plan_steps`).
+        self._steps: dict[tuple[int, bool], list[Step]] = {}
         # Workspaces are reused between calls: simultaneous calls of one program are serialised.
         self._run_lock = threading.Lock()
 
@@ -139,37 +145,45 @@ class HostProgram:
         if threads < 1:
             raise ArgumentError(f"threads must be a positive integer, got {threads}")
         pointers = [_address(arrays[name]) for name in self._tensor_names]
-        ranges = self._ranges.get(threads)
-        if ranges is None:
-            ranges = self._ranges[threads] = [split_range(iterations, threads) for _, _, iterations in self._segments]
+        forked = threads_module.forked()
         with self._run_lock:
-            count = max(1, *map(len, ranges))
-            # The pool was chosen when the code was generated ('parallel' exists where it is the native
-            # one); a forked child cannot use libgomp's team and takes the Python pool.
-            if "parallel" in self._functions and not threads_module.forked():
-                # One call runs every phase (each segment's 'before' and 'loop' on the threads, 'after').
-                array = self._workspace_arrays.get(count)
-                if array is None:
-                    array = self._workspace_arrays[count] = (ctypes.c_void_p * count)(*self._workspace_pointers(count))
-                self._functions["parallel"](*pointers, ctypes.addressof(array), count)
-                return
-            workspaces = self._workspace_pointers(count)
-            for (before, loop, _), shares in zip(self._segments, ranges, strict=True):
-                before(*pointers, workspaces[0], 0, 0)
-                if loop is None:
-                    continue
-                if len(shares) == 1:
-                    loop(*pointers, workspaces[0], *shares[0])
-                else:
-                    # The calling thread runs the first range itself (ctypes releases the GIL):
-                    # one hand-over fewer, which small kernels feel.
-                    futures = [_pool().submit(loop, *pointers, workspace, lo, hi)
-                               for workspace, (lo, hi) in zip(workspaces[1:], shares[1:], strict=False)]
-                    loop(*pointers, workspaces[0], *shares[0])
+            for function, tail in self._steps.get((threads, forked)) or self._plan_steps(threads, forked):
+                if isinstance(tail, tuple):
+                    function(*pointers, *tail)
+                else:  # a loop shared out on the Python pool: `tail` is its ranges' (workspace, lo, hi)
+                    futures = [_pool().submit(function, *pointers, *share) for share in tail[1:]]
+                    # The calling thread runs the first range itself (ctypes releases the GIL): one
+                    # hand-over fewer, which small kernels feel.
+                    function(*pointers, *tail[0])
                     for future in futures:
                         future.result()
+
+    def _plan_steps(self, threads: int, forked: bool) -> list[Step]:
+        """What a call on `threads` runs in the calling thread, in order, after the tensors' pointers: the
+        native pool's one entry where the program has it ('parallel': every phase, each segment's
+        'before' and 'loop' on the threads, 'after'), else each segment's 'before' and 'loop' (its
+        ranges as a list where the Python pool shares them) and 'after'. Planned once per thread count
+        (a small kernel's call feels every microsecond); `forked`: this process is a fork, which cannot
+        use libgomp's team (its threads did not survive the fork) and takes the Python pool."""
+        ranges = [split_range(iterations, threads) for _, _, iterations in self._segments]
+        count = max(1, *map(len, ranges))
+        workspaces = self._workspace_pointers(count)
+        steps: list[Step] = []
+        if "parallel" in self._functions and not forked:
+            array = self._workspace_arrays.get(count)
+            if array is None:
+                array = self._workspace_arrays[count] = (ctypes.c_void_p * count)(*workspaces)
+            steps.append((self._functions["parallel"], (ctypes.addressof(array), count)))
+        else:
+            for (before, loop, _), shares in zip(self._segments, ranges, strict=True):
+                steps.append((before, (workspaces[0], 0, 0)))
+                if loop is not None:
+                    shared = [(workspace, lo, hi) for workspace, (lo, hi) in zip(workspaces, shares, strict=False)]
+                    steps.append((loop, shared[0] if len(shared) == 1 else shared))
             if "after" in self._functions:
-                self._functions["after"](*pointers, workspaces[0], 0, 0)
+                steps.append((self._functions["after"], (workspaces[0], 0, 0)))
+        self._steps[(threads, forked)] = steps
+        return steps
 
     def _workspace_pointers(self, count: int) -> list[int]:
         """Addresses of `count` 64-byte-aligned workspaces, allocated on first use and kept."""

@@ -67,8 +67,8 @@ class Layer:
         return self.operator, *self.alternatives
 
     def compile(self, target: str, threads: int | None, tuner: str) -> Any:
-        """This layer's kernel (a `swauto.Kernel`; `threads` None: as `swauto.compile` decides); the layer
-        must have an operator."""
+        """This layer's kernel (a `swauto.Kernel` on at most `threads` cores, as `swauto.compile` decides);
+        the layer must have an operator."""
         return compile_layer([library(source) for source in self.sources], dict(self.params), target, threads,
                              tuner, dict(self.layouts), self.constants)
 

@@ -48,9 +48,9 @@ class Model:
     it returns the model's outputs by name. `Model.layers` lists each node's operator and candidate.
     Its distinct layers are tuned first on `jobs` local processes, or on the Dask `cluster` at that
     address (`swauto.models.tune.tune_layers`). With `winograd` False, no layer weighs Winograd's
-    convolutions (`layers.layer_of`). Without `threads`, each layer's kernel runs on all the cores this
-    process may use, or on one where the model predicts its call too small to share (`swauto.compile`'s
-    choice); with it, on that many."""
+    convolutions (`layers.layer_of`). Each layer's kernel runs on `threads` cores (default: all this
+    process may use), or on one where the model predicts its call too small to share (`swauto.compile`'s
+    choice)."""
 
     def __init__(self, model: str | Path | Any, target: str = "host", batch: int | None = None,
                  threads: int | None = None, tuner: str = "model", jobs: int | None = None,
@@ -58,7 +58,6 @@ class Model:
         import swauto
         from swauto.models.tune import settings, tune_layers
 
-        requested = threads  # None: each layer's threads as the model predicts faster
         threads, jobs = settings(target, tuner, batch, threads, jobs)
         self.graph: Graph = rewritten(load_onnx(model, batch))
         self.target = target
@@ -76,7 +75,7 @@ class Model:
         tune_layers([layer for layer in self.layers if layer.operator], target, threads, tuner, jobs, cluster)
         for node, layer in zip(self.graph.nodes, self.layers, strict=True):
             if layer.operator is not None and layer.key not in self.kernels:
-                self.kernels[layer.key] = layer.compile(target, requested, tuner)
+                self.kernels[layer.key] = layer.compile(target, threads, tuner)
             kernel = self.kernels.get(layer.key)
             weights = MAPPINGS[node.op].weights(layer, self.graph)
             self._runs.append((None, {}) if kernel is None else bind(kernel, weights))

@@ -169,7 +169,6 @@ def tune_model(model: str | Path | Any, target: str = "host", batch: int | None 
     from swauto.frontend.integers import check_integer
 
     check_integer(repeat, "repeat", 1)
-    requested = threads  # None: each layer's threads as the model predicts faster (`swauto.Model`)
     threads, jobs = settings(target, tuner, batch, threads, jobs)
     graph = rewritten(load_onnx(model, batch))
     runtime = _onnxruntime() if compare and target == "host" else None
@@ -195,7 +194,7 @@ def tune_model(model: str | Path | Any, target: str = "host", batch: int | None 
         row.operator, row.params, row.numpy, row.flops = layer.operator, dict(layer.params), layer.numpy, layer.flops
         values = {name: _random_input(graph, name, rng) for name in node.inputs if name and name not in graph.constants}
         try:
-            _tune_layer(row, layer, graph, values, target, threads, requested, tuner, repeat, runtime)
+            _tune_layer(row, layer, graph, values, target, threads, tuner, repeat, runtime)
         except SwautoError as error:
             row.status = f"not compiled: {error}"
         row.tuning_s = tuned.get(layer.key, row.tuning_s)
@@ -308,12 +307,12 @@ def _tune_one(sources: tuple[str, ...], params: dict[str, int], target: str, thr
 
 
 def _tune_layer(row: LayerTuning, layer: Layer, graph: Graph, values: dict[str, np.ndarray], target: str,
-                threads: int, requested: int | None, tuner: str, repeat: int, runtime: Any) -> None:
-    """Compile `layer` (on `requested` threads: `swauto.Model`'s), time it and, with `runtime`, the node
-    on onnxruntime on `threads`."""
+                threads: int, tuner: str, repeat: int, runtime: Any) -> None:
+    """Compile `layer` (on at most `threads` cores, as `swauto.Model` does), time it and, with `runtime`,
+    the node on onnxruntime on `threads`."""
     mapping = MAPPINGS[layer.node.op]
     started = time.perf_counter()
-    kernel = layer.compile(target, requested, tuner)
+    kernel = layer.compile(target, threads, tuner)
     row.tuning_s = time.perf_counter() - started
     row.operator = f"{kernel.operator.name}.sw"  # of its `sources`, the library file chosen (named as its operator)
     row.candidate, row.candidate_id = kernel.schedule.describe(), kernel.schedule.id
