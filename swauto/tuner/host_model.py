@@ -4,7 +4,8 @@ the memory level its data comes from (a cache line per contiguous block shorter 
 backend holds in place (views: `backends/host/layout.plan`) at the measured rate of tiles read and
 written in place, the tiles only maps, reductions and transforms touch at the measured rate of the
 backend's own tiled map, the operands' trips between the caches (C tiles swept out between visits,
-vector panels streamed, a broadcast operand of short runs fetched where the innermost loop moves it, a
+vector panels streamed, broadcast rows streamed (hidden under the FMAs only from L2), a broadcast
+operand of short runs fetched where the innermost loop moves it, a
 transfer's runs started anew where the innermost loop around it moves its box off them), and the
 parallel nest's iterations shared by the threads, in each segment of an operator of several statements
 (each segment shared out also pays the native pool's measured fork and join).
@@ -560,9 +561,15 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
     broadcast = 4 * sizes["K"] * sizes[u]
     streamed = (panel / _panel_bandwidth(panel * cycled, machine)
                 + (-(-sizes[u] // knobs.rows_for(min(slots, vectors), registers)) - 1) * panel
-                / _panel_bandwidth(column_slice, machine)
-                + -(-slots // vectors) * broadcast / _panel_bandwidth(broadcast, machine))
-    return node.flops, 0, max(compute, streamed), 0.0
+                / _panel_bandwidth(column_slice, machine))
+    # The broadcast rows stream under the FMAs from L2; a block beyond a quarter of it comes from L3 at every
+    # column tile, and the micro-kernel waits for it (GEMM 2048^3 on one thread, 40 candidates in turns: the
+    # pick, 512 broadcast rows x K = 256, ran at 59.9 GFLOPS where 256 rows x K = 128 ran at 65.5 - 73.6,
+    # priced alike; at 1024^3 60.7 against 74.7; on two threads 101.6 against 131.9).
+    rows = -(-slots // vectors) * broadcast / _panel_bandwidth(broadcast, machine)
+    if broadcast <= machine.l2_bytes // 4:
+        return node.flops, 0, max(compute, streamed + rows), 0.0
+    return node.flops, 0, max(compute, streamed) + rows, 0.0
 
 
 def _panel_bandwidth(footprint: int, machine: Machine) -> float:
