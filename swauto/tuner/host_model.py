@@ -194,6 +194,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     (`_revisited_accumulators`), no transfer's runs started anew (`_restarted_runs`): a bound over every
     order of a nest's loops."""
     from swauto.backends.host.codegen import buffer_layouts
+    from swauto.backends.host.layout import gemm_roles
     from swauto.backends.host.parallel import segments
     from swauto.backends.host.primitives import taps_around
 
@@ -214,6 +215,14 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     footprint = _footprint(module)
     level = _level_bandwidth(footprint, machine)
     view_bandwidth = _view_bandwidth(footprint, machine)
+    # A GEMM's broadcast rows read in place only stream into the micro-kernel, as its rows do on every
+    # column tile (`_node_cost`), from where the tensors live: at the rate it streams a panel from there,
+    # not at the rate of C tiles read and written in place (GEMM 1024^3 on one thread, in turns: the rows in
+    # place and the vector panel packed once per column block, 66 - 75 GFLOPS, ran 10 - 25% faster than the
+    # rows in place once per row block and the panel packed for each call, 58 - 70; priced the other way).
+    calls = [node for node, _ in nodes if isinstance(node, Call)]
+    rows_in_place = (views.keys() & {gemm_roles(call)["broadcast"][1].name for call in calls
+                                     if call.signature.kind == "gemm"}) - {call.output.name for call in calls}
     stream_bandwidth = _stream_bandwidth(footprint, machine)
     restart = _restart_seconds(footprint, machine) if ordered else 0.0
     # Per node of a parallel group, its segment's (compute share, traffic share); the others run on one
@@ -253,6 +262,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
         bandwidth = level
         if isinstance(node, Dma):
             bandwidth = stream_bandwidth if node.buffer.name not in gemm_tiles else \
+                _panel_bandwidth(footprint, machine) if node.buffer.name in rows_in_place else \
                 view_bandwidth if node.buffer.name in views else \
                 machine.transpose_bandwidth if node.buffer.name in transposing else level
         taps = taps_around(node, loops) if isinstance(node, Call) else 1
