@@ -218,8 +218,8 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     # A GEMM's broadcast rows read in place only stream into the micro-kernel, as its rows do on every
     # column tile (`_node_cost`), from where the tensors live: at the rate it streams a panel from there,
     # not at the rate of C tiles read and written in place (GEMM 1024^3 on one thread, in turns: the rows in
-    # place and the vector panel packed once per column block, 66 - 75 GFLOPS, ran 10 - 25% faster than the
-    # rows in place once per row block and the panel packed for each call, 58 - 70; priced the other way).
+    # place and the vector panel packed once per column block ran at 72 - 78 GFLOPS, 1.08 - 1.27x the rows in
+    # place once per row block and the panel packed for each call, in three pairs of tiles; priced the other way).
     calls = [node for node, _ in nodes if isinstance(node, Call)]
     rows_in_place = (views.keys() & {gemm_roles(call)["broadcast"][1].name for call in calls
                                      if call.signature.kind == "gemm"}) - {call.output.name for call in calls}
