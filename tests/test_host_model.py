@@ -435,8 +435,8 @@ def test_a_panel_cycled_with_others_comes_from_afar_once_per_call():
 def test_broadcast_rows_from_beyond_a_quarter_of_the_l2_add_to_the_fmas():
     """Every column tile of a call streams its broadcast rows (rows x K) again: from L2 under the FMAs, but
     a block beyond a quarter of the L2 comes from L3 each time and the micro-kernel waits for it (GEMM
-    2048^3 on a Zen 3, in turns: 512 rows x K = 256 at 59.9 GFLOPS, 256 rows x K = 128 at 65.5 - 73.6,
-    priced alike while both were taken as hidden)."""
+    2048^3 on a Zen 3, in turns: 512 rows x K = 256 at 54.5 - 61.1 GFLOPS, priced 74.3 while both were taken
+    as hidden, 256 rows x K = 128 at 58.9 - 73.6, priced 68.8)."""
     machine = replace(quiet_machine(), register_tiles=((4, 2),), l2_bytes=512 << 10)
     call = next(node for node, _ in walk(_module(("M_outer", "N_outer", "K_outer")).body) if isinstance(node, Call))
     # vectorized N: the broadcast rows are M x K; 512 lanes in tiles of 2 vectors of 16 (quiet_machine's lanes)

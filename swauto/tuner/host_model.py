@@ -574,8 +574,9 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
                 / _panel_bandwidth(column_slice, machine))
     # The broadcast rows stream under the FMAs from L2; a block beyond a quarter of it comes from L3 at every
     # column tile, and the micro-kernel waits for it (GEMM 2048^3 on one thread, 40 candidates in turns: the
-    # pick, 512 broadcast rows x K = 256, ran at 59.9 GFLOPS where 256 rows x K = 128 ran at 65.5 - 73.6,
-    # priced alike; at 1024^3 60.7 against 74.7; on two threads 101.6 against 131.9).
+    # pick, 512 broadcast rows x K = 256, priced 74.3 GFLOPS, ran at 54.5 - 61.1; 256 rows x K = 128, priced
+    # 68.8, at 58.9 - 73.6; the pick / the best of the sample at 1024^3 60.7 / 74.7, 2048^3 on two threads
+    # 101.6 / 131.9).
     rows = -(-slots // vectors) * broadcast / _panel_bandwidth(broadcast, machine)
     if broadcast <= machine.l2_bytes // 4:
         return node.flops, 0, max(compute, streamed + rows), 0.0
