@@ -66,14 +66,14 @@ class Layer:
         assert self.operator is not None
         return self.operator, *self.alternatives
 
-    def compile(self, target: str, threads: int | None, tuner: str) -> Any:
+    def compile(self, target: str, threads: int, tuner: str) -> Any:
         """This layer's kernel (a `swauto.Kernel` on at most `threads` cores, as `swauto.compile` decides);
         the layer must have an operator."""
         return compile_layer([library(source) for source in self.sources], dict(self.params), target, threads,
                              tuner, dict(self.layouts), self.constants)
 
 
-def compile_layer(sources: Sequence[str | Path], params: dict[str, int], target: str, threads: int | None, tuner: str,
+def compile_layer(sources: Sequence[str | Path], params: dict[str, int], target: str, threads: int, tuner: str,
                   layouts: dict[str, tuple[int, ...]], constants: tuple[str, ...]) -> Any:
     """The kernel of one source (paths or texts of `.sw` files), or the one `swauto.choose` keeps of several."""
     import swauto

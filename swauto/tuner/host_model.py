@@ -194,7 +194,6 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     (`_revisited_accumulators`), no transfer's runs started anew (`_restarted_runs`): a bound over every
     order of a nest's loops."""
     from swauto.backends.host.codegen import buffer_layouts
-    from swauto.backends.host.layout import gemm_roles
     from swauto.backends.host.parallel import segments
     from swauto.backends.host.primitives import taps_around
 
@@ -215,14 +214,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     footprint = _footprint(module)
     level = _level_bandwidth(footprint, machine)
     view_bandwidth = _view_bandwidth(footprint, machine)
-    # A GEMM's broadcast rows read in place only stream into the micro-kernel, as its rows do on every
-    # column tile (`_node_cost`), from where the tensors live: at the rate it streams a panel from there,
-    # not at the rate of C tiles read and written in place (GEMM 1024^3 on one thread, in turns: the rows in
-    # place and the vector panel packed once per column block ran at 72 - 78 GFLOPS, 1.08 - 1.27x the rows in
-    # place once per row block and the panel packed for each call, in three pairs of tiles; priced the other way).
-    calls = [node for node, _ in nodes if isinstance(node, Call)]
-    rows_in_place = (views.keys() & {gemm_roles(call)["broadcast"][1].name for call in calls
-                                     if call.signature.kind == "gemm"}) - {call.output.name for call in calls}
+    rows_in_place = _rows_in_place(nodes, views)
     stream_bandwidth = _stream_bandwidth(footprint, machine)
     restart = _restart_seconds(footprint, machine) if ordered else 0.0
     # Per node of a parallel group, its segment's (compute share, traffic share); the others run on one
@@ -619,6 +611,23 @@ def _transposing_buffers(nodes: list[tuple[Dma | Call, tuple[For, ...]]]) -> set
             if innermost is not None and innermost != vectorized[node.buffer.name]:
                 transposing.add(node.buffer.name)
     return transposing
+
+
+def _rows_in_place(nodes: list[tuple[Dma | Call, tuple[For, ...]]], views: Mapping[str, str]) -> set[str]:
+    """The `views` that GEMMs only read as their broadcast rows (no call writes them). Those rows only stream
+    into the micro-kernel, as its rows do on every column tile (`_node_cost`), from where the tensors
+    live: their transfer costs the bytes at the rate it streams a panel from there, not at the rate of
+    C tiles read and written in place (GEMM 1024^3 on one thread, in turns: the rows in place and the
+    vector panel packed once per column block ran at 72 - 78 GFLOPS, 1.08 - 1.27x the rows in place once
+    per row block and the panel packed for each call, in three pairs of tiles; priced the other way).
+    (`nodes`: the module's transfers and calls.)"""
+    if not views:  # most estimates: the tensors beyond half the L3, or nothing held in place
+        return set()
+    from swauto.backends.host.layout import gemm_roles
+
+    calls = [node for node, _ in nodes if isinstance(node, Call)]
+    broadcast = {gemm_roles(call)["broadcast"][1].name for call in calls if call.signature.kind == "gemm"}
+    return (views.keys() & broadcast) - {call.output.name for call in calls}
 
 
 def _footprint(module: Module) -> int:
@@ -1140,15 +1149,22 @@ def peak_probe(threads: int = 1, seconds: float = 0.004) -> tuple[Callable[[], o
         return (lambda: loop(iterations, 1.0, 1e-7)), flops_per_iteration * iterations
     if team is not None:
         return (lambda: team(iterations, threads)), threads * flops_per_iteration * iterations
-    from concurrent.futures import ThreadPoolExecutor
-
-    pool = ThreadPoolExecutor(threads, thread_name_prefix="swauto-peak")
+    pool = _probe_pool(threads)
 
     def run() -> None:
         for done in [pool.submit(loop, iterations, 1.0, 1e-7) for _ in range(threads)]:
             done.result()
 
     return run, threads * flops_per_iteration * iterations
+
+
+@functools.cache
+def _probe_pool(threads: int) -> Any:
+    """The Python threads `peak_probe` runs on without the native pool: one pool per thread count for the
+    process (a benchmark asks for a probe per layer)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(threads, thread_name_prefix="swauto-peak")
 
 
 def _fma_iterations(loop: Callable[[int, float, float], float], seconds: float) -> int:
