@@ -286,13 +286,15 @@ def least_seconds(nest: Module, threads: int, machine: Machine) -> Callable[[int
     below `least(moved)` by `estimate`: the nest's compute (shared by the threads, or on one core where
     that is less: a module's transfers may leave it no loop to share, and sharing one costs the fork and
     join) plus those bytes at the fastest rate a transfer of its tensors gets (a copy, a transposing one,
-    or, where the tensors are cache-resident, a tile in place), shared by every thread."""
+    or, where the tensors are cache-resident, a tile in place or broadcast rows in place: `_rows_in_place`),
+    shared by every thread."""
     compute = min(estimate(nest, count, machine, verify=False, ordered=False).seconds  # as sketches
                   for count in {1, threads})
     footprint = _footprint(nest)
+    in_place = (_view_bandwidth(footprint, machine), _panel_bandwidth(footprint, machine)) \
+        if _cache_resident(nest, machine) else ()
     bandwidth = max(_level_bandwidth(footprint, machine), machine.transpose_bandwidth,
-                    _stream_bandwidth(footprint, machine),
-                    _view_bandwidth(footprint, machine) if _cache_resident(nest, machine) else 0.0) * threads
+                    _stream_bandwidth(footprint, machine), *in_place) * threads
     return lambda moved: compute + moved / bandwidth
 
 
