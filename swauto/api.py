@@ -510,11 +510,12 @@ class Kernel:
             raise ArgumentError(f"missing array for tensor {missing} (the kernel takes {', '.join(names)})")
         checked: dict[str, np.ndarray] = {}
         outputs = []
+        owners = True  # every array owns its memory: distinct ones cannot overlap (the common case, checked cheaply)
         for name, dtype, shape, is_output in expected:
             array = arrays[name]
             if type(array) is not np.ndarray:  # the test alone: a call of a small kernel feels each step
                 array = as_array(array, f"tensor {name}")
-            if array.dtype != dtype:
+            if array.dtype is not dtype and array.dtype != dtype:
                 raise ArgumentError(
                     f"tensor {name} is {array.dtype}; this kernel takes {dtype} (convert with .astype(numpy.{dtype}))"
                 )
@@ -523,11 +524,14 @@ class Kernel:
             flags = array.flags
             if not flags.c_contiguous:
                 raise ArgumentError(f"tensor {name} is not C-contiguous; pass numpy.ascontiguousarray(...) of it")
+            owners = owners and flags.owndata
             if is_output:
                 if not flags.writeable:
                     raise ArgumentError(f"output tensor {name} is read-only")
                 outputs.append(name)
             checked[name] = array
+        if owners and len({id(array) for array in checked.values()}) == len(checked):
+            return checked
         for output in outputs:
             for name, array in checked.items():
                 if name != output and np.shares_memory(array, checked[output]):

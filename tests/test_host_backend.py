@@ -730,16 +730,25 @@ def test_a_map_is_vectorized_along_its_contiguous_innermost_dimension():
 
 
 def test_read_only_inputs_and_views_are_read_where_they_are():
-    """A call finds each array's first element through the buffer protocol, and through NumPy where the
-    array is read-only; a C-contiguous view that starts inside a larger array starts at its own element."""
+    """A call finds each array's first element where NumPy keeps its address (`program._data_offset`) or,
+    for other types, through the buffer protocol or NumPy (read-only); a C-contiguous view that starts
+    inside a larger array starts at its own element."""
     kernel = swauto_compile(GEMM_SW, {"M": 24, "N": 40, "K": 16}, target="host")
     arrays = gemm_inputs(24, 40, 16, seed=3)
     expected = gemm_reference(arrays)
+    product = expected - arrays["C"]
     arrays["A"].flags.writeable = False
     rows = np.zeros((20, 40), np.float32)
     rows[4:] = arrays["B"]
     kernel(A=arrays["A"], B=rows[4:], C=arrays["C"])
     assert relative_error(arrays["C"], expected) <= 1e-5
+    arrays["C"][...] = 0.0
+    kernel(A=arrays["A"].view(_Subclass), B=rows[4:].view(_Subclass), C=arrays["C"])
+    assert relative_error(arrays["C"], product) <= 1e-5
+
+
+class _Subclass(np.ndarray):
+    """An array type of the user's (its address is read through the buffer protocol or NumPy)."""
 
 
 def test_an_edge_narrower_than_a_vector_runs_in_narrower_vectors():
