@@ -49,6 +49,8 @@ class SW26010:
     # GEMMs whose factor is a tile of zero padding alone run anyway (`swauto.passes.guard_padding`): the
     # mesh could skip them too, but the thesis' model and every SW26010 result here price them.
     skips_zero_tiles: bool = False
+    # No cache between local memory and memory: a transfer's bytes cost the same wherever its buffer ends.
+    cache_bytes: int = 0
     mesh_rows: int = 8
     mesh_columns: int = 8
     clock_hz: float = 1.45e9
@@ -210,6 +212,10 @@ class HostScratchpad:
     skips_zero_tiles: bool = True
     # No mesh: no transfer is exchanged (`swauto.passes.exchange_transfers`).
     exchange_min_gain: float = 0.0
+    # A packing copy into a buffer beyond this many bytes (the host target: half of its L2) writes it out of
+    # the core's cache, and the calls read it back from beyond: `swauto.passes.hoist_dma` counts a map's
+    # such buffer's bytes twice (0: none).
+    cache_bytes: int = 0
 
     @property
     def ldm_usable_bytes(self) -> int:
@@ -245,6 +251,9 @@ class LocalMemoryMachine(Protocol):
 
     @property
     def exchange_min_gain(self) -> float: ...
+
+    @property
+    def cache_bytes(self) -> int: ...
 
 
 SUNWAY = SW26010()

@@ -30,7 +30,7 @@ def machine() -> HostScratchpad:
     by this CPU's L2 (`HostScratchpad.ldm_bytes`)."""
     calibrated = host_model.machine()
     return HostScratchpad(ldm_bytes=HostScratchpad.L2_MULTIPLE * calibrated.l2_bytes,
-                          micro_kernels=calibrated.register_tiles)
+                          micro_kernels=calibrated.register_tiles, cache_bytes=calibrated.l2_bytes // 2)
 
 
 def estimate(stages: Stages, threads: int) -> Estimate:

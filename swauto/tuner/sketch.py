@@ -42,7 +42,7 @@ from swauto.ir.nodes import Access, Call, Compare, Dma, For, LocalBuffer, Module
 from swauto.machine import DTYPE_BYTES, LocalMemoryMachine
 from swauto.passes.exchange_transfers import exchange_transfers
 from swauto.passes.guard_padding import padding_guards
-from swauto.passes.hoist_dma import cheapest
+from swauto.passes.hoist_dma import cheapest, placement_cost
 from swauto.passes.infer_dma import buffer_names, hoistable, hoisted_extents, transfer_box
 from swauto.passes.init_outputs import init_outputs, moving_loops
 from swauto.passes.pad_primitive import multiples, pad_primitive
@@ -480,31 +480,32 @@ class Sketcher:
         position = {var: index for index, var in enumerate(order)}
         # The loops inside another that runs more than once (a loop of one trip is no loop once lowered).
         enclosed = {var for index, var in enumerate(order) if outside[index] > 1} if tiles.peeled else set()
-        options: list[list[tuple[int, int, str | None, _Transfer]]] = []
+        options: list[list[tuple[int, int, str | None, _Transfer, int]]] = []  # cost, local, home, transfer, moved
         for operand in tiles.operands:
             deps = tuple(var for var in order if var in operand.used)
             ladder = tiles.ladders.get((operand.role, deps))
             if ladder is None:
                 ladder = tiles.ladders[operand.role, deps] = self._ladder(tiles, operand, loops, deps)
             twin = tiles.twins.get(operand.role, 0)
-            per_level: list[tuple[int, int, str | None, _Transfer]] = []
+            per_level: list[tuple[int, int, str | None, _Transfer, int]] = []
             for home, transfer in ladder:
                 moved = transfer.moved * outside[0 if home is None else position[home] + 1]
+                cost = placement_cost(moved, transfer.local, tiles.call, self.machine)  # as `hoist_dma` weighs it
                 # The buffer (both halves, double buffered) and the primitive's float64 copy of its tile.
                 local = doubled * transfer.local
                 if enclosed:
                     local = ceil(local * _copies(tiles, operand, position, enclosed, home, candidate.double_buffer))
                 local += twin  # a whole tile's: the copies of the peeled tiles' are never live beside it
-                # An option moving no fewer bytes in no less room than a lower level's is never chosen.
-                if not any(m <= moved and room <= local for m, room, _, _ in per_level):
-                    per_level.append((moved, local, home, transfer))
+                # An option costing no less in no less room than a lower level's is never chosen.
+                if not any(c <= cost and room <= local for c, room, _, _, _ in per_level):
+                    per_level.append((cost, local, home, transfer, moved))
             options.append(per_level)
         picks = cheapest([[option[:2] for option in per_level] for per_level in options],
                          self.machine.ldm_usable_bytes, 1)
         if picks is None:
             raise Rejected("local memory overflow", "no placement of the transfers fits local memory")
-        placed = tuple(per_level[pick][2:] for per_level, pick in zip(options, picks, strict=True))
-        moved = sum(per_level[pick][0] for per_level, pick in zip(options, picks, strict=True))
+        placed = tuple(per_level[pick][2:4] for per_level, pick in zip(options, picks, strict=True))
+        moved = sum(per_level[pick][4] for per_level, pick in zip(options, picks, strict=True))
         return Placement(tiles, loops, placed, self._signature(tiles, loops, placed), tiles.share, moved)
 
     def _ladder(self, tiles: _TileClass, operand: _Operand, loops: tuple[For, ...],
