@@ -7,8 +7,7 @@ The operator is examples/conv2d.sw; for a 3 x 3 layer at stride 1, `swauto.choos
 examples/conv2d_winograd.sw (F(2x2, 3x3)) or examples/conv2d_winograd4.sw (F(4x4, 3x3)), whichever
 the host model predicts fastest (`algorithm`; with `--implicit-only`, conv2d.sw always). Each computes
 what PyTorch's conv2d does, output = conv(input, weight) (`overwriting`: the examples add into output,
-which reads it too). Layers come
-from ../shared/workloads/cnn_conv_layers.csv
+which reads it too). Layers come from ../shared/workloads/cnn_conv_layers.csv
 (default: the 3x3 layers of ResNet50 and VGG16); `--all` takes every distinct shape of that file and of
 benchmarks/workloads/networks.csv (ResNet-18, MobileNetV2, Inception-v3: 121 shapes; MobileNetV2's
 depthwise layers from examples/conv2d_depthwise.sw, against PyTorch's grouped conv2d). For each layer,
