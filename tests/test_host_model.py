@@ -982,7 +982,7 @@ def test_a_copy_beyond_the_cache_counts_twice_where_transfers_are_placed(cache_b
 def test_the_model_charges_a_maps_buffer_beyond_half_the_l2_its_bytes_read_back():
     """The depthwise layer with its whole padded input in one copy (1.9 MB) is priced above the same
     calls on 10 x 16-pixel tiles of it, which move 1.4 times the bytes but stay in a 512 KiB L2: measured
-    in turns on a Zen 3 with that L2, the whole-image copy ran 9 - 20% slower (three runs of 15)."""
+    in turns on a Zen 3 with that L2, the whole-image copy ran 10 - 21% slower (three runs of 15)."""
     scratchpad = HostScratchpad(ldm_bytes=2 << 20, cache_bytes=256 << 10)
     machine = replace(quiet_machine(), l2_bytes=512 << 10)
     whole = _depthwise("N_outer > r_outer > r_inner > c_outer > kr > kc", scratchpad)

@@ -27,7 +27,8 @@ from .program import HostProgram
 def machine() -> HostScratchpad:
     """The host as the scheduler sees it, exploring the register tiles its calibration measured fastest
     for the instruction set its kernels are compiled for (known at run time only), its buffers bounded
-    by this CPU's L2 (`HostScratchpad.ldm_bytes`)."""
+    by this CPU's L2 (`HostScratchpad.ldm_bytes`), a map's buffer beyond half of it (the host model's L2
+    level) out of the cache (`HostScratchpad.cache_bytes`)."""
     calibrated = host_model.machine()
     return HostScratchpad(ldm_bytes=HostScratchpad.L2_MULTIPLE * calibrated.l2_bytes,
                           micro_kernels=calibrated.register_tiles, cache_bytes=calibrated.l2_bytes // 2)

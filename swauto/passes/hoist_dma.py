@@ -87,7 +87,7 @@ def _option(scheduled: Module, role: str, level: int, machine: LocalMemoryMachin
         shape = tuple(e + p for e, p in zip(box.extents, pad, strict=True))
         size = aligned(per_cpe_bytes(LocalBuffer(name, shape), machine))
         placements[key] = (placement_cost(moved, size, call, machine), size, boxes.segments[index])
-    moved = sum(m for m, _, _ in placements.values())
+    cost = sum(c for c, _, _ in placements.values())
     # Per statement of the nest's body; None: a transfer outside every loop that calls of several
     # statements share, at the kernel's root (`statements_of_outside_transfers`).
     statement = dict(zip((key for key, _ in outside), statements_of_outside_transfers(outside), strict=True))
@@ -95,7 +95,7 @@ def _option(scheduled: Module, role: str, level: int, machine: LocalMemoryMachin
     for key, (_, size, segment) in placements.items():
         where = statement.get(key, segment)
         local[where] = local.get(where, 0) + size
-    return moved, local.pop(None, 0) + max(local.values(), default=0)
+    return cost, local.pop(None, 0) + max(local.values(), default=0)
 
 
 def placement_cost(moved: int, local: int, call: Call, machine: LocalMemoryMachine) -> int:
@@ -103,7 +103,7 @@ def placement_cost(moved: int, local: int, call: Call, machine: LocalMemoryMachi
     where it is placed: its bytes; twice where the buffer outgrows the cache local memory sits in
     (`cache_bytes`) and `call` is no GEMM: the copy writes it out of the cache and the call reads it back
     from beyond (MobileNetV2 block1.1.depthwise at B = 1 on a Zen 3 with a 512 KiB L2: its whole padded
-    input, 1.9 MB, in one copy ran 9 - 20% slower than copies of 10 x 16-pixel tiles moving 1.4 times
+    input, 1.9 MB, in one copy ran 10 - 21% slower than copies of 10 x 16-pixel tiles moving 1.4 times
     the bytes). A GEMM reads its operands in panels the host model prices where they stream from."""
     if machine.cache_bytes and local > machine.cache_bytes and call.signature.kind != "gemm":
         return 2 * moved

@@ -271,11 +271,11 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
                 node_bytes = 0
             else:
                 copies += trips
-                # A map's buffer beyond half the L2: the copy writes it out of the L2 and the calls read it
+                # A map's buffer beyond the L2 level: the copy writes it out of the L2 and the calls read it
                 # back from beyond, as `hoist_dma.placement_cost` weighs it (a GEMM's panels are priced where
                 # they stream from: `_node_cost`). MobileNetV2 block1.1.depthwise at B = 1: its whole padded
-                # input in one copy (1.9 MB) was priced below 10 x 16-pixel tiles of it, and ran 9 - 20% slower.
-                if node.buffer.name not in gemm_tiles and 4 * prod(shapes[node.buffer.name]) > machine.l2_bytes // 2:
+                # input in one copy (1.9 MB) was priced below 10 x 16-pixel tiles of it, and ran 10 - 21% slower.
+                if node.buffer.name not in gemm_tiles and _level(4 * prod(shapes[node.buffer.name]), machine) != "l2":
                     traffic *= 2
         flops += node_flops * trips
         copy_bytes += node_bytes * trips
