@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 CALIBRATION_FILE = "host_machine.json"
 CACHE_LINE_BYTES = 64
-CALIBRATION_VERSION = 17  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
+CALIBRATION_VERSION = 18  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
 # 9: the FMA latency and the loads of a K step, measured on panels in L1; 10: a map's bandwidth on tiles in L1;
 # 11: a panel's stream out of L2 and L3 into the micro-kernel, the loads of a K step clear of the FMA latency;
 # 12: the micro-kernel's rates timed in interleaved rounds (stored ones were up to 30% low), copies with
@@ -59,7 +59,8 @@ CALIBRATION_VERSION = 17  # 6: the FMA peak, best-of-runs timings; 7: register t
 # tiles in place (views) at their own measured rate; 14: whether GEMMs' C tiles are views or copies; 15: the
 # loads of a K step timed in a one-row register tile (the default tile's split it into latency-bound columns);
 # 16: a map's transfers at the rate of the backend's own tiled map (`*_stream_bandwidth`); 17: register tiles
-# and C views ranked by medians in turns, the default tiles first only within the tolerance
+# and C views ranked by medians in turns, the default tiles first only within the tolerance; 18: register tiles
+# ranked by their times alone
 
 
 @dataclass(frozen=True)
@@ -915,49 +916,38 @@ TILE_BENCHMARK_GEMM = """operator gemm(M = 1024, N = 1024, K = 256) {
 EXPLORED_TILES = 2
 
 
-# Tiles that run the benchmarks within this fraction of the fastest count as equally fast: the default
-# tiles are kept among them (a busier moment of the machine cannot turn the choice over by a few percent).
+# Views count as fast as copies within this fraction (`output_views`): a busier moment of the machine cannot
+# turn the choice over by a few percent.
 TILE_TOLERANCE = 0.03
 TILE_ROUNDS = 5
 
 
 def register_tiles() -> tuple[tuple[int, int], ...]:
     """The `EXPLORED_TILES` register tiles of `register_tile_choices` that run the `TILE_BENCHMARKS` GEMMs
-    fastest on one core (geometric mean of their times), fastest first; the instruction set's default
-    tiles (`HOST_MICRO_KERNELS`) first among those within `TILE_TOLERANCE` of the fastest, the others by
-    their times. Whole GEMMs, not the micro-kernel on cache-resident panels, where every tile runs within
-    a percent: how the broadcast operand streams from memory is what tells them apart. Each tile's time
-    is its median over `TILE_ROUNDS` rounds that run all the tiles in turn: a core shared with another
-    tenant for a while slows every tile alike. (The best of three rounds, with the defaults first even
-    beyond the tolerance, ranked a Zen 3's 4 x 2 tile second, 11.5% slower than the 4 x 3 first, ahead
-    of 2 x 4 and 6 x 2 at 4 - 6% from it; in its GEMMs and convolutions the 4 x 2 ran 2 - 26% slower than 6 x 2
-    and 4 x 3.)"""
+    fastest on one core (geometric mean of their times), fastest first. Whole GEMMs, not the
+    micro-kernel on cache-resident panels, where every tile runs within a percent: how the broadcast
+    operand streams from memory is what tells them apart. Each tile's time is its median over
+    `TILE_ROUNDS` rounds that run all the tiles in turn: a core shared with another tenant for a while
+    slows every tile alike. Measured alone, not after the instruction set's default tiles
+    (`HOST_MICRO_KERNELS`, another CPU's winners): preferring those within 3% of the fastest put a Zen
+    3's 4 x 2 tile first in two of three calibrations, where three rankings in a row measured it 8 -
+    18% slower than the 4 x 3 (GEMM 1024^3 in it: 52 - 68% of the peak, against 72 - 77%)."""
     from swauto.backends.host import compile_module
     from swauto.backends.host.isa import select
     from swauto.backends.host.knobs import register_tile_choices
-    from swauto.machine import HOST_MICRO_KERNELS
     from swauto.tuner.measure import median_seconds_in_turns
 
     arrays = _tile_benchmark_arrays()
-    isa = select()
-    programs = []  # (tile, benchmark, program)
-    for index, module in enumerate(_tile_benchmark_modules()):
-        programs += [((knobs.rows, knobs.vectors), index, compile_module(module, knobs=knobs))
-                     for knobs in register_tile_choices(isa)]
+    programs = []  # (tile, program)
+    for module in _tile_benchmark_modules():
+        programs += [((knobs.rows, knobs.vectors), compile_module(module, knobs=knobs))
+                     for knobs in register_tile_choices(select())]
     seconds = median_seconds_in_turns([lambda program=program: program.run(arrays, threads=1)
-                                       for _, _, program in programs], runs=2, rounds=TILE_ROUNDS)
-    median = {(tile, index): elapsed for (tile, index, _), elapsed in zip(programs, seconds, strict=True)}
-    score = {tile: math.exp(sum(math.log(median[tile, i]) for i in range(len(TILE_BENCHMARKS)))
-                          / len(TILE_BENCHMARKS)) for tile, _, _ in programs}
-    fastest = min(score.values())
-    defaults = HOST_MICRO_KERNELS[isa.name]
-
-    def rank(tile: tuple[int, int]) -> tuple[bool, int, float]:
-        slower = score[tile] > (1 + TILE_TOLERANCE) * fastest
-        default = defaults.index(tile) if tile in defaults and not slower else len(defaults)
-        return slower, default, score[tile]
-
-    return tuple(sorted(score, key=rank)[:EXPLORED_TILES])
+                                       for _, program in programs], runs=2, rounds=TILE_ROUNDS)
+    logs: dict[tuple[int, int], float] = {}
+    for (tile, _), elapsed in zip(programs, seconds, strict=True):
+        logs[tile] = logs.get(tile, 0.0) + math.log(elapsed)  # the same benchmarks for every tile
+    return tuple(sorted(logs, key=logs.__getitem__)[:EXPLORED_TILES])
 
 
 def output_views(tile: tuple[int, int]) -> bool:
