@@ -51,6 +51,9 @@ class SW26010:
     skips_zero_tiles: bool = False
     # No cache between local memory and memory: a transfer's bytes cost the same wherever its buffer ends.
     cache_bytes: int = 0
+    # The mesh GEMM adds into its C tile: a tile it overwrites is zeroed first (`swauto.passes.fold_zeros`
+    # does not run).
+    folds_zeros: bool = False
     mesh_rows: int = 8
     mesh_columns: int = 8
     clock_hz: float = 1.45e9
@@ -216,6 +219,9 @@ class HostScratchpad:
     # the core's cache, and the calls read it back from beyond: `swauto.passes.hoist_dma` counts a map's
     # such buffer's bytes twice (0: none).
     cache_bytes: int = 0
+    # The micro-kernel starts its accumulators at zero for a GEMM that overwrites its C tile: a zeroing
+    # right before such a GEMM folds into it (`swauto.passes.fold_zeros`).
+    folds_zeros: bool = True
 
     @property
     def ldm_usable_bytes(self) -> int:
@@ -254,6 +260,9 @@ class LocalMemoryMachine(Protocol):
 
     @property
     def cache_bytes(self) -> int: ...
+
+    @property
+    def folds_zeros(self) -> bool: ...
 
 
 SUNWAY = SW26010()

@@ -16,6 +16,7 @@ from swauto.ir.rename import prefix_buffers
 from swauto.machine import LocalMemoryMachine
 from swauto.passes.double_buffer import double_buffer
 from swauto.passes.exchange_transfers import exchange_transfers
+from swauto.passes.fold_zeros import fold_zeros
 from swauto.passes.forward_transfers import forward_transfers
 from swauto.passes.guard_padding import guard_padding
 from swauto.passes.hoist_dma import hoist_dma
@@ -29,10 +30,11 @@ from swauto.schedule.space import apply
 
 Stages = list[tuple[str, Module]]
 # The passes each statement goes through, in order (`double_buffer` only for double-buffered candidates,
-# `guard_padding` only on a machine that `skips_zero_tiles`, `exchange_transfers` only where it exchanges).
+# `guard_padding` only on a machine that `skips_zero_tiles`, `exchange_transfers` only where it exchanges,
+# `fold_zeros` only where it folds, on a machine that `folds_zeros`).
 NEST_PASSES = ("peel_boundaries", "pad_primitive", "guard_padding", "infer_dma", "hoist_dma", "exchange_transfers",
-               "double_buffer", "plan_local_memory")
-OPTIONAL_PASSES = ("guard_padding", "exchange_transfers", "double_buffer")
+               "double_buffer", "fold_zeros", "plan_local_memory")
+OPTIONAL_PASSES = ("guard_padding", "exchange_transfers", "double_buffer", "fold_zeros")
 
 
 def lower(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine) -> Stages:
@@ -153,6 +155,9 @@ def _lower_nest(module: Module, doubled: bool, machine: LocalMemoryMachine,
             stages.append(("double_buffer", module))
         elif not optional_doubling:
             raise Rejected("no transfer inside a loop to double buffer")
+    if machine.folds_zeros and (folded := fold_zeros(module)) is not module:
+        module = folded
+        stages.append(("fold_zeros", module))
     if planned:
         stages.append(("plan_local_memory", plan_local_memory(module, machine)))
     return stages
@@ -160,6 +165,6 @@ def _lower_nest(module: Module, doubled: bool, machine: LocalMemoryMachine,
 
 def before_double_buffering(stages: Stages) -> Module:
     """The last stage before `double_buffer`: the same transfers, each written once, which is what
-    static counts of bytes moved read (double buffering moves the same bytes)."""
-    candidates = [module for name, module in stages if name not in ("double_buffer", "plan_local_memory")]
+    static counts of bytes moved read (double buffering moves the same bytes; later stages move none)."""
+    candidates = [module for name, module in stages if name not in ("double_buffer", "fold_zeros", "plan_local_memory")]
     return candidates[-1]

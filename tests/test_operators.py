@@ -345,7 +345,9 @@ def test_an_overwritten_output_reduced_inside_its_tiles_is_zeroed_there_not_fill
                        and any(isinstance(c, Call) and c.primitive == "gemm" and c.output.name == n.buffer.name
                                for c in nodes)]
         assert (not fills and not output_gets) if inside else fills, candidate.describe()
-        assert not any(isinstance(n, Call) and n.overwrite for n in nodes)
+        # The flag is cleared; on the host `fold_zeros` sets it again on a GEMM that fills a tile just zeroed.
+        overwriting = [n for n in nodes if isinstance(n, Call) and n.overwrite]
+        assert not overwriting or target == "host" and all(n.primitive == "gemm" for n in overwriting)
         assert _error(kernel) < 1e-5, candidate.describe()
 
 

@@ -47,7 +47,8 @@ class OperandMap:
 
 
 def emit_gemm(lw: Lowering, stmt: Call, env: Env) -> None:
-    """Emit `C += A x B` for `stmt` at the builder's position (see the module docstring)."""
+    """Emit `C += A x B` (`C = A x B` where `stmt.overwrite`) for `stmt` at the builder's position (see the
+    module docstring)."""
     sizes = {dim: int(value) for dim, value in stmt.sizes}
     if min(sizes.values()) < 1:
         raise CodegenError("gemm sizes must be positive, got " + " ".join(f"{d}={v}" for d, v in stmt.sizes))
@@ -61,14 +62,16 @@ def emit_gemm(lw: Lowering, stmt: Call, env: Env) -> None:
         "U": operand_map(lw, broadcast_access, sizes, env),
         "C": operand_map(lw, roles["C"][1], sizes, env),
     }
-    _Kernel(lw, maps, u, v, sizes).emit()
+    _Kernel(lw, maps, u, v, sizes, stmt.overwrite).emit()
 
 
 class _Kernel:
     """The tile loops and micro-kernels of one GEMM statement."""
 
-    def __init__(self, lw: Lowering, maps: dict[str, OperandMap], u: str, v: str, sizes: Mapping[str, int]) -> None:
+    def __init__(self, lw: Lowering, maps: dict[str, OperandMap], u: str, v: str, sizes: Mapping[str, int],
+                 overwrite: bool) -> None:
         self.lw, self.maps, self.u, self.v = lw, maps, u, v
+        self.overwrite = overwrite
         self.builder = lw.builder
         self.width = lw.isa.width
         self.u_size, self.v_size, self.k_size = sizes[u], sizes[v], sizes["K"]
@@ -138,7 +141,9 @@ class _Kernel:
                   for offset in self._tile_offsets(bc.tables[self.u], rows_run, u_tile, range(rows), "U.rows")]
         v_columns = [b.add(vec.base, offset, flags=_NSW)
                      for offset in self._tile_offsets(vec.tables[self.v], run, v_tile, columns, "V.columns")]
-        initial = [[b.load(pointer, align=4) for pointer in row] for row in c_pointers]
+        # Overwriting C (`Call.overwrite`), the accumulators start at zero and C is never read.
+        initial = [[ir.Constant(pointer.type.pointee, None) if self.overwrite else b.load(pointer, align=4)
+                    for pointer in row] for row in c_pointers]
 
         # K loop with the accumulators as phis.
         entry = b.block

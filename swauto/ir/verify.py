@@ -228,7 +228,7 @@ class _Checker(Visitor):
         signature = stmt.signature
         for role, access in stmt.operands:
             if access.name in self.buffers:
-                reads = role != signature.output_role or signature.reads_output()
+                reads = role != signature.output_role or signature.reads_output() and not stmt.overwrite
                 self.local(stmt, access, state, ranges, reads=reads)
         if stmt.output.name in self.buffers:  # a stored result defines its tile
             return replace(state, defined=state.defined | {stmt.output.name})
