@@ -114,6 +114,59 @@ def test_each_nest_of_an_operator_of_several_statements_is_shared_by_the_threads
     assert relative_error(arrays["output"], expected) <= TOLERANCE
 
 
+@pytest.mark.parametrize("head", [0, 1, 3])
+def test_ranges_cover_the_iterations_once_the_first_shorter_by_its_head(head):
+    """`split_range` cuts range(count) into contiguous ranges, one per thread (at most the parts, at most the
+    units): count + head units as evenly as integers allow, the first thread's first `head` units being
+    other work; without a head none is empty."""
+    from swauto.backends.host.program import split_range
+
+    for count in range(1, 9):
+        for parts in range(1, 5):
+            ranges = split_range(count, parts, head)
+            assert len(ranges) == min(parts, count + head)
+            assert ranges[0][0] == 0 and ranges[-1][1] == count
+            assert all(hi == lo for (_, hi), (lo, _) in zip(ranges, ranges[1:], strict=False))
+            units = [head + ranges[0][1] - ranges[0][0], *(hi - lo for lo, hi in ranges[1:])]
+            if head <= (count + head) // len(ranges):  # the head fits in the first thread's even share
+                assert max(units) - min(units) <= 1, (count, parts, ranges)
+            if not head:
+                assert all(lo < hi for lo, hi in ranges)
+
+
+@pytest.mark.parametrize("pool", ["native", "python"])
+def test_a_peeled_last_tile_runs_alongside_the_threads_and_gives_the_same_result(pool, monkeypatch):
+    """GEMM 200 x 160 x 72 in tiles of 48 x 48: where the parallel group is the outermost loop, its peeled
+    last tile (a statement after the nest) touches no element the shares write, so it runs on the calling
+    thread alongside the other threads' shares (`Phases.alongside`); on either pool two and three threads
+    give GEMM's result. With a put of a tile the nest writes added after it, it would not run alongside."""
+    from swauto.backends.host.parallel import segments
+
+    monkeypatch.setenv(thread_pools.ENV_VAR, pool)
+    if pool == "native" and not thread_pools.native():
+        pytest.skip("libgomp cannot be loaded here")
+    source = GEMM_SW.read_text()
+    for dim, tiles in (("M", "48"), ("N", "48"), ("K", "32, 72")):
+        start = source.index(f"split gemm.{dim} by {{")
+        source = source[:start] + f"split gemm.{dim} by {{{tiles}}}" + source[source.index("}", start) + 1:]
+    shape = (200, 160, 72)
+    alongside = []
+    for _, stages in explore(load(source, dict(zip("MNK", shape, strict=True))), local_memory_machine("host")).legal:
+        last = segments(stages[-1][1])[-1]
+        if last.alongside:
+            alongside.append(stages[-1][1])
+    assert len(alongside) >= 4
+    for module in alongside[::len(alongside) // 4][:4]:
+        for threads in (2, 3):
+            arrays = gemm_inputs(*shape, seed=threads)
+            expected = gemm_reference(arrays)
+            compile_module(module).run(arrays, threads=threads)
+            assert relative_error(arrays["C"], expected) <= TOLERANCE, threads
+    module = alongside[0]
+    put = next(node for node, _ in walk(segments(module)[-1].nest) if isinstance(node, Dma) and node.direction == "put")
+    assert not segments(replace(module, body=Seq((*module.body.stmts, put))), verify=False)[-1].alongside
+
+
 def _thread_cores() -> dict[int, set[int]]:
     """The cores each thread of this process may run on, by thread id."""
     cores = {}

@@ -146,8 +146,8 @@ def generate(module: Module, isa: Isa, knobs: Knobs) -> ir.Module:
         after = Lowering(module, plan, isa, knobs, ir_module, plan.symbols["after"])
         after.emit(last.lets + last.after)
         if "parallel" in plan.symbols:
-            threads.emit_parallel_entry(ir_module, shared, after.function, len(module.tensors),
-                                        plan.symbols["parallel"])
+            threads.emit_parallel_entry(ir_module, shared, after.function, last.head if last.alongside else None,
+                                        len(module.tensors), plan.symbols["parallel"])
     return ir_module
 
 

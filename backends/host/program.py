@@ -1,7 +1,9 @@
 """A compiled host kernel and its runtime: per-thread workspaces and the thread pools.
 
 A call runs, for each segment (`parallel.segments`), its 'before' phase on the calling thread and its
-parallel nest's flattened iterations split into one contiguous range per thread; then 'after'. On the
+parallel nest's flattened iterations split into one contiguous range per thread; then 'after', or,
+where it may (`parallel.Phases.alongside`), 'after' on the calling thread right after its own range,
+which is shorter by the work 'after' does (`split_range`), while the other threads run theirs. On the
 native pool (`threads`) that is one call into the kernel's 'parallel' function, which runs them all;
 where it is not available, Python calls each phase and a Python pool runs the ranges (ctypes releases
 the GIL while native code runs).
@@ -71,16 +73,32 @@ def _pool() -> ThreadPoolExecutor:
 
 
 @functools.lru_cache(maxsize=256)  # asked again at every call
-def split_range(count: int, parts: int) -> tuple[tuple[int, int], ...]:
-    """`range(count)` cut into at most `parts` contiguous, non-empty ranges differing in length by at most 1."""
-    parts = max(1, min(parts, count))
-    bounds = [count * p // parts for p in range(parts + 1)]
-    return tuple((lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False) if lo < hi)
+def split_range(count: int, parts: int, head: int = 0) -> tuple[tuple[int, int], ...]:
+    """`range(count)` cut into at most `parts` contiguous ranges, one per thread: `count + head` units cut as
+    evenly as integers allow, the first `head` of them work the first thread does besides its range (the
+    kernel's 'after' alongside: `parallel.Phases.alongside`), so its range is that much shorter, maybe
+    empty. Without a head the ranges are non-empty and differ in length by at most 1."""
+    units = count + head
+    parts = max(1, min(parts, units))
+    bounds = [max(0, units * p // parts - head) for p in range(parts + 1)]
+    return tuple(zip(bounds, bounds[1:], strict=False))
 
 
-# A function of a call and what it takes after the tensors' pointers: a tuple, or a list of them, one per
-# thread of the Python pool (`HostProgram._plan_steps`).
-Step = tuple[Callable[..., None], tuple[int, ...] | list[tuple[int, ...]]]
+@dataclass(frozen=True)
+class Pooled:
+    """A loop shared out on the Python pool: the calling thread's (workspace, lo, hi), the other threads'
+    (none empty), and what the calling thread runs after its own range before it waits for theirs (the
+    kernel's 'after' alongside them: `parallel.Phases.alongside`). The calling thread's range may then be
+    empty: it still runs, for the prologue it fills, which 'after' reads."""
+
+    own: tuple[int, int, int]
+    others: tuple[tuple[int, int, int], ...]
+    then: tuple[Callable[..., None], tuple[int, ...]] | None
+
+
+# A function of a call and what it takes after the tensors' pointers, or how the Python pool shares it
+# (`HostProgram._plan_steps`).
+Step = tuple[Callable[..., None], tuple[int, ...] | Pooled]
 
 
 class HostProgram:
@@ -152,13 +170,17 @@ class HostProgram:
             for function, tail in self._steps.get((threads, forked)) or self._plan_steps(threads, forked):
                 if isinstance(tail, tuple):
                     function(*pointers, *tail)
-                else:  # a loop shared out on the Python pool: `tail` is its ranges' (workspace, lo, hi)
-                    futures = [_pool().submit(function, *pointers, *share) for share in tail[1:]]
-                    # The calling thread runs the first range itself (ctypes releases the GIL): one
-                    # hand-over fewer, which small kernels feel.
-                    function(*pointers, *tail[0])
-                    for future in futures:
-                        future.result()
+                    continue
+                futures = [_pool().submit(function, *pointers, *share) for share in tail.others]
+                # The calling thread runs the first range itself (ctypes releases the GIL): one hand-over
+                # fewer, which small kernels feel.
+                if tail.own[1] < tail.own[2] or tail.then is not None:  # `then` reads what its prologue fills
+                    function(*pointers, *tail.own)
+                if tail.then is not None:
+                    then, arguments = tail.then
+                    then(*pointers, *arguments)
+                for future in futures:
+                    future.result()
 
     def _plan_steps(self, threads: int, forked: bool) -> list[Step]:
         """What a call on `threads` runs in the calling thread, in order, after the tensors' pointers: the
@@ -167,7 +189,10 @@ class HostProgram:
         ranges as a list where the Python pool shares them) and 'after'. Planned once per thread count
         (a small kernel's call feels every microsecond); `forked`: this process is a fork, which cannot
         use libgomp's team (its threads did not survive the fork) and takes the Python pool."""
-        ranges = [split_range(iterations, threads) for _, _, iterations in self._segments]
+        last = self.plan.segments[-1]
+        head = last.head if last.alongside else 0
+        ranges = [split_range(iterations, threads, head if index == len(self._segments) - 1 else 0)
+                  for index, (_, _, iterations) in enumerate(self._segments)]
         count = max(1, *map(len, ranges))
         workspaces = self._workspace_pointers(count)
         steps: list[Step] = []
@@ -177,13 +202,19 @@ class HostProgram:
                 array = self._workspace_arrays[count] = (ctypes.c_void_p * count)(*workspaces)
             steps.append((self._functions["parallel"], (ctypes.addressof(array), count)))
         else:
-            for (before, loop, _), shares in zip(self._segments, ranges, strict=True):
+            after = (self._functions["after"], (workspaces[0], 0, 0)) if "after" in self._functions else None
+            for index, ((before, loop, _), shares) in enumerate(zip(self._segments, ranges, strict=True)):
                 steps.append((before, (workspaces[0], 0, 0)))
-                if loop is not None:
-                    shared = [(workspace, lo, hi) for workspace, (lo, hi) in zip(workspaces, shares, strict=False)]
-                    steps.append((loop, shared[0] if len(shared) == 1 else shared))
-            if "after" in self._functions:
-                steps.append((self._functions["after"], (workspaces[0], 0, 0)))
+                if loop is None:
+                    continue
+                shared = [(workspace, lo, hi) for workspace, (lo, hi) in zip(workspaces, shares, strict=False)]
+                then = after if last.alongside and index == len(self._segments) - 1 else None
+                if len(shared) == 1 and then is None:
+                    steps.append((loop, shared[0]))
+                else:
+                    steps.append((loop, Pooled(shared[0], tuple(s for s in shared[1:] if s[1] < s[2]), then)))
+            if after is not None and not last.alongside:
+                steps.append(after)
         self._steps[(threads, forked)] = steps
         return steps
 

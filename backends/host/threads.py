@@ -8,7 +8,9 @@ threads. It runs the whole call: for each segment (`parallel.segments`), its 'be
 workspace, then, where more than one thread has iterations to run, `GOMP_parallel` on an outlined
 function, in which each thread of the team runs the segment's 'loop' function on its own workspace and
 its contiguous share of the iterations (the shares `program.split_range` makes), else 'loop' over
-every iteration; at last 'after'. So a call crosses from Python once, and an operator of several
+every iteration; at last 'after': once the last segment's threads are done, or, where it may run
+alongside them (`parallel.Phases.alongside`), on the calling thread (the team's thread 0) right after its
+own share, which is shorter by the last segment's `head`. So a call crosses from Python once, and an operator of several
 statements shares each statement's nest. libgomp keeps its team between calls.
 
 Where libgomp cannot be loaded, or `$SWAUTO_HOST_THREADS` is `python`, kernels are generated
@@ -144,11 +146,13 @@ def _emit_pin_worker(builder: ir.IRBuilder, ir_module: ir.Module, thread: ir.Val
 
 
 def emit_parallel_entry(ir_module: ir.Module, segments: list[tuple[ir.Function, ir.Function, int]],
-                        after: ir.Function, tensors: int, symbol: str) -> None:
+                        after: ir.Function, head: int | None, tensors: int, symbol: str) -> None:
     """Define `symbol` in `ir_module`: (tensor pointers..., workspace pointers, threads), which runs each
     of `segments` in turn, (before, loop, iterations): `before` on the first workspace, then `loop` on
-    min(threads, iterations) threads of the OpenMP team, each on its own workspace and its share of the
-    iterations (on one thread, directly); then `after` (see the module docstring)."""
+    min(threads, iterations + head) threads of the OpenMP team, each on its own workspace and its share
+    of the iterations (on one thread, directly); then `after`, or, with a `head` (not None), `after` on
+    thread 0 after its share in the last segment, that share `head` iterations' worth of work shorter (see
+    the module docstring)."""
     pointer = F32.as_pointer()
     # The tensors, the workspaces, the iterations and the caller's core.
     arguments = ir.LiteralStructType([ir.ArrayType(pointer, tensors), pointer.as_pointer(), I64, I32])
@@ -161,8 +165,9 @@ def emit_parallel_entry(ir_module: ir.Module, segments: list[tuple[ir.Function, 
     team_size = ir.Function(ir_module, ir.FunctionType(I32, []), "omp_get_num_threads")
     current_core = ir.Function(ir_module, ir.FunctionType(I32, []), "sched_getcpu") if PINS else None
 
-    def share(loop: ir.Function, index: int) -> ir.Function:
-        """The function each thread of the team runs: its share of `loop`'s iterations."""
+    def share(loop: ir.Function, index: int, alongside: int | None) -> ir.Function:
+        """The function each thread of the team runs: its share of `loop`'s iterations; with `alongside`
+        (the head), thread 0 then runs `after`."""
         outlined = ir.Function(ir_module, outlined_type, f"{symbol}_share{index}")
         outlined.linkage = "internal"
         builder = ir.IRBuilder(outlined.append_basic_block("entry"))
@@ -172,15 +177,23 @@ def emit_parallel_entry(ir_module: ir.Module, segments: list[tuple[ir.Function, 
         iterations = builder.load(builder.gep(packed, [I32(0), I32(2)]))
         if PINS:
             _emit_pin_worker(builder, ir_module, thread, builder.load(builder.gep(packed, [I32(0), I32(3)])))
-        # The shares `split_range` makes: thread t runs [n t / T, n (t + 1) / T).
-        lo = builder.sdiv(builder.mul(iterations, thread), team)
-        hi = builder.sdiv(builder.mul(iterations, builder.add(thread, I64(1))), team)
-        with builder.if_then(builder.icmp_signed("<", lo, hi)):
-            tensor_pointers = [builder.load(builder.gep(packed, [I32(0), I32(0), I32(position)]))
-                               for position in range(tensors)]
-            workspaces = builder.load(builder.gep(packed, [I32(0), I32(1)]))
-            workspace = builder.load(builder.gep(workspaces, [thread]))
+        tensor_pointers = [builder.load(builder.gep(packed, [I32(0), I32(0), I32(position)]))
+                           for position in range(tensors)]
+        workspaces = builder.load(builder.gep(packed, [I32(0), I32(1)]))
+        workspace = builder.load(builder.gep(workspaces, [thread]))
+        # The shares `split_range` makes: thread t runs [max(0, (n + h) t / T - h), max(0, (n + h) (t + 1) / T - h)).
+        units = builder.add(iterations, I64(alongside or 0))
+        lo, hi = (builder.sub(builder.sdiv(builder.mul(units, part), team), I64(alongside or 0))
+                  for part in (thread, builder.add(thread, I64(1))))
+        lo, hi = (builder.select(builder.icmp_signed("<", bound, I64(0)), I64(0), bound) for bound in (lo, hi))
+        runs = builder.icmp_signed("<", lo, hi)
+        if alongside is not None:  # thread 0 runs its prologue even without iterations: `after` reads it
+            runs = builder.or_(runs, builder.icmp_signed("==", thread, I64(0)))
+        with builder.if_then(runs):
             builder.call(loop, [*tensor_pointers, workspace, lo, hi])
+        if alongside is not None:
+            with builder.if_then(builder.icmp_signed("==", thread, I64(0))):
+                builder.call(after, [*tensor_pointers, workspace, I64(0), I64(0)])
         builder.ret_void()
         return outlined
 
@@ -195,16 +208,21 @@ def emit_parallel_entry(ir_module: ir.Module, segments: list[tuple[ir.Function, 
     builder.store(workspaces, builder.gep(packed, [I32(0), I32(1)]))
     first = builder.load(workspaces)
     for index, (before, loop, iterations) in enumerate(segments):
+        alongside = head if index == len(segments) - 1 else None
         builder.call(before, [*tensor_arguments, first, I64(0), I64(0)])
-        team = builder.select(builder.icmp_signed("<", threads, I64(iterations)), threads, I64(iterations))
+        units = I64(iterations + (alongside or 0))
+        team = builder.select(builder.icmp_signed("<", threads, units), threads, units)
         with builder.if_else(builder.icmp_signed(">", team, I64(1))) as (shared, alone):
             with shared:
                 builder.store(I64(iterations), builder.gep(packed, [I32(0), I32(2)]))
                 if PINS:
                     builder.store(builder.call(current_core, []), builder.gep(packed, [I32(0), I32(3)]))
-                builder.call(gomp_parallel, [share(loop, index), builder.bitcast(packed, bytes_pointer),
+                builder.call(gomp_parallel, [share(loop, index, alongside), builder.bitcast(packed, bytes_pointer),
                                              builder.trunc(team, I32), I32(0)])
             with alone:
                 builder.call(loop, [*tensor_arguments, first, I64(0), I64(iterations)])
-    builder.call(after, [*tensor_arguments, first, I64(0), I64(0)])
+                if alongside is not None:
+                    builder.call(after, [*tensor_arguments, first, I64(0), I64(0)])
+    if head is None:
+        builder.call(after, [*tensor_arguments, first, I64(0), I64(0)])
     builder.ret_void()

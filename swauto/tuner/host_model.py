@@ -34,7 +34,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from math import ceil, prod
+from math import prod
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -187,9 +187,11 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     `peeled`, for a sketch (`swauto.tuner.sketch`: every tile whole, its price multiplied by its mean
     work per tile), maps the loops whose last tile the real IR runs in a copy of the loop's body after
     the loop to that tile's work over a whole one's: the parallel group stops above the first of them
-    below its outermost loop, and the last iteration of the outermost, or of a loop around the group,
-    runs on one thread. Without `verify` (a sketch: an estimate's input, not a program) the thread
-    phases are taken as the IR verifier would agree (`parallel.segments`). Without `ordered`, what
+    below its outermost loop, the last iteration of the outermost runs on the calling thread alongside
+    the others' shares (as a kernel's peeled last tile does where nothing it touches meets them:
+    `parallel.Phases.alongside`), and that of a loop around the group on one thread. Without `verify`
+    (a sketch: an estimate's input, not a program) the thread phases are taken as the IR verifier would
+    agree (`parallel.segments`). Without `ordered`, what
     depends on which loop is innermost is priced as in the cheapest order: no fetch of a broadcast
     operand (`_fetched_broadcast`), C tiles revisited as if no loop swept others in between
     (`_revisited_accumulators`), no transfer's runs started anew (`_restarted_runs`): a bound over every
@@ -197,6 +199,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     from swauto.backends.host.codegen import buffer_layouts
     from swauto.backends.host.parallel import segments
     from swauto.backends.host.primitives import taps_around
+    from swauto.backends.host.program import split_range
 
     peeled = peeled or {}
 
@@ -222,6 +225,11 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     # thread. On one thread, where the parallel phases would start changes nothing: they are not looked for.
     shares: dict[int, tuple[float, float]] = {}
     forks = 0  # segments shared out: each wakes and joins the threads once per call
+    # Where the kernel's 'after' runs on the calling thread alongside the last segment's other threads
+    # (`parallel.Phases.alongside`): that thread's share of the group (of its time on one thread), the
+    # group's and the after's nodes, priced apart and joined at the end, and the share of their traffic
+    # every thread together takes (out of DRAM, only up to its total bandwidth).
+    alongside: tuple[float, set[int], set[int], float] | None = None
     for phases in segments(module, verify) if threads > 1 else ():
         if not phases.loops:
             continue
@@ -229,11 +237,18 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
         group = [first, *itertools.takewhile(lambda loop: loop.var not in peeled, inner)]
         trips = [trip_count(loop) for loop in group]
         iterations = prod(trips)
-        # The outermost loop's last tile (`apart` iterations of the group, each `last` of a whole one's work).
+        # The outermost loop's last tile (`apart` iterations of the group, each `last` of a whole one's work):
+        # a sketch's, which it prices as if run alongside the other threads' shares, as a real kernel's
+        # peeled last tile is where nothing it touches meets them (`Phases.alongside`).
         apart, last = (iterations // trips[0], peeled[first.var]) if first.var in peeled else (0, 0.0)
-        shared = max(1, min(threads, iterations - apart))
+        head = phases.head if phases.alongside else round(apart * last)
+        ranges = split_range(iterations - apart, threads, head)
+        shared = len(ranges)
+        own, *others = [hi - lo for lo, hi in ranges]
         # Of the time of whole tiles on one thread: a sketch's price is multiplied by its mean work per tile.
-        share = (ceil((iterations - apart) / shared) + apart * last) / (iterations - apart + apart * last)
+        share = max([own + apart * last, *others]) / (iterations - apart + apart * last)
+        if phases.alongside:
+            share = max(others, default=0) / iterations  # the other threads' path
         # A loop around the group with a shorter last tile runs the group's copy there on one thread.
         for loop in phases.around:
             if loop.var in peeled:
@@ -242,11 +257,17 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
         # Compute and traffic out of the caches scale with the threads; DRAM traffic only up to its total
         # bandwidth.
         traffic_share = share
+        joint = 1.0 / shared  # of all the segment's traffic, what each thread's path takes when all move it
         if level == machine.dram_bandwidth:
-            traffic_share = 1.0 / max(1.0, min(shared, machine.dram_bandwidth_total / machine.dram_bandwidth))
+            traffic_share = joint = 1.0 / max(1.0, min(shared, machine.dram_bandwidth_total / machine.dram_bandwidth))
         shares.update({id(node): (share, traffic_share) for node, _ in walk(group[-1].body)})
+        if phases.alongside:
+            alongside = (own / iterations, {id(node) for node, _ in walk(group[-1].body)},
+                         {id(node) for stmt in phases.after for node, _ in walk(stmt)}, joint)
         forks += shared > 1
     total_compute = total_traffic = seconds = 0.0
+    # With 'after' alongside: the paths it joins (above), and the traffic of both.
+    others_path = group_alone = after_alone = joint_traffic = 0.0
     flops = copy_bytes = copies = 0
     shapes = {array.name: array.shape for array in (*module.tensors, *module.buffers)}
     for node, loops in nodes:
@@ -283,7 +304,18 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
         total_compute += compute * trips
         total_traffic += traffic * trips
         compute_share, traffic_share = shares.get(id(node), (1.0, 1.0))
-        seconds += (compute * compute_share + traffic * traffic_share) * trips
+        node_seconds = (compute * compute_share + traffic * traffic_share) * trips
+        if alongside is not None and id(node) in alongside[1]:
+            others_path += node_seconds
+            group_alone += (compute + traffic) * trips
+            joint_traffic += traffic * trips
+        elif alongside is not None and id(node) in alongside[2]:
+            after_alone += (compute + traffic) * trips
+            joint_traffic += traffic * trips
+        else:
+            seconds += node_seconds
+    if alongside is not None:
+        seconds += max(others_path, alongside[0] * group_alone + after_alone, joint_traffic * alongside[3])
     seconds += forks * machine.parallel_call_seconds
     return HostEstimate(flops, copy_bytes, total_compute, total_traffic, seconds, copies)
 
