@@ -185,10 +185,11 @@ class HostProgram:
     def _plan_steps(self, threads: int, forked: bool) -> list[Step]:
         """What a call on `threads` runs in the calling thread, in order, after the tensors' pointers: the
         native pool's one entry where the program has it ('parallel': every phase, each segment's
-        'before' and 'loop' on the threads, 'after'), else each segment's 'before' and 'loop' (its
-        ranges as a list where the Python pool shares them) and 'after'. Planned once per thread count
-        (a small kernel's call feels every microsecond); `forked`: this process is a fork, which cannot
-        use libgomp's team (its threads did not survive the fork) and takes the Python pool."""
+        'before' and 'loop' on the threads, 'after'), else each segment's 'before' and 'loop' (a
+        `Pooled` where the Python pool shares it, with 'after' where that runs alongside) and 'after'.
+        Planned once per thread count (a small kernel's call feels every microsecond); `forked`: this
+        process is a fork, which cannot use libgomp's team (its threads did not survive the fork) and
+        takes the Python pool."""
         last = self.plan.segments[-1]
         head = last.head if last.alongside else 0
         ranges = [split_range(iterations, threads, head if index == len(self._segments) - 1 else 0)

@@ -9,9 +9,9 @@ workspace, then, where more than one thread has iterations to run, `GOMP_paralle
 function, in which each thread of the team runs the segment's 'loop' function on its own workspace and
 its contiguous share of the iterations (the shares `program.split_range` makes), else 'loop' over
 every iteration; at last 'after': once the last segment's threads are done, or, where it may run
-alongside them (`parallel.Phases.alongside`), on the calling thread (the team's thread 0) right after its
-own share, which is shorter by the last segment's `head`. So a call crosses from Python once, and an operator of several
-statements shares each statement's nest. libgomp keeps its team between calls.
+alongside them (`parallel.Phases.alongside`), on the calling thread (the team's thread 0) right after
+its own share, which is shorter by the last segment's `head`. So a call crosses from Python once, and an
+operator of several statements shares each statement's nest. libgomp keeps its team between calls.
 
 Where libgomp cannot be loaded, or `$SWAUTO_HOST_THREADS` is `python`, kernels are generated
 without 'parallel' and the Python pool of `program` shares the ranges instead. libgomp's team does not

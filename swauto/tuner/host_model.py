@@ -191,11 +191,10 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     the others' shares (as a kernel's peeled last tile does where nothing it touches meets them:
     `parallel.Phases.alongside`), and that of a loop around the group on one thread. Without `verify`
     (a sketch: an estimate's input, not a program) the thread phases are taken as the IR verifier would
-    agree (`parallel.segments`). Without `ordered`, what
-    depends on which loop is innermost is priced as in the cheapest order: no fetch of a broadcast
-    operand (`_fetched_broadcast`), C tiles revisited as if no loop swept others in between
-    (`_revisited_accumulators`), no transfer's runs started anew (`_restarted_runs`): a bound over every
-    order of a nest's loops."""
+    agree (`parallel.segments`). Without `ordered`, what depends on which loop is innermost is priced as
+    in the cheapest order: no fetch of a broadcast operand (`_fetched_broadcast`), C tiles revisited as
+    if no loop swept others in between (`_revisited_accumulators`), no transfer's runs started anew
+    (`_restarted_runs`): a bound over every order of a nest's loops."""
     from swauto.backends.host.codegen import buffer_layouts
     from swauto.backends.host.parallel import segments
     from swauto.backends.host.primitives import taps_around
@@ -225,11 +224,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     # thread. On one thread, where the parallel phases would start changes nothing: they are not looked for.
     shares: dict[int, tuple[float, float]] = {}
     forks = 0  # segments shared out: each wakes and joins the threads once per call
-    # Where the kernel's 'after' runs on the calling thread alongside the last segment's other threads
-    # (`parallel.Phases.alongside`): that thread's share of the group (of its time on one thread), the
-    # group's and the after's nodes, priced apart and joined at the end, and the share of their traffic
-    # every thread together takes (out of DRAM, only up to its total bandwidth).
-    alongside: tuple[float, set[int], set[int], float] | None = None
+    alongside: _Alongside | None = None  # the last segment's, where its 'after' runs alongside its threads
     for phases in segments(module, verify) if threads > 1 else ():
         if not phases.loops:
             continue
@@ -262,8 +257,8 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
             traffic_share = joint = 1.0 / max(1.0, min(shared, machine.dram_bandwidth_total / machine.dram_bandwidth))
         shares.update({id(node): (share, traffic_share) for node, _ in walk(group[-1].body)})
         if phases.alongside:
-            alongside = (own / iterations, {id(node) for node, _ in walk(group[-1].body)},
-                         {id(node) for stmt in phases.after for node, _ in walk(stmt)}, joint)
+            alongside = _Alongside(own / iterations, {id(node) for node, _ in walk(group[-1].body)},
+                                   {id(node) for stmt in phases.after for node, _ in walk(stmt)}, joint)
         forks += shared > 1
     total_compute = total_traffic = seconds = 0.0
     # With 'after' alongside: the paths it joins (above), and the traffic of both.
@@ -305,19 +300,33 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
         total_traffic += traffic * trips
         compute_share, traffic_share = shares.get(id(node), (1.0, 1.0))
         node_seconds = (compute * compute_share + traffic * traffic_share) * trips
-        if alongside is not None and id(node) in alongside[1]:
+        if alongside is not None and id(node) in alongside.group:
             others_path += node_seconds
             group_alone += (compute + traffic) * trips
             joint_traffic += traffic * trips
-        elif alongside is not None and id(node) in alongside[2]:
+        elif alongside is not None and id(node) in alongside.after:
             after_alone += (compute + traffic) * trips
             joint_traffic += traffic * trips
         else:
             seconds += node_seconds
     if alongside is not None:
-        seconds += max(others_path, alongside[0] * group_alone + after_alone, joint_traffic * alongside[3])
+        seconds += max(others_path, alongside.own * group_alone + after_alone, joint_traffic * alongside.joint)
     seconds += forks * machine.parallel_call_seconds
     return HostEstimate(flops, copy_bytes, total_compute, total_traffic, seconds, copies)
+
+
+@dataclass(frozen=True)
+class _Alongside:
+    """Where a kernel's 'after' runs on the calling thread alongside the last segment's other threads
+    (`parallel.Phases.alongside`): that thread's share of the group (of the group's time on one thread),
+    the group's and the after's nodes (by id), priced apart and joined at the end, and the share of
+    their traffic each thread's path takes when every thread moves it (out of DRAM, only up to its total
+    bandwidth)."""
+
+    own: float
+    group: set[int]
+    after: set[int]
+    joint: float
 
 
 def least_seconds(nest: Module, threads: int, machine: Machine) -> Callable[[int], float]:
