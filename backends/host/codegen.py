@@ -133,21 +133,21 @@ def generate(module: Module, isa: Isa, knobs: Knobs) -> ir.Module:
     """
     plan = plan_kernel(module, isa, knobs)
     ir_module = ir.Module(name=module.name)
-    shared = []  # per segment with a parallel group: its 'before', its 'loop', the group's iterations
+    shared = []  # per segment with a parallel group: its 'before', its 'loop', the group's iterations, its head
     for index, phases in enumerate(plan.segments):
         before = Lowering(module, plan, isa, knobs, ir_module, plan.symbols[phase("before", index)])
         before.emit(phases.before)
         if phases.loops:
             loop = Lowering(module, plan, isa, knobs, ir_module, plan.symbols[phase("loop", index)], phases)
             loop.emit_parallel(phases.lets)
-            shared.append((before.function, loop.function, phases.iterations))
+            shared.append((before.function, loop.function, phases.iterations, phases.head))
     last = plan.segments[-1]
     if last.loops:
         after = Lowering(module, plan, isa, knobs, ir_module, plan.symbols["after"])
         after.emit(last.lets + last.after)
         if "parallel" in plan.symbols:
-            threads.emit_parallel_entry(ir_module, shared, after.function, last.head if last.alongside else None,
-                                        len(module.tensors), plan.symbols["parallel"])
+            threads.emit_parallel_entry(ir_module, shared, after.function, len(module.tensors),
+                                        plan.symbols["parallel"])
     return ir_module
 
 

@@ -53,10 +53,14 @@ class Phases:
     loops: tuple[For, ...]
     after: tuple[Stmt, ...]
     prologue: tuple[Stmt, ...] = ()
-    # 'after' runs on the calling thread alongside the other threads' shares (`segments`), which take
-    # `head` iterations' worth of its work off the caller's (`program.split_range`).
-    alongside: bool = False
-    head: int = 0
+    # Not None: 'after' runs on the calling thread alongside the other threads' shares (`segments`), which
+    # take `head` iterations' worth of its work off the caller's (`program.split_range`).
+    head: int | None = None
+
+    @property
+    def alongside(self) -> bool:
+        """Whether 'after' runs alongside the other threads' shares (see `head`)."""
+        return self.head is not None
 
     @property
     def trips(self) -> tuple[int, ...]:
@@ -119,11 +123,11 @@ def _alongside(phases: Phases, tensors: set[str]) -> Phases:
     reads nothing only a nest defined.)"""
     assert phases.nest is not None
     after, nest = Seq(phases.lets + phases.after), Seq((*phases.lets, phases.nest))
-    if not _apart(_touched(after, tensors), _touched(nest, tensors)):
+    touched = _touched(after, tensors)
+    if touched is None or not _apart(touched, _touched(nest, tensors)):
         return phases
     per_iteration = _flops(nest) / phases.iterations
-    head = round(_flops(after) / per_iteration) if per_iteration else 0
-    return replace(phases, alongside=True, head=head)
+    return replace(phases, head=round(_flops(after) / per_iteration) if per_iteration else 0)
 
 
 Box = tuple[str, bool, tuple[tuple[int, int], ...]]  # a tensor, whether it is written, each axis' index range
@@ -136,35 +140,30 @@ def _touched(stmt: Stmt, tensors: set[str]) -> list[Box] | None:
     boxes: list[Box] = []
     lets: dict[str, tuple[int, int]] = {}
     for node, loops in walk(stmt):
+        if isinstance(node, Dma):
+            found: tuple[tuple[Access, bool], ...] = ((node.tensor, node.direction == "put"),)
+        elif isinstance(node, Call):  # an output it reads too is met by its write already
+            found = tuple((access, role == call.output_role) for call in (node, *node.epilogue)
+                          for role, access in call.operands)
+        elif isinstance(node, Let):
+            found = ()
+        else:
+            continue
         if not all(_constant_bounds(loop) for loop in loops):
             return None
         ranges = {**lets, **{loop.var: _range(loop) for loop in loops if _trips(loop)}}
-        if isinstance(node, Let):
-            try:
+        try:
+            if isinstance(node, Let):
                 lets[node.var] = bounds(node.value, ranges)
-            except (KeyError, ValueError):
-                return None
-            continue
-        found: list[tuple[Access, bool]] = []
-        if isinstance(node, Dma):
-            found.append((node.tensor.bounding_box(), node.direction == "put"))
-        elif isinstance(node, Call):
-            for call in (node, *node.epilogue):
-                found += [(access.bounding_box(), role == call.output_role) for role, access in call.operands]
-                if call.signature.reads_output():
-                    found.append((call.output.bounding_box(), False))
-        for box, writes in found:
-            if box.name not in tensors:
-                continue
-            try:
-                starts = [bounds(start, ranges) for start in box.starts]
-            except (KeyError, ValueError):
-                return None
-            spans = box.spans()
-            if not all(isinstance(span, int) for span in spans):
-                return None
-            boxes.append((box.name, writes, tuple((low, high + span - 1)
-                                                  for (low, high), span in zip(starts, spans, strict=True))))
+            for box, writes in ((access.bounding_box(), writes) for access, writes in found if access.name in tensors):
+                spans = box.spans()
+                if not all(isinstance(span, int) for span in spans):
+                    return None
+                boxes.append((box.name, writes, tuple((low, high + span - 1) for (low, high), span
+                                                      in zip((bounds(start, ranges) for start in box.starts), spans,
+                                                             strict=True))))
+        except (KeyError, ValueError):
+            return None
     return boxes
 
 
@@ -175,9 +174,10 @@ def _range(loop: For) -> tuple[int, int]:
     return min(first, last), max(first, last)
 
 
-def _apart(first: list[Box] | None, second: list[Box] | None) -> bool:
-    """Whether no box one of `first`, `second` writes meets a box of the same tensor in the other."""
-    if first is None or second is None:
+def _apart(first: list[Box], second: list[Box] | None) -> bool:
+    """Whether no box one of `first`, `second` writes meets a box of the same tensor in the other (None:
+    boxes not known)."""
+    if second is None:
         return False
     return not any(name == other and (writes or written) and all(lo <= high and low <= hi for (low, high), (lo, hi)
                                                                  in zip(ranges, others, strict=True))

@@ -190,10 +190,7 @@ class HostProgram:
         Planned once per thread count (a small kernel's call feels every microsecond); `forked`: this
         process is a fork, which cannot use libgomp's team (its threads did not survive the fork) and
         takes the Python pool."""
-        last = self.plan.segments[-1]
-        head = last.head if last.alongside else 0
-        ranges = [split_range(iterations, threads, head if index == len(self._segments) - 1 else 0)
-                  for index, (_, _, iterations) in enumerate(self._segments)]
+        ranges = [split_range(phases.iterations, threads, phases.head or 0) for phases in self.plan.segments]
         count = max(1, *map(len, ranges))
         workspaces = self._workspace_pointers(count)
         steps: list[Step] = []
@@ -204,17 +201,17 @@ class HostProgram:
             steps.append((self._functions["parallel"], (ctypes.addressof(array), count)))
         else:
             after = (self._functions["after"], (workspaces[0], 0, 0)) if "after" in self._functions else None
-            for index, ((before, loop, _), shares) in enumerate(zip(self._segments, ranges, strict=True)):
+            for (before, loop, _), phases, shares in zip(self._segments, self.plan.segments, ranges, strict=True):
                 steps.append((before, (workspaces[0], 0, 0)))
                 if loop is None:
                     continue
                 shared = [(workspace, lo, hi) for workspace, (lo, hi) in zip(workspaces, shares, strict=False)]
-                then = after if last.alongside and index == len(self._segments) - 1 else None
+                then = after if phases.alongside else None  # only the last segment has 'after'
                 if len(shared) == 1 and then is None:
                     steps.append((loop, shared[0]))
                 else:
                     steps.append((loop, Pooled(shared[0], tuple(s for s in shared[1:] if s[1] < s[2]), then)))
-            if after is not None and not last.alongside:
+            if after is not None and not self.plan.segments[-1].alongside:
                 steps.append(after)
         self._steps[(threads, forked)] = steps
         return steps

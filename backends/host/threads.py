@@ -145,14 +145,14 @@ def _emit_pin_worker(builder: ir.IRBuilder, ir_module: ir.Module, thread: ir.Val
             builder.call(set_affinity, [I32(0), I64(words * 8), builder.bitcast(mask, I64.as_pointer())])
 
 
-def emit_parallel_entry(ir_module: ir.Module, segments: list[tuple[ir.Function, ir.Function, int]],
-                        after: ir.Function, head: int | None, tensors: int, symbol: str) -> None:
+def emit_parallel_entry(ir_module: ir.Module, segments: list[tuple[ir.Function, ir.Function, int, int | None]],
+                        after: ir.Function, tensors: int, symbol: str) -> None:
     """Define `symbol` in `ir_module`: (tensor pointers..., workspace pointers, threads), which runs each
-    of `segments` in turn, (before, loop, iterations): `before` on the first workspace, then `loop` on
-    min(threads, iterations + head) threads of the OpenMP team, each on its own workspace and its share
-    of the iterations (on one thread, directly); then `after`, or, with a `head` (not None), `after` on
-    thread 0 after its share in the last segment, that share `head` iterations' worth of work shorter (see
-    the module docstring)."""
+    of `segments` in turn, (before, loop, iterations, head): `before` on the first workspace, then `loop`
+    on min(threads, iterations + head) threads of the OpenMP team, each on its own workspace and its share
+    of the iterations (on one thread, directly); then `after`, or, where the last segment has a head
+    (not None: `parallel.Phases.head`), `after` on thread 0 after its share, that share `head` iterations'
+    worth of work shorter (see the module docstring)."""
     pointer = F32.as_pointer()
     # The tensors, the workspaces, the iterations and the caller's core.
     arguments = ir.LiteralStructType([ir.ArrayType(pointer, tensors), pointer.as_pointer(), I64, I32])
@@ -207,8 +207,7 @@ def emit_parallel_entry(ir_module: ir.Module, segments: list[tuple[ir.Function, 
         builder.store(argument, builder.gep(packed, [I32(0), I32(0), I32(index)]))
     builder.store(workspaces, builder.gep(packed, [I32(0), I32(1)]))
     first = builder.load(workspaces)
-    for index, (before, loop, iterations) in enumerate(segments):
-        alongside = head if index == len(segments) - 1 else None
+    for index, (before, loop, iterations, alongside) in enumerate(segments):
         builder.call(before, [*tensor_arguments, first, I64(0), I64(0)])
         units = I64(iterations + (alongside or 0))
         team = builder.select(builder.icmp_signed("<", threads, units), threads, units)
@@ -223,6 +222,6 @@ def emit_parallel_entry(ir_module: ir.Module, segments: list[tuple[ir.Function, 
                 builder.call(loop, [*tensor_arguments, first, I64(0), I64(iterations)])
                 if alongside is not None:
                     builder.call(after, [*tensor_arguments, first, I64(0), I64(0)])
-    if head is None:
+    if segments[-1][3] is None:
         builder.call(after, [*tensor_arguments, first, I64(0), I64(0)])
     builder.ret_void()

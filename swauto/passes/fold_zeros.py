@@ -45,8 +45,7 @@ def _names(stmt: Stmt, buffer: str) -> bool:
     for node, _ in walk(stmt):
         if isinstance(node, Dma | Zero) and node.buffer.name == buffer:
             return True
-        if isinstance(node, Call) and any(access.name == buffer for call in (node, *node.epilogue)
-                                          for _, access in call.operands):
+        if isinstance(node, Call) and any(access.name == buffer for _, access in node.transfers):
             return True
     return False
 

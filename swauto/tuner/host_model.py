@@ -236,7 +236,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
         # a sketch's, which it prices as if run alongside the other threads' shares, as a real kernel's
         # peeled last tile is where nothing it touches meets them (`Phases.alongside`).
         apart, last = (iterations // trips[0], peeled[first.var]) if first.var in peeled else (0, 0.0)
-        head = phases.head if phases.alongside else round(apart * last)
+        head = phases.head if phases.head is not None else round(apart * last)
         ranges = split_range(iterations - apart, threads, head)
         shared = len(ranges)
         own, *others = [hi - lo for lo, hi in ranges]
@@ -255,9 +255,10 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
         joint = 1.0 / shared  # of all the segment's traffic, what each thread's path takes when all move it
         if level == machine.dram_bandwidth:
             traffic_share = joint = 1.0 / max(1.0, min(shared, machine.dram_bandwidth_total / machine.dram_bandwidth))
-        shares.update({id(node): (share, traffic_share) for node, _ in walk(group[-1].body)})
+        grouped = {id(node) for node, _ in walk(group[-1].body)}
+        shares.update(dict.fromkeys(grouped, (share, traffic_share)))
         if phases.alongside:
-            alongside = _Alongside(own / iterations, {id(node) for node, _ in walk(group[-1].body)},
+            alongside = _Alongside(own / iterations, grouped,
                                    {id(node) for stmt in phases.after for node, _ in walk(stmt)}, joint)
         forks += shared > 1
     total_compute = total_traffic = seconds = 0.0
@@ -972,7 +973,8 @@ def register_tiles() -> tuple[tuple[int, int], ...]:
     slows every tile alike. Measured alone, not after the instruction set's default tiles
     (`HOST_MICRO_KERNELS`, another CPU's winners): preferring those within 3% of the fastest put a Zen
     3's 4 x 2 tile first in two of three calibrations, where three rankings in a row measured it 8 -
-    18% slower than the 4 x 3 (GEMM 1024^3 in it: 52 - 68% of the peak, against 72 - 77%)."""
+    18% slower than the 4 x 3 (four GEMM 1024^3 candidates: 52 - 68% of the peak in it, 71 - 77% in 4 x 3
+    and 6 x 2)."""
     from swauto.backends.host import compile_module
     from swauto.backends.host.isa import select
     from swauto.backends.host.knobs import register_tile_choices
