@@ -26,7 +26,7 @@ the next segment starts (Winograd's transforms and GEMMs, an LSTM step's GEMMs a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, replace
 from math import prod
 
@@ -97,7 +97,7 @@ def split(module: Module, verify: bool = True) -> Phases:
     return Phases(_top(module.body), None, (), ())
 
 
-def segments(module: Module, verify: bool = True) -> tuple[Phases, ...]:
+def segments(module: Module, verify: bool = True, peeled: Collection[str] = ()) -> tuple[Phases, ...]:
     """The kernel as a sequence of segments, each split from what the segments before it left as `split`
     splits a kernel: a segment's 'before' runs on the calling thread, then its nest's parallel group on
     the threads, and the next segment starts when every thread is done. Only the last segment has an
@@ -106,10 +106,17 @@ def segments(module: Module, verify: bool = True) -> tuple[Phases, ...]:
     `split` alone shares one. The chain is verified whole (`_verified`): first the chain of each
     remainder's first split, once; only where that fails, again as each segment is added. (Verified at
     each step, chains 1 to n segments long, Winograd F(2x2, 3x3)'s model tuning at 64 channels, 56², on
-    two threads took 5.3 s; now 4.2, with the same pick.)"""
-    chain = _segments(module, lambda found: True)
+    two threads took 5.3 s; now 4.2, with the same pick.)
+
+    `peeled`, for a sketch (every tile whole: `swauto.tuner.sketch`), names the loops whose shorter last
+    tile lowering will peel into a copy of the loop's body after the loop: inside the loop around such
+    a loop, that copy is a second statement, so no group is looked for below it. (Inception-v3's Mixed_6a
+    3 x 3 at B = 8: the sketch of a candidate whose group sat below a tap loop, its column loop's last tile
+    peeled, was priced on two threads, 51 ms; lowered, it ran on one, predicted 71 ms, and ranked first
+    it ran at 0.73x PyTorch where a candidate the sketches had put below it ran at 1.38x.)"""
+    chain = _segments(module, lambda found: True, peeled)
     if verify and chain[0].loops and not _verified(module, chain):
-        chain = _segments(module, lambda found: _verified(module, found))
+        chain = _segments(module, lambda found: _verified(module, found), peeled)
     if not (chain[-1].loops and chain[-1].after):
         return chain
     return (*chain[:-1], _alongside(chain[-1], {tensor.name for tensor in module.tensors}))
@@ -189,12 +196,14 @@ def _flops(stmt: Stmt) -> int:
     return sum(node.flops * executions(loops, node.runs_if) for node, loops in walk(stmt) if isinstance(node, Call))
 
 
-def _segments(module: Module, accept: Callable[[tuple[Phases, ...]], bool]) -> tuple[Phases, ...]:
+def _segments(module: Module, accept: Callable[[tuple[Phases, ...]], bool], peeled: Collection[str] = ()
+              ) -> tuple[Phases, ...]:
     """`segments`, each segment the first split of what is left whose chain so far `accept`s."""
     found: list[Phases] = []
     body = module.body
     while True:
-        phases = next((phases for phases in _splits(replace(module, body=body)) if accept((*found, phases))), None)
+        phases = next((phases for phases in _splits(replace(module, body=body), peeled)
+                       if accept((*found, phases))), None)
         if phases is None:  # nothing more to share: what is left runs after the last nest
             if not found:
                 return (Phases(_top(body), None, (), ()),)
@@ -209,9 +218,9 @@ def _top(body: Stmt) -> tuple[Stmt, ...]:
     return body.stmts if isinstance(body, Seq) else (body,)
 
 
-def _splits(module: Module) -> Iterator[Phases]:
+def _splits(module: Module, peeled: Collection[str] = ()) -> Iterator[Phases]:
     """Each way to split `module`'s top level at a nest with a parallel group, the first nest first; not
-    verified."""
+    verified. (`peeled`: `segments`.)"""
     top = _top(module.body)
     written = _written(module.body) & {tensor.name for tensor in module.tensors}
     for position, stmt in enumerate(top):
@@ -226,7 +235,7 @@ def _splits(module: Module) -> Iterator[Phases]:
         rest = tuple(s for s in before if not _fills(s, shared))
         if shared & _locals_used(rest) or {s.buffer.name for s in prologue} & (_written(stmt) | _filled(stmt)):
             continue
-        group = _best_group(stmt, written, _let_vars(before))
+        group = _best_group(stmt, written, _let_vars(before), peeled)
         if group:
             yield Phases(rest, stmt, group, after, prologue)
 
@@ -263,30 +272,38 @@ def _fills(stmt: Stmt, buffers: set[str]) -> bool:
         stmt.buffer.name in buffers
 
 
-def _best_group(nest: For, written: set[str], allowed: set[str]) -> tuple[For, ...]:
-    """The parallel group chosen in `nest` (see ENOUGH_ITERATIONS), or () when there is none."""
+def _best_group(nest: For, written: set[str], allowed: set[str], peeled: Collection[str] = ()
+                ) -> tuple[For, ...]:
+    """The parallel group chosen in `nest` (see ENOUGH_ITERATIONS), or () when there is none. With
+    `peeled` (`segments`), as in the lowered nest: no deeper than the loop around the first of them, no
+    group past one but at its top, and there it has a loop's whole tiles, one iteration fewer."""
+    def iterations(group: tuple[For, ...]) -> int:
+        return prod(_trips(loop) - (loop.var in peeled) for loop in group)
+
     accesses = _tensor_accesses(nest, written)
     groups = []
     current: Stmt | None = nest
     while isinstance(current, For):
-        group = _group_at(current, accesses, allowed)
-        if group and prod(_trips(loop) for loop in group) >= 2:
+        group = _group_at(current, accesses, allowed, peeled)
+        if group and iterations(group) >= 2:
             groups.append(group)
         child = _single_loop(current.body)
-        if child is None or _writes(current.body, besides=child):
+        if child is None or child.var in peeled or _writes(current.body, besides=child):
             break  # the loops around a group may not write memory: every thread runs them
         current = child
     for group in groups:
-        if prod(_trips(loop) for loop in group) >= ENOUGH_ITERATIONS:
+        if iterations(group) >= ENOUGH_ITERATIONS:
             return group
-    return max(groups, key=lambda g: prod(_trips(loop) for loop in g), default=())
+    return max(groups, key=iterations, default=())
 
 
-def _group_at(loop: For, accesses: list[Access], allowed: set[str]) -> tuple[For, ...]:
-    """The longest perfect nest from `loop` down whose loops each split the written tensors."""
+def _group_at(loop: For, accesses: list[Access], allowed: set[str], peeled: Collection[str] = ()
+              ) -> tuple[For, ...]:
+    """The longest perfect nest from `loop` down whose loops each split the written tensors (and,
+    below `loop`, none of `peeled`: `segments`)."""
     group: list[For] = []
     current: Stmt = loop
-    while isinstance(current, For) and _constant_bounds(current) and (
+    while isinstance(current, For) and _constant_bounds(current) and not (group and current.var in peeled) and (
             _trips(current) == 1 or _disjoint(current, accesses, allowed)):
         group.append(current)
         current = current.body.stmts[0] if isinstance(current.body, Seq) and len(current.body.stmts) == 1 \

@@ -27,7 +27,6 @@ from __future__ import annotations
 import datetime
 import functools
 import hashlib
-import itertools
 import json
 import math
 import os
@@ -186,10 +185,11 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     the model tuner's pick among equals is that tile, and the measuring tuners choose among them.
     `peeled`, for a sketch (`swauto.tuner.sketch`: every tile whole, its price multiplied by its mean
     work per tile), maps the loops whose last tile the real IR runs in a copy of the loop's body after
-    the loop to that tile's work over a whole one's: the parallel group stops above the first of them
-    below its outermost loop, the last iteration of the outermost runs on the calling thread alongside
-    the others' shares (as a kernel's peeled last tile does where nothing it touches meets them:
-    `parallel.Phases.alongside`), and that of a loop around the group on one thread. Without `verify`
+    the loop to that tile's work over a whole one's: the parallel group is looked for as in the lowered
+    nest (`parallel.segments` is told which loops are peeled), the last iteration of the outermost runs
+    on the calling thread alongside the others' shares (as a kernel's peeled last tile does where
+    nothing it touches meets them: `parallel.Phases.alongside`), and that of a loop around the group on
+    one thread. Without `verify`
     (a sketch: an estimate's input, not a program) the thread phases are taken as the IR verifier would
     agree (`parallel.segments`). Without `ordered`, what depends on which loop is innermost is priced as
     in the cheapest order: no fetch of a broadcast operand (`_fetched_broadcast`), C tiles revisited as
@@ -225,11 +225,11 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     shares: dict[int, tuple[float, float]] = {}
     forks = 0  # segments shared out: each wakes and joins the threads once per call
     alongside: _Alongside | None = None  # the last segment's, where its 'after' runs alongside its threads
-    for phases in segments(module, verify) if threads > 1 else ():
+    for phases in segments(module, verify, peeled) if threads > 1 else ():
         if not phases.loops:
             continue
-        first, *inner = phases.loops
-        group = [first, *itertools.takewhile(lambda loop: loop.var not in peeled, inner)]
+        group = phases.loops  # as lowering leaves it: `segments` is told which loops it peels
+        first = group[0]
         trips = [trip_count(loop) for loop in group]
         iterations = prod(trips)
         # The outermost loop's last tile (`apart` iterations of the group, each `last` of a whole one's work):
