@@ -125,9 +125,9 @@ def test_the_host_threads_do_not_share_a_shorter_last_tile(params, monkeypatch):
     thread (`peel_boundaries`, `backends/host/parallel`), and a sketch (every tile whole) is priced so:
     ranked from sketches, the pick on two threads is within 1% of the best of every candidate lowered.
     So does the last tile of a loop around the threads' group, with the group's copy inside it. (Priced
-    as if the threads shared the sketch's whole tiles, the first pick was 1.51x the best by the model,
-    and VGG16 conv2_1 at B = 1 ran at 0.49x PyTorch on two threads; without the loop around the group,
-    the second failed, and AlexNet conv3 at B = 1 ran at 0.61x.)"""
+    as if the threads shared the sketch's whole tiles, the 14 x 14 image's pick was 1.51x the best by the
+    model, and VGG16 conv2_1 at B = 1 ran at 0.49x PyTorch on two threads; without the loop around the
+    group, the 384 channels' failed, and AlexNet conv3 at B = 1 ran at 0.61x.)"""
     monkeypatch.setenv("SWAUTO_VERIFY", "0")
     monkeypatch.setattr(host_model, "machine", lambda cache_dir=None: quiet_machine(host_model._cpu()))
     target = targets.get("host")
