@@ -169,6 +169,7 @@ def test_a_sketch_shares_the_loops_its_lowered_candidate_shares(monkeypatch):
         compared[bool(placement.peeled), shared != [0]] += 1
     assert compared[True, True] and compared[True, False]  # peeled, some shared and some not
 
+
 def test_candidates_of_several_statements_are_lowered_to_be_priced():
     """softmax's candidates are several nests: none has a sketch, every one is lowered."""
     machine = targets.get("sw26010").machine()

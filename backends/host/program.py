@@ -125,11 +125,11 @@ class HostProgram:
         self._workspaces: list[np.ndarray] = []
         self._workspace_addresses: list[int] = []  # each 64-byte aligned
         self._workspace_arrays: dict[int, ctypes.Array] = {}
-        # Per segment: its 'before', its 'loop' (None: none) and the iterations the threads share.
+        # Per segment: its 'before' and its 'loop' (None: none); what the threads share is in `plan.segments`.
         self._segments = [(self._functions[codegen_phase("before", index)],
-                           self._functions.get(codegen_phase("loop", index)), phases.iterations)
-                          for index, phases in enumerate(plan.segments)]
-        self._iterations = max(iterations for _, _, iterations in self._segments)
+                           self._functions.get(codegen_phase("loop", index)))
+                          for index in range(len(plan.segments))]
+        self._iterations = max(phases.iterations for phases in plan.segments)
         # Per thread count and whether this process is a fork, what a call runs in this thread (`_plan_steps`).
         self._steps: dict[tuple[int, bool], list[Step]] = {}
         # Workspaces are reused between calls: simultaneous calls of one program are serialised.
@@ -201,7 +201,7 @@ class HostProgram:
             steps.append((self._functions["parallel"], (ctypes.addressof(array), count)))
         else:
             after = (self._functions["after"], (workspaces[0], 0, 0)) if "after" in self._functions else None
-            for (before, loop, _), phases, shares in zip(self._segments, self.plan.segments, ranges, strict=True):
+            for (before, loop), phases, shares in zip(self._segments, self.plan.segments, ranges, strict=True):
                 steps.append((before, (workspaces[0], 0, 0)))
                 if loop is None:
                     continue

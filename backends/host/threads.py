@@ -222,6 +222,6 @@ def emit_parallel_entry(ir_module: ir.Module, segments: list[tuple[ir.Function, 
                 builder.call(loop, [*tensor_arguments, first, I64(0), I64(iterations)])
                 if alongside is not None:
                     builder.call(after, [*tensor_arguments, first, I64(0), I64(0)])
-    if segments[-1][3] is None:
+    if segments[-1][3] is None:  # the last segment's head: 'after' did not run beside its threads
         builder.call(after, [*tensor_arguments, first, I64(0), I64(0)])
     builder.ret_void()

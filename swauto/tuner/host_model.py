@@ -189,12 +189,12 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     nest (`parallel.segments` is told which loops are peeled), the last iteration of the outermost runs
     on the calling thread alongside the others' shares (as a kernel's peeled last tile does where
     nothing it touches meets them: `parallel.Phases.alongside`), and that of a loop around the group on
-    one thread. Without `verify`
-    (a sketch: an estimate's input, not a program) the thread phases are taken as the IR verifier would
-    agree (`parallel.segments`). Without `ordered`, what depends on which loop is innermost is priced as
-    in the cheapest order: no fetch of a broadcast operand (`_fetched_broadcast`), C tiles revisited as
-    if no loop swept others in between (`_revisited_accumulators`), no transfer's runs started anew
-    (`_restarted_runs`): a bound over every order of a nest's loops."""
+    one thread. Without `verify` (a sketch: an estimate's input, not a program) the thread phases are
+    taken as the IR verifier would agree (`parallel.segments`). Without `ordered`, what depends on which
+    loop is innermost is priced as in the cheapest order: no fetch of a broadcast operand
+    (`_fetched_broadcast`), C tiles revisited as if no loop swept others in between
+    (`_revisited_accumulators`), no transfer's runs started anew (`_restarted_runs`): a bound over every
+    order of a nest's loops."""
     from swauto.backends.host.codegen import buffer_layouts
     from swauto.backends.host.parallel import segments
     from swauto.backends.host.primitives import taps_around
@@ -229,21 +229,21 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
         if not phases.loops:
             continue
         group = phases.loops  # as lowering leaves it: `segments` is told which loops it peels
-        first = group[0]
         trips = [trip_count(loop) for loop in group]
         iterations = prod(trips)
         # The outermost loop's last tile (`apart` iterations of the group, each `last` of a whole one's work):
         # a sketch's, which it prices as if run alongside the other threads' shares, as a real kernel's
         # peeled last tile is where nothing it touches meets them (`Phases.alongside`).
-        apart, last = (iterations // trips[0], peeled[first.var]) if first.var in peeled else (0, 0.0)
+        first = group[0].var
+        apart, last = (iterations // trips[0], peeled[first]) if first in peeled else (0, 0.0)
         head = phases.head if phases.head is not None else round(apart * last)
         ranges = split_range(iterations - apart, threads, head)
         shared = len(ranges)
         own, *others = [hi - lo for lo, hi in ranges]
-        # Of the time of whole tiles on one thread: a sketch's price is multiplied by its mean work per tile.
-        share = max([own + apart * last, *others]) / (iterations - apart + apart * last)
-        if phases.alongside:
-            share = max(others, default=0) / iterations  # the other threads' path
+        if phases.alongside:  # the other threads' path; the calling thread's is joined below
+            share = max(others, default=0) / iterations
+        else:  # of the time of whole tiles on one thread: a sketch's price is multiplied by its mean work per tile
+            share = max([own + apart * last, *others]) / (iterations - apart + apart * last)
         # A loop around the group with a shorter last tile runs the group's copy there on one thread.
         for loop in phases.around:
             if loop.var in peeled:
