@@ -852,6 +852,37 @@ def test_an_output_tile_whose_lanes_are_apart_in_the_tensor_is_copied_not_viewed
     assert relative_error(arrays["output"], expected["output"]) <= TOLERANCE
 
 
+def test_a_broadcast_operand_whose_k_steps_share_l1_sets_is_copied_padded_not_viewed():
+    """conv2d at B = 8 with 128 output channels, the output's batch innermost: the micro-kernel vectorizes
+    the batch and broadcasts the weight, whose K steps (input channels) are 512 bytes apart in the
+    tensor. A view would put every step's line in 8 of the L1's 64 sets (AlexNet conv2: 124 ms, 101 on a
+    padded copy); the tile is copied with padded rows instead, and computes the same convolution."""
+    params = {"B": 8, "Ni": 16, "No": 128, "Ri": 5, "Ci": 5, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1}
+    op = load(EXAMPLES / "conv2d.sw", params)
+    candidate = Candidate((("K", 16), ("N", 128), ("cCo", 1), ("cKc", 1), ("cKr", 1), ("cRo", 1)),
+                          ("N_outer", "K_outer", "cRo_outer", "cCo_outer", "cKr_outer", "cKc_outer"), "M",
+                          (("input", (0, 1, 2, 3)), ("output", (0, 1, 2, 3)), ("weight", (0, 1, 3, 2))))
+    module = lower(op, candidate, local_memory_machine("host"))[-1][1]
+    gemm = next(node for node, _ in walk(module.body) if isinstance(node, Call) and node.signature.kind == "gemm")
+    broadcast = layout.gemm_roles(gemm)["broadcast"][1]
+    assert broadcast.name.startswith("weight")
+    view = layout._view(module, broadcast.name, module.buffer(broadcast.name).shape, layout._moves(module))
+    assert view is not None  # a whole box of the weight each time: a view but for the sets its rows share
+    k_step = max(a for a, d in enumerate(broadcast.dims) if d == "K" and broadcast.extents[a] > 1)
+    assert view[1].axes[k_step].strides[0] == 128  # the tensor's rows: where a view would read them
+    isa = select()
+    placed, views = layout.plan(module, Knobs(*HOST_MICRO_KERNELS[isa.name][0]), isa.width, frozenset(),
+                                cache_resident=True)
+    assert broadcast.name not in views and placed[broadcast.name].axes[k_step].strides[0] % 128 != 0
+    rng = np.random.default_rng(3)
+    declared = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in op.seed.tensors}
+    expected = reference(op, {name: array.copy() for name, array in declared.items()})
+    arrays = {t.name: np.ascontiguousarray(declared[t.name].transpose(t.layout or range(len(t.shape))))
+              for t in module.tensors}  # the weight in its memory order
+    compile_module(module).run(arrays)
+    assert relative_error(arrays["output"], expected["output"]) <= TOLERANCE
+
+
 def _depthwise_taps() -> tuple[BoundOperator, Module]:
     """examples/conv2d_depthwise.sw (B = 2, 32 channels, 9 x 9, stride 1) and a legal candidate's final IR
     with the declared layouts and the kernel taps innermost, around the multiply-accumulate."""

@@ -7,7 +7,8 @@ index outermost, K next, the panel's lanes innermost), so the micro-kernel strea
 The broadcast operand is not packed: its rows stream as well in place, and packing it would be a
 transposing copy. When the tensors are cache-resident, a buffer that would hold a plain copy of one
 tensor box is a *view* of the tensor in place, its DMAs mere pointer moves (no copy of C tiles in and
-out, none of the broadcast operand), unless a GEMM's C tile would have its lanes apart there. The
+out, none of the broadcast operand), unless a GEMM's C tile would have its lanes apart there, or a
+broadcast operand's K steps would be a multiple of 512 bytes apart (lines in a few L1 sets). The
 others are row-major with the rows padded off multiples of 512 bytes, which keeps strided rows from
 sharing L1 sets.
 """
@@ -27,6 +28,8 @@ from swauto.ir.visitor import walk
 from .knobs import Knobs
 
 ALIGN_ELEMENTS = 16  # 64 bytes of float32: every buffer starts on a cache line
+# Rows a multiple of 512 bytes apart share an eighth of the L1's sets (or fewer): a padded row moves them off.
+SET_ALIASING_ELEMENTS = 128
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,7 @@ def row_major(shape: tuple[int, ...], pad: bool = False) -> Layout:
     for axis, extent in reversed(list(enumerate(shape))):
         strides.append(stride)
         stride *= extent + (ALIGN_ELEMENTS if pad and axis == len(shape) - 1 and len(shape) > 1
-                            and extent % 128 == 0 else 0)
+                            and extent % SET_ALIASING_ELEMENTS == 0 else 0)
     strides.reverse()
     return Layout(tuple(AxisLayout((extent,), (s,)) for extent, s in zip(shape, strides, strict=True)),
                   max(stride, 1))
@@ -156,7 +159,8 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
             layouts[buffer.name] = packed(buffer.shape, axis, panel, _k_axes(module, buffer.name))
         elif cache_resident and buffer.name not in kept_copied \
                 and (view := _view(module, buffer.name, buffer.shape, moves)) is not None \
-                and _lanes_contiguous(moves.gemms.get(buffer.name, ()), view[1]):
+                and _lanes_contiguous(moves.gemms.get(buffer.name, ()), view[1]) \
+                and not _broadcast_rows_share_sets(module, buffer.name, view[1]):
             views[buffer.name], layouts[buffer.name] = view[0], view[1]
         else:
             layouts[buffer.name] = row_major(buffer.shape, pad=True)
@@ -247,6 +251,21 @@ def _lanes_contiguous(gemms: Sequence[Call], layout: Layout) -> bool:
         if axis is not None and layout.axes[axis].strides != (1,):
             return False
     return True
+
+
+def _broadcast_rows_share_sets(module: Module, buffer: str, layout: Layout) -> bool:
+    """Whether a GEMM reads `buffer` as its broadcast operand with K steps a multiple of
+    `SET_ALIASING_ELEMENTS` apart in `layout` (its innermost K axis longer than 1): each K step's few
+    broadcast elements on a line of their own, all those lines in a few L1 sets, so that they are
+    fetched again for every row tile. A view of a convolution's weight [K = 96 channels, N = 256] at B =
+    8 has its rows 1 KiB apart (4 of 64 sets): AlexNet conv2 ran 124 ms on it, 101 on a padded copy."""
+    for node, _ in walk(module.body):
+        if isinstance(node, Call) and node.signature.kind == "gemm":
+            access = gemm_roles(node)["broadcast"][1]
+            steps = [a for a, d in enumerate(access.dims) if d == "K" and access.extents[a] > 1]
+            if access.name == buffer and steps and layout.axes[steps[-1]].strides[0] % SET_ALIASING_ELEMENTS == 0:
+                return True
+    return False
 
 
 @dataclass(frozen=True)
