@@ -160,7 +160,7 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
         elif cache_resident and buffer.name not in kept_copied \
                 and (view := _view(module, buffer.name, buffer.shape, moves)) is not None \
                 and _lanes_contiguous(moves.gemms.get(buffer.name, ()), view[1]) \
-                and not _broadcast_rows_share_sets(module, buffer.name, view[1]):
+                and not _broadcast_rows_share_sets(moves.broadcasts.get(buffer.name, ()), view[1]):
             views[buffer.name], layouts[buffer.name] = view[0], view[1]
         else:
             layouts[buffer.name] = row_major(buffer.shape, pad=True)
@@ -253,35 +253,36 @@ def _lanes_contiguous(gemms: Sequence[Call], layout: Layout) -> bool:
     return True
 
 
-def _broadcast_rows_share_sets(module: Module, buffer: str, layout: Layout) -> bool:
-    """Whether a GEMM reads `buffer` as its broadcast operand with K steps a multiple of
-    `SET_ALIASING_ELEMENTS` apart in `layout` (its innermost K axis longer than 1): each K step's few
-    broadcast elements on a line of their own, all those lines in a few L1 sets, so that they are
-    fetched again for every row tile. A view of a convolution's weight [K = 96 channels, N = 256] at B =
-    8 has its rows 1 KiB apart (4 of 64 sets): AlexNet conv2 ran 124 ms on it, 101 on a padded copy."""
-    for node, _ in walk(module.body):
-        if isinstance(node, Call) and node.signature.kind == "gemm":
-            access = gemm_roles(node)["broadcast"][1]
-            steps = [a for a, d in enumerate(access.dims) if d == "K" and access.extents[a] > 1]
-            if access.name == buffer and steps and layout.axes[steps[-1]].strides[0] % SET_ALIASING_ELEMENTS == 0:
-                return True
+def _broadcast_rows_share_sets(accesses: Sequence[Access], layout: Layout) -> bool:
+    """Whether any of `accesses` (GEMMs' broadcast operands in one buffer) steps K a multiple of
+    `SET_ALIASING_ELEMENTS` apart in the buffer's `layout` (along its innermost K axis longer than 1): each
+    K step's few broadcast elements on a line of their own, all those lines in a few L1 sets, so that
+    they are fetched again for every row tile. A view of a convolution's weight [K = 96 channels, N = 256]
+    at B = 8 has its rows 1 KiB apart (4 of 64 sets): AlexNet conv2 ran 124 ms on it, 101 on a padded copy."""
+    for access in accesses:
+        steps = [a for a, d in enumerate(access.dims) if d == "K" and access.extents[a] > 1]
+        if steps and layout.axes[steps[-1]].strides[0] % SET_ALIASING_ELEMENTS == 0:
+            return True
     return False
 
 
 @dataclass(frozen=True)
 class _Moves:
     """What the statements of a module do to its buffers: each one's transfers, the buffers zeroed and
-    written by a call, and the GEMMs that accumulate into each (one walk, read by `plan` for every buffer)."""
+    written by a call, the GEMMs that accumulate into each and the GEMMs' reads of each as their broadcast
+    operand (one walk, read by `plan` for every buffer)."""
 
     dmas: Mapping[str, tuple[Dma, ...]]
     zeroed: frozenset[str]
     written: frozenset[str]
     gemms: Mapping[str, tuple[Call, ...]]
+    broadcasts: Mapping[str, tuple[Access, ...]]
 
 
 def _moves(module: Module) -> _Moves:
     dmas: dict[str, list[Dma]] = {}
     gemms: dict[str, list[Call]] = {}
+    broadcasts: dict[str, list[Access]] = {}
     zeroed, written = set(), set()
     for node, _ in walk(module.body):
         if isinstance(node, Dma):
@@ -292,8 +293,11 @@ def _moves(module: Module) -> _Moves:
             written.add(node.output.name)
             if node.signature.kind == "gemm":
                 gemms.setdefault(node.output.name, []).append(node)
+                broadcast = gemm_roles(node)["broadcast"][1]
+                broadcasts.setdefault(broadcast.name, []).append(broadcast)
     return _Moves({name: tuple(nodes) for name, nodes in dmas.items()}, frozenset(zeroed), frozenset(written),
-                  {name: tuple(nodes) for name, nodes in gemms.items()})
+                  {name: tuple(nodes) for name, nodes in gemms.items()},
+                  {name: tuple(accesses) for name, accesses in broadcasts.items()})
 
 
 def _view(module: Module, buffer: str, shape: tuple[int, ...], moves: _Moves) -> tuple[str, Layout] | None:
