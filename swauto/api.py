@@ -161,11 +161,14 @@ def _compile(source: str | Path, params: Mapping[str, object] | None, target: st
     names = _check_constants(whole, constants)
     split = split_constants(tree, names) if names else None
     if split is None:
-        kernel = _compile_checked(whole, plugin, schedule, tuner, threads, max_candidates, started, deferred)
+        kernel = _compile_checked(_constant(whole, names), plugin, schedule, tuner, threads, max_candidates, started,
+                                  deferred)
         return replace(kernel, constants=names) if names else kernel
     ops = [_check_part(part, src, whole, split.handed, layouts or {}) for part in (split.prologue, split.body)]
     prologue = _compile_checked(ops[0], plugin, None, tuner, threads, max_candidates, time.perf_counter(), deferred)
-    body = _compile_checked(ops[1], plugin, schedule, tuner, threads, max_candidates, started, deferred)
+    # What the prologue hands over is as constant as what it computed it from.
+    body = _compile_checked(_constant(ops[1], (*names, *split.handed)), plugin, schedule, tuner, threads,
+                            max_candidates, started, deferred)
     body.report["prologue_predicted_s"] = prologue.report["predicted_s"]
     interface = tuple((t.name, t.shape) for t in whole.seed.tensors if not t.is_local)
     return replace(body, prologue=prologue, constants=names, handed=split.handed, interface=interface)
@@ -184,7 +187,7 @@ def _compile_checked(op: BoundOperator, plugin: Target, schedule: Candidate | st
         # The tuning log answers a request tuned before (same source, sizes, target, tuner, threads, calibration).
         key = database.request_key(op.source.text, op.params, plugin.name, tuner,
                                    host_threads if plugin.threaded else 1, op.space.layouts, plugin.calibration(),
-                                   op.name)
+                                   op.name, [t.name for t in op.seed.tensors if t.is_constant])
         candidate, stages = _remembered(op, database.lookup(key), machine)
         remembered = candidate is not None
         if not remembered:
@@ -203,6 +206,15 @@ def _compile_checked(op: BoundOperator, plugin: Target, schedule: Candidate | st
     report = _report(op, candidate, stages, plugin, threads, predicted, tuning_seconds)
     report["from_tuning_log"] = remembered
     return Kernel(op, candidate, stages, plugin.name, program, report, host_threads)
+
+
+def _constant(op: BoundOperator, names: Collection[str]) -> BoundOperator:
+    """`op` with its tensors `names` marked constant (`Tensor.is_constant`): a target may arrange them once,
+    at `Kernel.prepare`."""
+    if not names:
+        return op
+    tensors = tuple(replace(t, is_constant=t.name in names) for t in op.seed.tensors)
+    return replace(op, seed=replace(op.seed, tensors=tensors))
 
 
 def _check_constants(op: BoundOperator, constants: Collection[str]) -> tuple[str, ...]:
@@ -310,6 +322,9 @@ class _Deferred:
 
     def run(self, arrays: dict[str, np.ndarray], threads: int) -> Mapping[str, Any] | None:
         return self.built().run(arrays, threads)
+
+    def prepack(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self.built().prepack(arrays)
 
 
 def _built(kernel: Kernel) -> Kernel:
@@ -587,12 +602,12 @@ class Kernel:
                     for name, value in values.items()}
         return Prepared(self, {name: np.ascontiguousarray(value) for name, value in declared.items()})
 
-    def _call(self, arrays: Mapping[str, object]) -> None:
-        """Run this kernel's program on arrays in their declared layouts."""
+    def _call(self, arrays: Mapping[str, object], packed: Mapping[str, np.ndarray] | None = None) -> None:
+        """Run this kernel's program on arrays in their declared layouts (and `packed`: `Prepared`'s)."""
         checked = self._validate(arrays)
         layouts = self._own_layouts
         if not layouts:
-            self._run(checked)
+            self._run(checked, packed)
             self.report["layout_conversion_s"] = 0.0
             return
         started = time.perf_counter()
@@ -602,19 +617,21 @@ class Kernel:
             for name, array in checked.items()
         }
         converted = time.perf_counter() - started
-        self._run(arranged)
+        self._run(arranged, packed)
         started = time.perf_counter()
         for tensor in self.operator.seed.tensors:
             if tensor.is_output and tensor.name in layouts:
                 checked[tensor.name][...] = arranged[tensor.name].transpose(np.argsort(layouts[tensor.name]))
         self.report["layout_conversion_s"] = converted + time.perf_counter() - started
 
-    def _run(self, checked: dict[str, np.ndarray]) -> None:
+    def _run(self, checked: dict[str, np.ndarray], packed: Mapping[str, np.ndarray] | None = None) -> None:
+        """Run the program on `checked` arrays in this kernel's layouts, with the locals it keeps and the
+        arrays it arranged from the constants (`Program.prepack`: without them, the call arranges them)."""
         started = time.perf_counter()
         if self._locals is None:
             self._locals = {t.name: np.zeros(t.shape, t.dtype) for t in self.module.tensors if t.is_local}
-        self.report.update(self.program.run({**checked, **self._locals} if self._locals else checked,
-                                            threads=self.threads) or {})
+        arrays = {**checked, **self._locals, **(packed or {})} if self._locals or packed else checked
+        self.report.update(self.program.run(arrays, threads=self.threads) or {})
         self.report["last_call_s"] = time.perf_counter() - started
 
     def __repr__(self) -> str:
@@ -642,15 +659,20 @@ class Prepared:
     def _arranged(self) -> dict[str, np.ndarray]:
         return arranged_arrays(self.kernel._own_layouts, self.values)
 
+    @cached_property
+    def _packed(self) -> dict[str, np.ndarray]:
+        """What the program arranges from the constants once (`Program.prepack`: the host's prepacked tiles)."""
+        return self.kernel.program.prepack(self._arranged)
+
     def __call__(self, **arrays: np.ndarray) -> None:
         """Run on arrays in their declared layouts (outputs updated in place)."""
         self._check(arrays)
-        self.kernel._call({**arrays, **self.values})
+        self.kernel._call({**arrays, **self.values}, self._packed)
 
     def run_arranged(self, **arrays: np.ndarray) -> None:
         """Run on arrays already in the kernel's memory layouts (`Kernel.layouts`): no conversion."""
         self._check(arrays)
-        self.kernel._run(self.kernel._validate({**arrays, **self._arranged}, arranged=True))
+        self.kernel._run(self.kernel._validate({**arrays, **self._arranged}, arranged=True), self._packed)
 
     def _check(self, arrays: Mapping[str, object]) -> None:
         """Refuse a constant or a name the kernel does not take (the kernel checks the rest)."""

@@ -45,6 +45,11 @@ class Program(Protocol):
 
     def run(self, arrays: dict[str, np.ndarray], threads: int) -> Mapping[str, Any] | None: ...
 
+    def prepack(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """What the program arranges once from the constant tensors (`Tensor.is_constant`) among `arrays`,
+        by name: `run` given these with the same constants skips that work (empty: nothing to arrange)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Target:

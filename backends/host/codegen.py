@@ -3,8 +3,10 @@
 The generated module defines a function per phase (`Plan.symbols`) of each of `parallel.segments`:
 its 'before' and 'loop' ('before1' and 'loop1' for the second segment, and so on), then 'after' (and,
 on the native thread pool, 'parallel', which runs them all, each 'loop' on the threads: `threads`).
-A kernel without a parallel group has 'before' alone. Each takes one `noalias float*` per tensor in
-`module.tensors` order, a `float*` to a per-thread workspace holding the local buffers at
+A kernel without a parallel group has 'before' alone; one with prepacked constant tiles has 'prepack',
+which fills their arrays (`prepack`). Each takes one `noalias float*` per array of `Plan.arguments` (the
+tensors in `module.tensors` order, then the prepacked arrays), a `float*` to a per-thread workspace holding
+the local buffers at
 `Plan.offsets`, and an i64 range `lo, hi`: 'loop' runs those flattened iterations of the parallel
 nest, the others ignore it. Buffers live in the layouts of `layout.plan`; a DMA is a copy loop nest
 in row-major element order of its boxes (packing into micro-panels on the way), and the GEMM
@@ -49,6 +51,7 @@ from . import layout as layouts
 from . import parallel, threads
 from .isa import Isa, cache_sizes
 from .knobs import Knobs
+from .prepack import Prepacked, Section, prepacked
 from .primitives import accumulated_taps, emit_call, emit_map, tap_values
 from .values import F32, I64, Env, Storage, i64
 
@@ -72,10 +75,12 @@ class Plan:
 
     segments: tuple[parallel.Phases, ...]
     symbols: dict[str, str]
-    offsets: dict[str, int]  # buffers, and for a view the slot holding its pointer
+    offsets: dict[str, int]  # buffers, and for a view or a prepacked buffer the slot holding its pointer
     workspace_elements: int
     layouts: dict[str, layouts.Layout]
     views: dict[str, str]  # buffer -> the tensor it is a view of (no workspace, no copies)
+    prepacked: dict[str, Prepacked]  # buffers pointed at their tiles in arrays filled once (`prepack`)
+    arguments: tuple[str, ...]  # the arrays every function takes a pointer to: the tensors, then the prepacked
 
 
 def buffer_layouts(module: Module, knobs: Knobs, width: int, l3_bytes: int
@@ -95,11 +100,12 @@ def plan_kernel(module: Module, isa: Isa, knobs: Knobs) -> Plan:
     """
     _check_dtypes(module)
     placed, views = buffer_layouts(module, knobs, isa.width, cache_sizes()[2])
-    buffers = [b.name for b in module.buffers if not is_ignored_buffer(b) and b.name not in views]
+    packed = prepacked(module, placed, views)
+    buffers = [b.name for b in module.buffers if not is_ignored_buffer(b) and b.name not in views | packed.keys()]
     offsets, size = layouts.workspace(placed, buffers)
     # A view's pointer lives in the workspace too, so a phase's function sees where an earlier phase
     # (on the same workspace) pointed it: a stack slot would die with the function that set it.
-    for name in views:
+    for name in (*views, *packed):
         offsets[name] = size
         size += layouts.ALIGN_ELEMENTS
     try:
@@ -116,7 +122,10 @@ def plan_kernel(module: Module, isa: Isa, knobs: Knobs) -> Plan:
         symbols.update(after=f"{base}_after")
         if threads.native():
             symbols.update(parallel=f"{base}_parallel")
-    return Plan(segments, symbols, offsets, size, placed, views)
+    if packed:
+        symbols.update(prepack=f"{base}_prepack")
+    arguments = tuple(tensor.name for tensor in module.tensors) + tuple(p.argument for p in packed.values())
+    return Plan(segments, symbols, offsets, size, placed, views, packed, arguments)
 
 
 def phase(kind: str, segment: int) -> str:
@@ -146,8 +155,10 @@ def generate(module: Module, isa: Isa, knobs: Knobs) -> ir.Module:
         after = Lowering(module, plan, isa, knobs, ir_module, plan.symbols["after"])
         after.emit(last.lets + last.after)
         if "parallel" in plan.symbols:
-            threads.emit_parallel_entry(ir_module, shared, after.function, len(module.tensors),
+            threads.emit_parallel_entry(ir_module, shared, after.function, len(plan.arguments),
                                         plan.symbols["parallel"])
+    if plan.prepacked:
+        Lowering(module, plan, isa, knobs, ir_module, plan.symbols["prepack"]).emit_prepack()
     return ir_module
 
 
@@ -171,27 +182,33 @@ class Lowering(Visitor):
         self.phases = phases  # with them, the parallel group is lowered as a range lo..hi of its iterations
         self.ir_module = ir_module
         pointer = F32.as_pointer()
-        signature = ir.FunctionType(ir.VoidType(), [pointer] * (len(module.tensors) + 1) + [I64, I64])
+        signature = ir.FunctionType(ir.VoidType(), [pointer] * (len(plan.arguments) + 1) + [I64, I64])
         self.function = ir.Function(ir_module, signature, symbol)
         self.function.attributes.add("nounwind")
         self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
         self.storage: dict[str, Storage] = {}
         self.ignored = {b.name for b in module.buffers if is_ignored_buffer(b)}
         self._unroll_disable: ir.MDValue | None = None
-        *tensor_args, workspace, self.lo, self.hi = self.function.args
+        *array_args, workspace, self.lo, self.hi = self.function.args
         workspace.name = "workspace"
-        for tensor, argument in zip(module.tensors, tensor_args, strict=True):
+        for tensor, argument in zip(module.tensors, array_args, strict=False):
             argument.name = tensor.name
             argument.add_attribute("noalias")
             self._add_storage(Storage(tensor.name, tensor.shape, plan.layouts[tensor.name], argument))
+        for packed, argument in zip(plan.prepacked.values(), array_args[len(module.tensors):], strict=True):
+            argument.name = packed.argument
+            argument.add_attribute("noalias")
+            self._add_storage(Storage(packed.argument, (packed.size,), layouts.row_major((packed.size,)), argument))
         for buffer in module.buffers:
-            if buffer.name in plan.views:
+            # A view, or a buffer of prepacked tiles: a pointer its gets set.
+            shown = plan.views.get(buffer.name) or (buffer.name in plan.prepacked
+                                                    and plan.prepacked[buffer.name].argument)
+            if shown:
                 slot = self.builder.alloca(pointer, name=buffer.name)
                 home = self.builder.bitcast(self.builder.gep(workspace, [i64(plan.offsets[buffer.name])],
                                                              inbounds=True), pointer.as_pointer())
                 self.builder.store(self.builder.load(home), slot)
-                self._add_storage(Storage(buffer.name, buffer.shape, plan.layouts[buffer.name], slot,
-                                          plan.views[buffer.name], home))
+                self._add_storage(Storage(buffer.name, buffer.shape, plan.layouts[buffer.name], slot, shown, home))
             elif buffer.name not in self.ignored:
                 base = self.builder.gep(workspace, [i64(plan.offsets[buffer.name])], inbounds=True,
                                         name=buffer.name)
@@ -312,6 +329,10 @@ class Lowering(Visitor):
             raise CodegenError(f"DMA direction {stmt.direction!r} is neither 'get' nor 'put'")
         if stmt.zero_fill and stmt.direction != "get":
             raise CodegenError(f"a zero-filled DMA must be a get, not a {stmt.direction}")
+        packed = self.plan.prepacked.get(stmt.buffer.name)
+        if packed is not None:  # a get points the buffer at its tile
+            self._point_at_tile(packed, stmt, env)
+            return
         view = self.storage.get(stmt.buffer.name)
         if view is not None and view.view_of is not None:
             # A view: a get points it at the box (a put has nothing left to do).
@@ -323,6 +344,43 @@ class Lowering(Visitor):
                 self.builder.store(pointer, view.home)
             return
         self.copy(stmt.tensor, stmt.buffer, env, into_driver=stmt.direction == "put", zero_fill=stmt.zero_fill)
+
+    def _point_at_tile(self, packed: Prepacked, get: Dma, env: Env) -> None:
+        """Point the buffer of `packed` at the tile of `get` for the key loops' values in `env`."""
+        section = packed.section(get)
+        index = i64(0)
+        for loop in section.loops:
+            step = self.builder.sdiv(self.builder.sub(env[loop.var], i64(loop.start)), i64(loop.stride))
+            index = self.builder.add(self.builder.mul(index, i64(loop.trips), flags=_NSW), step, flags=_NSW)
+        offset = self.builder.add(i64(section.offset), self.builder.mul(index, i64(packed.tile), flags=_NSW),
+                                  flags=_NSW)
+        pointer = self.builder.gep(self.storage[packed.argument].base, [offset], inbounds=True)
+        storage = self.storage[packed.buffer]
+        self.builder.store(pointer, storage.base)
+        self.builder.store(pointer, storage.home)
+
+    def emit_prepack(self) -> None:
+        """The function fills every prepacked array: each section's gets, once per iteration of its key
+        loops, copying into the tile `_point_at_tile` points the buffer at."""
+        for packed in self.plan.prepacked.values():
+            for section in packed.sections:
+                self._prepack_section(packed, section, 0, {})
+        self.builder.ret_void()
+
+    def _prepack_section(self, packed: Prepacked, section: Section, depth: int, env: dict[str, ir.Value]) -> None:
+        if depth == len(section.loops):
+            self._point_at_tile(packed, section.get, env)
+            get = section.get
+            self.copy(get.tensor, get.buffer, env, into_driver=False, zero_fill=get.zero_fill)
+            return
+        loop = section.loops[depth]
+
+        def body(index: ir.Value) -> None:
+            value = self.builder.add(i64(loop.start), self.builder.mul(index, i64(loop.stride), flags=_NSW),
+                                     flags=_NSW)
+            self._prepack_section(packed, section, depth + 1, {**env, loop.var: value})
+
+        self.loop(i64(0), i64(loop.trips), 1, f"prepack.{loop.var}", body, unroll=False)
 
     # --- copies -----------------------------------------------------------------------------------
 

@@ -71,7 +71,7 @@ def _build(module: Module, isa: isas.Isa, knobs: Knobs) -> HostProgram:
     # The plan (buffer layouts, views) depends on the caches' sizes too: it is part of the key.
     # The functions it has too ('parallel' only where the native thread pool runs).
     placement = repr((sorted(plan.layouts.items()), sorted(plan.offsets.items()), sorted(plan.views.items()),
-                      sorted(plan.symbols)))
+                      sorted(plan.symbols), sorted(plan.prepacked.items())))
     key = cache.kernel_key(fingerprint(module), repr(knobs) + placement, isa.name, cpu, features)
     object_code = cache.load(key)
     from_disk = object_code is not None

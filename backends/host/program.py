@@ -116,12 +116,14 @@ class HostProgram:
         self._llvm_ir = llvm_ir
         # Every phase takes the tensors, a workspace and a range of iterations; 'parallel' the tensors, an
         # array of workspaces (one per thread) and the threads.
-        pointers = [ctypes.c_void_p] * (len(module.tensors) + 1)
+        pointers = [ctypes.c_void_p] * (len(plan.arguments) + 1)
         phase = ctypes.CFUNCTYPE(None, *pointers, ctypes.c_int64, ctypes.c_int64)
         entry = ctypes.CFUNCTYPE(None, *pointers, ctypes.c_int64)
         self._functions = {name: (entry if name == "parallel" else phase)(address)
                            for name, address in addresses.items()}
-        self._tensor_names = tuple(t.name for t in module.tensors)
+        self._argument_names = plan.arguments
+        # Arrays of prepacked tiles a call fills itself when not given them (`prepack`), kept for the next.
+        self._own_packed: dict[str, np.ndarray] = {}
         self._workspaces: list[np.ndarray] = []
         self._workspace_addresses: list[int] = []  # each 64-byte aligned
         self._workspace_arrays: dict[int, ctypes.Array] = {}
@@ -153,8 +155,31 @@ class HostProgram:
         kernel runs on one thread)."""
         return self._iterations
 
+    def prepack(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The arrays of prepacked tiles (`Plan.prepacked`), by name, filled from the constant tensors in
+        `arrays` (the others are not read): given to `run` with the same constants, they spare it copying
+        their tiles. Empty when the kernel has none."""
+        packed = {}
+        for prepacked in self.plan.prepacked.values():
+            array = np.zeros(prepacked.size + 16, np.float32)
+            start = -array.ctypes.data % 64 // 4  # 64-byte aligned, as the workspaces
+            packed[prepacked.argument] = array[start:start + prepacked.size]
+        if packed:
+            self._fill(arrays, packed)
+        return packed
+
+    def _fill(self, arrays: dict[str, np.ndarray], packed: dict[str, np.ndarray]) -> None:
+        """Fill the arrays `packed` of prepacked tiles from the constant tensors in `arrays`."""
+        with self._run_lock:
+            workspace = self._workspace_pointers(1)[0]
+            self._functions["prepack"](*(_address(arrays[name]) if name in arrays else _address(packed[name])
+                                         if name in packed else None for name in self._argument_names),
+                                       workspace, 0, 0)
+
     def run(self, arrays: dict[str, np.ndarray], threads: int | None = None) -> None:
-        """Run the kernel on `arrays` (by tensor name); outputs are updated in place.
+        """Run the kernel on `arrays` (by tensor name); outputs are updated in place. Where the kernel has
+        prepacked tiles, `arrays` may hold their arrays (`prepack`, of the same constants); else the call
+        fills them first.
 
         `threads` (default: every available core) is capped by the parallel iterations. The caller
         guarantees each array is C-contiguous float32 of its tensor's shape: the compiled code trusts
@@ -163,8 +188,14 @@ class HostProgram:
         threads = available_threads() if threads is None else threads
         if threads < 1:
             raise ArgumentError(f"threads must be a positive integer, got {threads}")
+        if self.plan.prepacked and not all(p.argument in arrays for p in self.plan.prepacked.values()):
+            if self._own_packed:
+                self._fill(arrays, self._own_packed)
+            else:
+                self._own_packed = self.prepack(arrays)
+            arrays = {**arrays, **self._own_packed}
         pointers = [_pointer_at(id(array) + _DATA_OFFSET).value if type(array) is _READ_IN_PLACE else _address(array)
-                    for array in map(arrays.__getitem__, self._tensor_names)]
+                    for array in map(arrays.__getitem__, self._argument_names)]
         forked = threads_module.forked()
         with self._run_lock:
             for function, tail in self._steps.get((threads, forked)) or self._plan_steps(threads, forked):

@@ -31,6 +31,9 @@ class Tensor:
     is_output: bool = False
     layout: tuple[int, ...] = ()
     is_local: bool = False  # an intermediate of the operator: the kernel allocates it, callers never see it
+    # An input that does not change between calls (`compile(constants=...)`, bound by `Kernel.prepare`): a
+    # backend may rearrange its tiles once, when it is bound, instead of at every call.
+    is_constant: bool = False
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,8 @@ class _Printer(Visitor):
 def format_module(module: Module) -> str:
     lines = [f"kernel {module.name}"]
     for tensor in module.tensors:
-        notes = ["output"] if tensor.is_output else ["local"] if tensor.is_local else []
+        notes = ["output"] if tensor.is_output else ["local"] if tensor.is_local else \
+            ["constant"] if tensor.is_constant else []
         if tensor.layout:
             notes.append(f"memory order of declared axes {list(tensor.layout)}")
         comment = f"  # {'; '.join(notes)}" if notes else ""

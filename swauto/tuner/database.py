@@ -61,12 +61,14 @@ def recorded() -> Iterator[list[Record]]:
 
 
 def request_key(source_text: str, params: Mapping[str, int], target: str, tuner: str, threads: int,
-                layouts: Sequence[Any] = (), calibration: str = "", operator: str = "") -> str:
+                layouts: Sequence[Any] = (), calibration: str = "", operator: str = "",
+                constants: Sequence[str] = ()) -> str:
     """The tuning log's key of a request: what decides its choice (`layouts`: the space's layout choices,
     which pinned layouts narrow; `calibration`: the target's measured constants, `Target.calibration`;
-    `operator`: the operator's name, which tells the parts of a source split at its constants apart)."""
+    `operator`: the operator's name, which tells the parts of a source split at its constants apart;
+    `constants`: the tensors that do not change between calls, whose tiles a target may arrange once)."""
     request = [compiler_version(), source_text, sorted(params.items()), target, tuner, threads,
-               [[choice.tensor, choice.permutations] for choice in layouts], calibration, operator]
+               [[choice.tensor, choice.permutations] for choice in layouts], calibration, operator, list(constants)]
     return hashlib.sha256(json.dumps(request).encode()).hexdigest()[:32]
 
 

@@ -209,6 +209,9 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     # the plan is not asked for (it is most of an estimate's time).
     views = buffer_layouts(module, machine.knobs(tile), machine.vector_lanes, machine.l3_bytes)[1] \
         if _cache_resident(module, machine) else {}
+    # Buffers of a constant's tiles arranged once (`backends/host/prepack`): their gets copy nothing either,
+    # and the micro-kernel streams each tile in from where the arrays live, as it streams a panel.
+    packed = _prepacked(module, views)
     nodes = [(node, loops) for node, loops in walk(module.body) if isinstance(node, Dma | Call)]
     transposing = _transposing_buffers(nodes)
     # Tiles only maps, reductions and transforms read and write: their transfers stream at a map's rate.
@@ -218,6 +221,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     level = _level_bandwidth(footprint, machine)
     view_bandwidth = _view_bandwidth(footprint, machine)
     rows_in_place = _rows_in_place(nodes, views)
+    streamed = rows_in_place | packed  # tiles the micro-kernel streams in where they are
     stream_bandwidth = _stream_bandwidth(footprint, machine)
     restart = _restart_seconds(footprint, machine) if ordered else 0.0
     # Per node of a parallel group, its segment's (compute share, traffic share); the others run on one
@@ -272,7 +276,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
         bandwidth = level
         if isinstance(node, Dma):
             bandwidth = stream_bandwidth if node.buffer.name not in gemm_tiles else \
-                _panel_bandwidth(footprint, machine) if node.buffer.name in rows_in_place else \
+                _panel_bandwidth(footprint, machine) if node.buffer.name in streamed else \
                 view_bandwidth if node.buffer.name in views else \
                 machine.transpose_bandwidth if node.buffer.name in transposing else level
         taps = taps_around(node, loops) if isinstance(node, Call) else 1
@@ -285,7 +289,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
         if isinstance(node, Dma):
             if restart:
                 traffic += _restarted_runs(node.tensor, shapes[node.tensor.name], loops) * restart
-            if node.buffer.name in views:
+            if node.buffer.name in views or node.buffer.name in packed:
                 node_bytes = 0
             else:
                 copies += trips
@@ -335,13 +339,15 @@ def least_seconds(nest: Module, threads: int, machine: Machine) -> Callable[[int
     below `least(moved)` by `estimate`: the nest's compute (shared by the threads, or on one core where
     that is less: a module's transfers may leave it no loop to share, and sharing one costs the fork and
     join) plus those bytes at the fastest rate a transfer of its tensors gets (a copy, a transposing one,
-    or, where the tensors are cache-resident, a tile in place or broadcast rows in place: `_rows_in_place`),
-    shared by every thread."""
+    or, where the tensors are cache-resident, a tile in place or broadcast rows in place: `_rows_in_place`;
+    a constant's prepacked tile streams in at that rate anywhere), shared by every thread."""
     compute = min(estimate(nest, count, machine, verify=False, ordered=False).seconds  # as sketches
                   for count in {1, threads})
     footprint = _footprint(nest)
     in_place = (_view_bandwidth(footprint, machine), _panel_bandwidth(footprint, machine)) \
         if _cache_resident(nest, machine) else ()
+    if any(tensor.is_constant for tensor in nest.tensors):  # prepacked tiles stream in as panels
+        in_place += (_panel_bandwidth(footprint, machine),)
     bandwidth = max(_level_bandwidth(footprint, machine), machine.transpose_bandwidth,
                     _stream_bandwidth(footprint, machine), *in_place) * threads
     return lambda moved: compute + moved / bandwidth
@@ -679,6 +685,16 @@ def _rows_in_place(nodes: list[tuple[Dma | Call, tuple[For, ...]]], views: Mappi
     calls = [node for node, _ in nodes if isinstance(node, Call)]
     broadcast = {gemm_roles(call)["broadcast"][1].name for call in calls if call.signature.kind == "gemm"}
     return (views.keys() & broadcast) - {call.output.name for call in calls}
+
+
+def _prepacked(module: Module, views: Mapping[str, str]) -> set[str]:
+    """The buffers of `module` the host fills from prepacked arrays of a constant's tiles (those not `views`)."""
+    if not any(tensor.is_constant for tensor in module.tensors):
+        return set()
+    from swauto.backends.host.layout import row_major
+    from swauto.backends.host.prepack import prepacked
+
+    return set(prepacked(module, {buffer.name: row_major(buffer.shape) for buffer in module.buffers}, views))
 
 
 def _footprint(module: Module) -> int:
