@@ -92,12 +92,13 @@ def median_seconds_in_turns(calls: Sequence[Callable[[], object]], runs: int, ro
 
 def kernel_call(module: Module, threads: int, knobs: Knobs | None = None) -> Callable[[], object]:
     """A call of `module`'s host kernel compiled with `knobs` (None: the backend's default) on random
-    inputs, the same at every call."""
+    inputs, the same at every call, its constants' tiles arranged once before (as `Kernel.prepare` does)."""
     from swauto.backends.host import compile_module
 
     program = compile_module(module, knobs=knobs)
     rng = np.random.default_rng(0)
     arrays = {t.name: rng.standard_normal(t.shape, dtype=np.float32) for t in module.tensors}
+    arrays.update(program.prepack(arrays))
     return lambda: program.run(arrays, threads=threads)
 
 
