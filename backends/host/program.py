@@ -159,22 +159,27 @@ class HostProgram:
         """The arrays of prepacked tiles (`Plan.prepacked`), by name, filled from the constant tensors in
         `arrays` (the others are not read): given to `run` with the same constants, they spare it copying
         their tiles. Empty when the kernel has none."""
+        packed = self._allocate()
+        if packed:
+            with self._run_lock:
+                self._fill(arrays, packed)
+        return packed
+
+    def _allocate(self) -> dict[str, np.ndarray]:
+        """Arrays for the prepacked tiles, 64-byte aligned as the workspaces, not filled."""
         packed = {}
         for prepacked in self.plan.prepacked.values():
             array = np.zeros(prepacked.size + 16, np.float32)
-            start = -array.ctypes.data % 64 // 4  # 64-byte aligned, as the workspaces
+            start = -array.ctypes.data % 64 // 4
             packed[prepacked.argument] = array[start:start + prepacked.size]
-        if packed:
-            self._fill(arrays, packed)
         return packed
 
     def _fill(self, arrays: dict[str, np.ndarray], packed: dict[str, np.ndarray]) -> None:
-        """Fill the arrays `packed` of prepacked tiles from the constant tensors in `arrays`."""
-        with self._run_lock:
-            workspace = self._workspace_pointers(1)[0]
-            self._functions["prepack"](*(_address(arrays[name]) if name in arrays else _address(packed[name])
-                                         if name in packed else None for name in self._argument_names),
-                                       workspace, 0, 0)
+        """Fill the arrays `packed` of prepacked tiles from the constant tensors in `arrays` (under the
+        run lock: the function uses the first workspace)."""
+        self._functions["prepack"](*(_address(arrays[name]) if name in arrays else _address(packed[name])
+                                     if name in packed else None for name in self._argument_names),
+                                   self._workspace_pointers(1)[0], 0, 0)
 
     def run(self, arrays: dict[str, np.ndarray], threads: int | None = None) -> None:
         """Run the kernel on `arrays` (by tensor name); outputs are updated in place. Where the kernel has
@@ -188,16 +193,19 @@ class HostProgram:
         threads = available_threads() if threads is None else threads
         if threads < 1:
             raise ArgumentError(f"threads must be a positive integer, got {threads}")
-        if self.plan.prepacked and not all(p.argument in arrays for p in self.plan.prepacked.values()):
-            if self._own_packed:
-                self._fill(arrays, self._own_packed)
-            else:
-                self._own_packed = self.prepack(arrays)
+        # Called without the arrays of prepacked tiles, the call fills its own (kept for the next such call,
+        # filled again there: its constants may differ), under the lock the run holds.
+        own = self.plan.prepacked and not all(p.argument in arrays for p in self.plan.prepacked.values())
+        if own:
+            if not self._own_packed:
+                self._own_packed = self._allocate()
             arrays = {**arrays, **self._own_packed}
         pointers = [_pointer_at(id(array) + _DATA_OFFSET).value if type(array) is _READ_IN_PLACE else _address(array)
                     for array in map(arrays.__getitem__, self._argument_names)]
         forked = threads_module.forked()
         with self._run_lock:
+            if own:
+                self._fill(arrays, self._own_packed)
             for function, tail in self._steps.get((threads, forked)) or self._plan_steps(threads, forked):
                 if isinstance(tail, tuple):
                     function(*pointers, *tail)

@@ -50,7 +50,8 @@ class Layer:
     layouts: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     # Other library files that compute the node alike (its parameters, its tensors), which `swauto.choose`
     # weighs against `operator` (Winograd's for a 3 x 3 convolution), and the kernel's tensors that come from
-    # the model's weights where one of them prepares those (`swauto.compile(constants=...)`).
+    # the model's weights, prepared once per model (`swauto.compile(constants=...)`: Winograd's filter
+    # transforms, the host's tiles of them arranged once).
     alternatives: tuple[str, ...] = ()
     constants: tuple[str, ...] = ()
 
@@ -148,8 +149,8 @@ def arranged(kernel: Any, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndar
 
 def bind(kernel: Any, weights: Mapping[str, np.ndarray]) -> tuple[Any, Arrays]:
     """What runs a layer's calls and the weights each call is handed: a kernel compiled with constants
-    prepared on `weights` (declared layouts) once (a Winograd convolution's filter transform) and none;
-    any other kernel and `weights` in its layouts."""
+    prepared on `weights` (declared layouts) once (a Winograd convolution's filter transform, the host's
+    tiles of the weights arranged) and none; any other kernel and `weights` in its layouts."""
     if kernel.constants:
         return kernel.prepare(**weights), {}
     return kernel, arranged(kernel, weights)
@@ -244,16 +245,16 @@ def _conv_layer(node: Node, graph: Graph) -> Layer:
         flops = 2 * batch * outputs * out_rows * out_columns * channels * kr * kc
         params = {"B": batch, "Ni": channels, "No": outputs, **window}
         if channels <= 8 and activation in _FIRST_LAYERS and not _residual(node):
-            return Layer(node, _FIRST_LAYERS[activation], params, flops, shape + suffix)
+            return Layer(node, _FIRST_LAYERS[activation], params, flops, shape + suffix, constants=("weight", "bias"))
         operator = _CONVOLUTIONS[False, activation]
         if (kr, kc, stride) == (3, 3, 1) and channels > _WINOGRAD_FROM and activation in _WINOGRAD:
             return Layer(node, operator, params, flops, shape + suffix, alternatives=_WINOGRAD[activation],
                          constants=("weight",))
-        return Layer(node, operator, params, flops, shape + suffix)
+        return Layer(node, operator, params, flops, shape + suffix, constants=("weight",))
     if group == channels == outputs and per_group == 1:
         flops = 2 * batch * channels * out_rows * out_columns * kr * kc
         return Layer(node, _CONVOLUTIONS[True, activation], {"B": batch, "C": channels, **window}, flops,
-                     "depthwise " + shape + suffix)
+                     "depthwise " + shape + suffix, constants=("weight",))
     raise Unsupported(f"group = {group} with {channels} -> {outputs} channels: swauto compiles dense (group 1) "
                       "and depthwise (group = channels, one output per channel) convolutions")
 
@@ -333,7 +334,8 @@ def _gemm_layer(node: Node, graph: Graph) -> Layer:
             numpy.append("alpha")
         if len(node.inputs) > 2 and node.inputs[2]:
             numpy.append("bias")
-    return Layer(node, "gemm.sw", {"M": m, "N": n, "K": k}, 2 * m * n * k, f"{m}x{n}x{k}", " and ".join(numpy))
+    return Layer(node, "gemm.sw", {"M": m, "N": n, "K": k}, 2 * m * n * k, f"{m}x{n}x{k}", " and ".join(numpy),
+                 constants=("B",) if node.inputs[1] in graph.constants else ())
 
 
 def _gemm_b(layer: Layer, b: np.ndarray) -> Arrays:
@@ -538,7 +540,7 @@ def layer_of(node: Node, graph: Graph, form: str = ACTIVATION_FORM, winograd: bo
     if node.op == "Flatten" and node.attribute("axis", 1) != 1:
         raise Unsupported(f"Flatten at axis {node.attribute('axis')}: swauto keeps the batch as the first axis")
     layer = mapping.layer(node, graph)
-    if not winograd and layer.alternatives:  # the Winograd forms, and the filters they prepare
-        layer = replace(layer, alternatives=(), constants=())
+    if not winograd and layer.alternatives:  # the Winograd forms
+        layer = replace(layer, alternatives=())
     layout = tuple("hwcn".index(axis) for axis in form)
     return replace(layer, layouts={tensor: layout for tensor in mapping.activations})
