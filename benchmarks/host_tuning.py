@@ -13,9 +13,10 @@ by the best measured (1.00 = the model found the best), and the hybrid tuner's (
 measured). The candidates compared are timed again, interleaved, 5 x 3 runs each, and those times
 give the ratios (the fastest of hundreds of short measurements is partly luck). `--layers` names any
 layer of the benchmark networks as model/layer (benchmarks/workloads/networks.csv and the workload
-list; depthwise ones compile from conv2d_depthwise.sw). With `--sample N` only the model's best 8 and N
-other candidates drawn at random (seeded) are measured: "best" is then the best of those, which
-measuring every candidate could only make faster. Prints the machine
+list; depthwise ones compile from conv2d_depthwise.sw); their weights are constants, arranged once
+before the calls are timed, as in inference (`swauto.compile(constants=["weight"])`). With `--sample N`
+only the model's best 8 and N other candidates drawn at random (seeded) are measured: "best" is then
+the best of those, which measuring every candidate could only make faster. Prints the machine
 and the date; writes benchmarks/results/host_tuning.{csv,md,png} (the plot: predicted against
 measured time of every candidate) and host_tuning_candidates.csv (`--name` replaces "host_tuning").
 """
@@ -62,10 +63,10 @@ def conv_params(name: str, batch: int) -> dict[str, int]:
 
 
 def compare(name: str, source: Path | str, params: dict[str, int], threads: int,
-            sample: int = 0) -> tuple[dict, list[dict]]:
-    """The summary row of one operator and a row per measured candidate (all, or `sample` besides the
-    model's best HYBRID_TOP)."""
-    op = load(source, params)
+            sample: int = 0, constants: tuple[str, ...] = ()) -> tuple[dict, list[dict]]:
+    """The summary row of one operator (its inputs `constants` constant) and a row per measured candidate
+    (all, or `sample` besides the model's best HYBRID_TOP)."""
+    op = load(source, params, constants=constants)
     started = time.perf_counter()
     space = explore(op, local_memory_machine("host"))  # with this CPU's micro-kernels
     space_s = time.perf_counter() - started
@@ -142,18 +143,19 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=0, help="measure the model's best 8 and this many others")
     args = parser.parse_args()
     print(header())
-    jobs = [(f"gemm {m}x{n}x{k}", gemm_source(m, n, k), {"M": m, "N": n, "K": k}) for m, n, k in args.gemm]
-    jobs += [(f"conv {c} B={batch}", ROOT / "examples" / "conv2d.sw", conv_params(c, batch))
+    jobs = [(f"gemm {m}x{n}x{k}", gemm_source(m, n, k), {"M": m, "N": n, "K": k}, ())
+            for m, n, k in args.gemm]
+    jobs += [(f"conv {c} B={batch}", ROOT / "examples" / "conv2d.sw", conv_params(c, batch), ("weight",))
              for c in args.conv for batch in args.batch]
     for wanted in args.layers:
         layer = next((row for row in layer_shapes() if f"{row['model']}/{row['layer']}" == wanted), None)
         for batch in args.batch:
             if layer is None or (found := conv_example(layer, batch)) is None:
                 parser.error(f"no benchmark layer {wanted!r} that compiles (model/layer, as in networks.csv)")
-            jobs.append((f"{wanted} B={batch}", ROOT / "examples" / found[0], found[1]))
+            jobs.append((f"{wanted} B={batch}", ROOT / "examples" / found[0], found[1], ("weight",)))
     rows, candidates = [], []
-    for name, source, params in jobs:
-        row, measured = compare(name, source, params, args.threads, args.sample)
+    for name, source, params, constants in jobs:
+        row, measured = compare(name, source, params, args.threads, args.sample, constants)
         rows.append(row)
         candidates += measured
         print(f"{name}: {row['candidates']} candidates, {row['measured']} measured; model {row['model_s']} s, "

@@ -37,11 +37,13 @@ DEFAULT_SCHEDULES_TARGET = "sw26010"  # whose rules `schedules` applies unless t
 TUNERS = ("model", "measure", "simulate", "hybrid")  # each target offers some (`Target.tuners`)
 
 
-def load(source: str | Path, params: Mapping[str, object] | None = None, layouts: Layouts | None = None
-         ) -> BoundOperator:
-    """Parse and check a `.sw` file (path or text) with its size parameters bound, and the tensors of
-    `layouts` pinned to one memory layout each (`swauto.frontend.check.pin_layouts`)."""
-    return _parsed(source, params, layouts)[2]
+def load(source: str | Path, params: Mapping[str, object] | None = None, layouts: Layouts | None = None,
+         constants: Collection[str] = ()) -> BoundOperator:
+    """Parse and check a `.sw` file (path or text) with its size parameters bound, the tensors of
+    `layouts` pinned to one memory layout each (`swauto.frontend.check.pin_layouts`), and the inputs
+    `constants` marked constant (`Tensor.is_constant`, as `compile`'s; no prologue is split off)."""
+    op = _parsed(source, params, layouts)[2]
+    return _constant(op, _check_constants(op, constants)) if constants else op
 
 
 def _parsed(source: str | Path, params: Mapping[str, object] | None, layouts: Layouts | None
