@@ -5,13 +5,12 @@ its 'before' and 'loop' ('before1' and 'loop1' for the second segment, and so on
 on the native thread pool, 'parallel', which runs them all, each 'loop' on the threads: `threads`).
 A kernel without a parallel group has 'before' alone; one with prepacked constant tiles has 'prepack',
 which fills their arrays (`prepack`). Each takes one `noalias float*` per array of `Plan.arguments` (the
-tensors in `module.tensors` order, then the prepacked arrays), a `float*` to a per-thread workspace holding
-the local buffers at
-`Plan.offsets`, and an i64 range `lo, hi`: 'loop' runs those flattened iterations of the parallel
-nest, the others ignore it. Buffers live in the layouts of `layout.plan`; a DMA is a copy loop nest
-in row-major element order of its boxes (packing into micro-panels on the way), and the GEMM
-primitive a register-blocked micro-kernel (`microkernel`). Integer expressions are i64; `/` and `%`
-keep Python's floor semantics.
+tensors in `module.tensors` order, then the prepacked arrays), a `float*` to a per-thread workspace
+holding the local buffers at `Plan.offsets`, and an i64 range `lo, hi`: 'loop' runs those flattened
+iterations of the parallel nest, the others ignore it. Buffers live in the layouts of `layout.plan`; a
+DMA is a copy loop nest in row-major element order of its boxes (packing into micro-panels on the way),
+and the GEMM primitive a register-blocked micro-kernel (`microkernel`). Integer expressions are i64;
+`/` and `%` keep Python's floor semantics.
 
 The module carries no target triple or data layout: the JIT sets them for the host.
 """
@@ -80,7 +79,7 @@ class Plan:
     layouts: dict[str, layouts.Layout]
     views: dict[str, str]  # buffer -> the tensor it is a view of (no workspace, no copies)
     prepacked: dict[str, Prepacked]  # buffers pointed at their tiles in arrays filled once (`prepack`)
-    arguments: tuple[str, ...]  # the arrays every function takes a pointer to: the tensors, then the prepacked
+    arguments: tuple[str, ...]  # the arrays every function takes a pointer to: the tensors, then the prepacked ones
 
 
 def buffer_layouts(module: Module, knobs: Knobs, width: int, l3_bytes: int
@@ -101,11 +100,12 @@ def plan_kernel(module: Module, isa: Isa, knobs: Knobs) -> Plan:
     _check_dtypes(module)
     placed, views = buffer_layouts(module, knobs, isa.width, cache_sizes()[2])
     packed = prepacked(module, placed, views)
-    buffers = [b.name for b in module.buffers if not is_ignored_buffer(b) and b.name not in views | packed.keys()]
+    pointed = (*views, *packed)  # buffers a get points at data elsewhere: no room in the workspace
+    buffers = [b.name for b in module.buffers if not is_ignored_buffer(b) and b.name not in pointed]
     offsets, size = layouts.workspace(placed, buffers)
     # A view's pointer lives in the workspace too, so a phase's function sees where an earlier phase
     # (on the same workspace) pointed it: a stack slot would die with the function that set it.
-    for name in (*views, *packed):
+    for name in pointed:
         offsets[name] = size
         size += layouts.ALIGN_ELEMENTS
     try:
