@@ -604,8 +604,10 @@ class Kernel:
                     for name, value in values.items()}
         return Prepared(self, {name: np.ascontiguousarray(value) for name, value in declared.items()})
 
-    def _call(self, arrays: Mapping[str, object], packed: Mapping[str, np.ndarray] | None = None) -> None:
-        """Run this kernel's program on arrays in their declared layouts (and `packed`: `Prepared`'s)."""
+    def _call(self, arrays: Mapping[str, object], packed: Mapping[str, np.ndarray] | None = None,
+              ready: Mapping[str, np.ndarray] | None = None) -> None:
+        """Run this kernel's program on arrays in their declared layouts (and `packed`: `Prepared`'s); those
+        of `ready` (a `Prepared`'s constants) are already in this kernel's layouts and used as they are."""
         checked = self._validate(arrays)
         layouts = self._own_layouts
         if not layouts:
@@ -614,8 +616,10 @@ class Kernel:
             return
         started = time.perf_counter()
         # Tensors kept in another layout are converted here; that time is reported apart.
+        ready = ready or {}
         arranged = {
-            name: np.array(array.transpose(layouts[name]), order="C", copy=True) if name in layouts else array
+            name: ready[name] if name in ready else
+            np.array(array.transpose(layouts[name]), order="C", copy=True) if name in layouts else array
             for name, array in checked.items()
         }
         converted = time.perf_counter() - started
@@ -667,9 +671,10 @@ class Prepared:
         return self.kernel.program.prepack(self._arranged)
 
     def __call__(self, **arrays: np.ndarray) -> None:
-        """Run on arrays in their declared layouts (outputs updated in place)."""
+        """Run on arrays in their declared layouts (outputs updated in place): only they are converted, the
+        constants were arranged once."""
         self._check(arrays)
-        self.kernel._call({**arrays, **self.values}, self._packed)
+        self.kernel._call({**arrays, **self.values}, self._packed, self._arranged)
 
     def run_arranged(self, **arrays: np.ndarray) -> None:
         """Run on arrays already in the kernel's memory layouts (`Kernel.layouts`): no conversion."""

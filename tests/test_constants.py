@@ -191,3 +191,24 @@ def test_a_prepared_kernel_refuses_its_constants_and_prepare_needs_them_all():
     plain = swauto.compile(EXAMPLES / "conv2d_winograd4.sw", WINOGRAD)
     with pytest.raises(ArgumentError, match="its constants are none"):
         plain.prepare(weight=arrays["weight"])
+
+
+def test_a_prepared_kernel_converts_only_the_arrays_a_call_passes(monkeypatch):
+    """The constants were arranged once, at `prepare`: a call in the declared layouts hands the program
+    those same arrays (a weight kept [Kr, Kc, Ni, No] is not transposed again at every call)."""
+    params = {"B": 1, "Ni": 64, "No": 96, "Ri": 7, "Ci": 7, "Kr": 1, "Kc": 1, "stride": 1, "pad": 0}
+    kernel = swauto.compile(EXAMPLES / "conv2d.sw", params, target="host", constants=["weight"])
+    assert "weight" in kernel.layouts  # the case: kept in another layout than declared
+    arrays = _arrays(kernel)
+    prepared = kernel.prepare(weight=arrays.pop("weight"))
+    handed = []
+    run = kernel.program.run
+
+    def spy(given, threads):
+        handed.append(given["weight"])
+        return run(given, threads)
+
+    monkeypatch.setattr(kernel.program, "run", spy)
+    for _ in range(2):
+        prepared(**arrays)
+    assert len(handed) == 2 and all(array is prepared._arranged["weight"] for array in handed)
