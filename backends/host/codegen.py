@@ -99,7 +99,7 @@ def plan_kernel(module: Module, isa: Isa, knobs: Knobs) -> Plan:
     """
     _check_dtypes(module)
     placed, views = buffer_layouts(module, knobs, isa.width, cache_sizes()[2])
-    packed = prepacked(module, placed, views)
+    packed = prepacked(module, views, placed)
     pointed = (*views, *packed)  # buffers a get points at data elsewhere: no room in the workspace
     buffers = [b.name for b in module.buffers if not is_ignored_buffer(b) and b.name not in pointed]
     offsets, size = layouts.workspace(placed, buffers)

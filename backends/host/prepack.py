@@ -11,8 +11,9 @@ make). At a call, a get only points the buffer at its tile there, as a view's ge
 of a tensor: the micro-kernel then reads a tile already in its layout, contiguous, where the copy would
 have read the tensor (a 1 x 1 layer's weight at B = 1: a sixth of the call).
 
-Tiles are kept once per iteration of the key loops, with their layout's padding (a panel of 16 lanes for 6
-channels): an array of more than `GROWTH` times its tensor's elements, and `SLACK` more, is not made.
+Tiles are kept once per iteration of the key loops: tiles holding more than `GROWTH` times their tensor's
+elements, and `SLACK` more, are not prepacked. The bound counts the tiles' own elements, not their layout's
+padding, so that the host model (which asks which buffers, not where they go) and the backend agree.
 """
 
 from __future__ import annotations
@@ -77,8 +78,10 @@ class Prepacked:
         return next(section for section in self.sections if section.get == get)
 
 
-def prepacked(module: Module, layouts: Mapping[str, Layout], views: Mapping[str, str]) -> dict[str, Prepacked]:
-    """The buffers of `module` (placed in `layouts`, not `views`) filled from prepacked arrays, by name."""
+def prepacked(module: Module, views: Mapping[str, str], layouts: Mapping[str, Layout] | None = None
+              ) -> dict[str, Prepacked]:
+    """The buffers of `module` (not `views`) filled from prepacked arrays, by name, their tiles placed for
+    the buffers' `layouts` (None: as dense as their elements, for a caller that needs only the names)."""
     constants = {tensor.name: tensor for tensor in module.tensors if tensor.is_constant}
     if not constants:
         return {}
@@ -98,14 +101,15 @@ def prepacked(module: Module, layouts: Mapping[str, Layout], views: Mapping[str,
     for buffer in module.buffers:
         name = buffer.name
         transfers = gets.get(name)
-        if not transfers or name in refused or name in views or name not in layouts:
+        if not transfers or name in refused or name in views:
             continue
         tensor = transfers[0][0].tensor.name
         whole = tuple(Const(0) for _ in buffer.shape)
         if any(get.tensor.name != tensor or keys is None or get.buffer.starts != whole
                or get.buffer.extents != buffer.shape for get, keys in transfers):
             continue
-        tile = -(-layouts[name].size // ALIGN_ELEMENTS) * ALIGN_ELEMENTS
+        elements = prod(buffer.shape)
+        tile = elements if layouts is None else -(-layouts[name].size // ALIGN_ELEMENTS) * ALIGN_ELEMENTS
         sections: list[Section] = []
         offset = 0
         for get, keys in transfers:
@@ -118,7 +122,7 @@ def prepacked(module: Module, layouts: Mapping[str, Layout], views: Mapping[str,
             sections.append(Section(get, keys, offset))
             offset += sections[-1].tiles * tile
         else:
-            if offset <= GROWTH * prod(constants[tensor].shape) + SLACK:
+            if offset // tile * elements <= GROWTH * prod(constants[tensor].shape) + SLACK:
                 found[name] = Prepacked(name, tensor, tile, tuple(sections), max(offset, ALIGN_ELEMENTS))
     return found
 

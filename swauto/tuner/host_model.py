@@ -344,10 +344,9 @@ def least_seconds(nest: Module, threads: int, machine: Machine) -> Callable[[int
     compute = min(estimate(nest, count, machine, verify=False, ordered=False).seconds  # as sketches
                   for count in {1, threads})
     footprint = _footprint(nest)
-    in_place = (_view_bandwidth(footprint, machine), _panel_bandwidth(footprint, machine)) \
-        if _cache_resident(nest, machine) else ()
-    if any(tensor.is_constant for tensor in nest.tensors):  # prepacked tiles stream in as panels
-        in_place += (_panel_bandwidth(footprint, machine),)
+    panel = _panel_bandwidth(footprint, machine)
+    in_place = (_view_bandwidth(footprint, machine), panel) if _cache_resident(nest, machine) else \
+        (panel,) if any(tensor.is_constant for tensor in nest.tensors) else ()  # prepacked tiles: as panels
     bandwidth = max(_level_bandwidth(footprint, machine), machine.transpose_bandwidth,
                     _stream_bandwidth(footprint, machine), *in_place) * threads
     return lambda moved: compute + moved / bandwidth
@@ -691,10 +690,9 @@ def _prepacked(module: Module, views: Mapping[str, str]) -> set[str]:
     """The buffers of `module` the host fills from prepacked arrays of a constant's tiles (those not `views`)."""
     if not any(tensor.is_constant for tensor in module.tensors):
         return set()
-    from swauto.backends.host.layout import row_major
     from swauto.backends.host.prepack import prepacked
 
-    return set(prepacked(module, {buffer.name: row_major(buffer.shape) for buffer in module.buffers}, views))
+    return set(prepacked(module, views))
 
 
 def _footprint(module: Module) -> int:
