@@ -919,14 +919,14 @@ def test_a_nest_that_only_accumulates_into_a_map_runs_inside_each_point(empty_ca
 
 
 def test_a_map_with_taps_computes_points_in_groups_bit_for_bit(empty_cache_dir, monkeypatch):
-    """With its taps inside each point, a depthwise multiply-accumulate computes `GROUPED_POINTS` points
+    """With its taps inside each point, a depthwise multiply-accumulate computes `grouped_points` points
     of its M dimension together (the rest in a shorter group), its output's accesses scoped apart from
     its inputs' loads, and vectorized: each point adds the same products in the same order as one point
     at a time, so the result is bit for bit the same."""
     from swauto.backends.host import primitives as host_primitives
 
     op = load(EXAMPLES / "conv2d_depthwise.sw", {"B": 2, "C": 32, "Ri": 9, "Ci": 9})
-    group = host_primitives.GROUPED_POINTS
+    group = host_primitives.grouped_points(select().registers)
 
     def grouped_with_a_rest(module: Module) -> bool:
         return any(isinstance(node, Call) and group < dict(node.sizes)["M"] and dict(node.sizes)["M"] % group
@@ -938,7 +938,7 @@ def test_a_map_with_taps_computes_points_in_groups_bit_for_bit(empty_cache_dir, 
     inputs = {t.name: rng.standard_normal(t.shape, dtype=np.float32) for t in module.tensors}
     results, codes = [], []
     for points in (1, group):
-        monkeypatch.setattr(host_primitives, "GROUPED_POINTS", points)
+        monkeypatch.setattr(host_primitives, "grouped_points", lambda registers, points=points: points)
         use_fresh_cache_dir(empty_cache_dir / str(points), monkeypatch)
         arrays = {name: array.copy() for name, array in inputs.items()}
         program = compile_module(module)
