@@ -96,7 +96,8 @@ def grouped_points(registers: int) -> int:
     """How many points of a map with several taps `emit_map` computes together, on an instruction set with
     `registers` vector registers: half of them, each point's sum in one, the other half for the inputs
     and weights the points share. More spill: MobileNetV2 block1.1.depthwise at B = 1 on one thread of a
-    Zen 3 (16 registers), in turns: 1.00 ms in groups of 16, 0.72 in groups of 8 (0.78 of 6)."""
+    Zen 3 (16 registers), in turns over two runs: 0.83 - 1.02 ms in groups of 16, 0.64 - 0.74 in groups
+    of 8 (of 6 within that noise, of 4 slower)."""
     return max(1, registers // 2)
 
 
