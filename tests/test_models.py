@@ -167,8 +167,17 @@ def test_a_whole_network_runs_on_swauto_kernels_as_onnxruntime_runs_it(network):
     proto = getattr(zoo, network)(image=32, classes=10)
     model = swauto.Model(proto, batch=2, jobs=1)
     assert all(layer.operator is not None or layer.node.op == "Flatten" for layer in model.layers)
-    first = {"resnet18": "conv2d_bias_relu.sw", "mobilenet_v2": "conv2d_bias_relu6.sw"}[network]
-    assert model.layers[0].operator == first  # 3 channels: overwrites its output, the bias in the kernel
+    bias_kernel = {"resnet18": "conv2d_bias_relu.sw", "mobilenet_v2": "conv2d_bias_relu6.sw"}[network]
+    assert model.layers[0].operator == bias_kernel  # 3 channels: overwrites its output, the bias in the kernel
+    # So does every dense layer with its activation, no residual and no Winograd form (MobileNetV2's
+    # expansions and head; ResNet-18's first convs of its downsampling blocks); the others add into
+    # the output NumPy starts from the bias (and residual).
+    for layer in model.layers:
+        if layer.node.op in ("Conv", "FusedConv") and layer.params.get("Ni") is not None:
+            residual = len(layer.node.inputs) > 3 and layer.node.inputs[3]
+            expected = layer.node.attribute("activation") is not None and not residual and not layer.alternatives
+            assert (layer.operator == bias_kernel) == expected, (layer.node.name, layer.operator)
+    assert sum(layer.operator == bias_kernel for layer in model.layers) > 1
     x = np.random.default_rng(1).standard_normal((2, 3, 32, 32), dtype=np.float32)
     ours = model(input=x)["fc"]
     session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])

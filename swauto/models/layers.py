@@ -16,7 +16,7 @@ model's weights (once per model), `arrays` the others (the node's activations, a
 `Outputs`, each call), and `output` gives the node's output back. Nodes that only reshape (Flatten, Reshape, Identity,
 Dropout at inference) have no kernel. What a kernel does not compute, a mapping says in
 `Layer.numpy` (a Gemm's bias and alpha are NumPy's; a Conv's bias is where its output starts, as the
-convolutions add into their output, apart from a first layer's, which its kernel adds).
+convolutions add into their output, apart from those a bias kernel runs, which add it themselves).
 """
 
 from __future__ import annotations
@@ -244,12 +244,12 @@ def _conv_layer(node: Node, graph: Graph) -> Layer:
     if group == 1:
         flops = 2 * batch * outputs * out_rows * out_columns * channels * kr * kc
         params = {"B": batch, "Ni": channels, "No": outputs, **window}
-        if channels <= 8 and activation in _FIRST_LAYERS and not _residual(node):
-            return Layer(node, _FIRST_LAYERS[activation], params, flops, shape + suffix, constants=("weight", "bias"))
         operator = _CONVOLUTIONS[False, activation]
         if (kr, kc, stride) == (3, 3, 1) and channels > _WINOGRAD_FROM and activation in _WINOGRAD:
             return Layer(node, operator, params, flops, shape + suffix, alternatives=_WINOGRAD[activation],
                          constants=("weight",))
+        if activation in _BIAS_KERNELS and not _residual(node):
+            return Layer(node, _BIAS_KERNELS[activation], params, flops, shape + suffix, constants=("weight", "bias"))
         return Layer(node, operator, params, flops, shape + suffix, constants=("weight",))
     if group == channels == outputs and per_group == 1:
         flops = 2 * batch * channels * out_rows * out_columns * kr * kc
@@ -273,16 +273,18 @@ _CONVOLUTIONS = {(False, None): "conv2d.sw", (False, "relu"): "conv2d_relu.sw", 
 # workload list (benchmarks/host_conv.py, 2026-11-28) Winograd's were chosen only from 64 channels on.
 _WINOGRAD = {"relu": ("conv2d_winograd_relu.sw", "conv2d_winograd4_relu.sw")}
 _WINOGRAD_FROM = 32
-# A first layer (8 input channels or fewer, whose kernel taps the library joins to K) with its activation
-# and no residual overwrites its output instead, its bias added on each output tile: the output, by far
-# its largest tensor (32-64 channels for 3), is then written once and never read (on the SW26010 at
-# batch 1, MobileNetV2's stem ran at 19.5% of peak at most while adding into its output).
-_FIRST_LAYERS = {"relu": "conv2d_bias_relu.sw", "relu6": "conv2d_bias_relu6.sw"}
+# A dense layer with its activation, no residual and no Winograd form to weigh overwrites its output
+# instead, its bias added on each output tile: the output is then written once and never read, where
+# adding into it NumPy first fills it with the bias and the kernel reads it back. A first layer's
+# output is by far its largest tensor (32-64 channels for 3: on the SW26010 at batch 1, MobileNetV2's
+# stem ran at 19.5% of peak at most while adding into its output); on the host MobileNetV2 (18 such
+# layers: its expansions, its stem and its head) ran 6 - 7% faster end to end (2026-11-29, Zen 3).
+_BIAS_KERNELS = {"relu": "conv2d_bias_relu.sw", "relu6": "conv2d_bias_relu6.sw"}
 
 
 def _overwrites(layer: Layer) -> bool:
-    """Whether the layer's kernel is a first layer's, which overwrites its output and adds the bias."""
-    return layer.operator in _FIRST_LAYERS.values()
+    """Whether the layer's kernel overwrites its output and adds the bias itself (`_BIAS_KERNELS`)."""
+    return layer.operator in _BIAS_KERNELS.values()
 
 
 def _residual(node: Node) -> str:
