@@ -278,7 +278,8 @@ _WINOGRAD_FROM = 32
 # adding into it NumPy first fills it with the bias and the kernel reads it back. A first layer's
 # output is by far its largest tensor (32-64 channels for 3: on the SW26010 at batch 1, MobileNetV2's
 # stem ran at 19.5% of peak at most while adding into its output); on the host MobileNetV2 (18 such
-# layers: its expansions, its stem and its head) ran 6 - 7% faster end to end (2026-11-29, Zen 3).
+# layers: its expansions, its stem and its head) ran 6 - 8% faster end to end, ResNet-18 (3 more) within
+# the noise (2026-11-29, Zen 3).
 _BIAS_KERNELS = {"relu": "conv2d_bias_relu.sw", "relu6": "conv2d_bias_relu6.sw"}
 
 
