@@ -15,6 +15,7 @@ from test_host_model import _stored_fields, _write_calibration  # noqa: E402
 import swauto  # noqa: E402
 from swauto.cli import main  # noqa: E402
 from swauto.models import load_onnx, tune_model  # noqa: E402
+from swauto.models.layers import _residual  # noqa: E402
 
 TOLERANCE = 1e-4
 
@@ -174,8 +175,8 @@ def test_a_whole_network_runs_on_swauto_kernels_as_onnxruntime_runs_it(network):
     # the output NumPy starts from the bias (and residual).
     for layer in model.layers:
         if layer.node.op in ("Conv", "FusedConv") and layer.params.get("Ni") is not None:
-            residual = len(layer.node.inputs) > 3 and layer.node.inputs[3]
-            expected = layer.node.attribute("activation") is not None and not residual and not layer.alternatives
+            expected = layer.node.attribute("activation") is not None and not _residual(layer.node) \
+                and not layer.alternatives
             assert (layer.operator == bias_kernel) == expected, (layer.node.name, layer.operator)
     assert sum(layer.operator == bias_kernel for layer in model.layers) > 1
     x = np.random.default_rng(1).standard_normal((2, 3, 32, 32), dtype=np.float32)

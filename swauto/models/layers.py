@@ -244,13 +244,14 @@ def _conv_layer(node: Node, graph: Graph) -> Layer:
     if group == 1:
         flops = 2 * batch * outputs * out_rows * out_columns * channels * kr * kc
         params = {"B": batch, "Ni": channels, "No": outputs, **window}
-        operator = _CONVOLUTIONS[False, activation]
+        operator, alternatives = _CONVOLUTIONS[False, activation], ()
         if (kr, kc, stride) == (3, 3, 1) and channels > _WINOGRAD_FROM and activation in _WINOGRAD:
-            return Layer(node, operator, params, flops, shape + suffix, alternatives=_WINOGRAD[activation],
-                         constants=("weight",))
-        if activation in _BIAS_KERNELS and not _residual(node):
-            return Layer(node, _BIAS_KERNELS[activation], params, flops, shape + suffix, constants=("weight", "bias"))
-        return Layer(node, operator, params, flops, shape + suffix, constants=("weight",))
+            alternatives = _WINOGRAD[activation]
+        elif activation in _BIAS_KERNELS and not _residual(node):
+            operator = _BIAS_KERNELS[activation]
+        # A bias kernel takes its bias as a weight too (`_conv_weights`).
+        constants = ("weight", "bias") if operator in _BIAS_KERNELS.values() else ("weight",)
+        return Layer(node, operator, params, flops, shape + suffix, alternatives=alternatives, constants=constants)
     if group == channels == outputs and per_group == 1:
         flops = 2 * batch * channels * out_rows * out_columns * kr * kc
         return Layer(node, _CONVOLUTIONS[True, activation], {"B": batch, "C": channels, **window}, flops,
@@ -277,9 +278,9 @@ _WINOGRAD_FROM = 32
 # instead, its bias added on each output tile: the output is then written once and never read, where
 # adding into it NumPy first fills it with the bias and the kernel reads it back. A first layer's
 # output is by far its largest tensor (32-64 channels for 3: on the SW26010 at batch 1, MobileNetV2's
-# stem ran at 19.5% of peak at most while adding into its output); on the host MobileNetV2 (18 such
-# layers: its expansions, its stem and its head) ran 6 - 8% faster end to end, ResNet-18 (3 more) within
-# the noise (2026-11-29, Zen 3).
+# stem ran at 19.5% of peak at most while adding into its output); on the host, MobileNetV2 with its
+# expansions and head so too (17 layers besides its stem) ran 6 - 8% faster end to end, ResNet-18 (3
+# layers) within the noise (2026-11-29, Zen 3).
 _BIAS_KERNELS = {"relu": "conv2d_bias_relu.sw", "relu6": "conv2d_bias_relu6.sw"}
 
 

@@ -344,11 +344,13 @@ def least_seconds(nest: Module, threads: int, machine: Machine) -> Callable[[int
     compute = min(estimate(nest, count, machine, verify=False, ordered=False).seconds  # as sketches
                   for count in {1, threads})
     footprint = _footprint(nest)
-    panel = _panel_bandwidth(footprint, machine)
-    in_place = (_view_bandwidth(footprint, machine), panel) if _cache_resident(nest, machine) else \
-        (panel,) if any(tensor.is_constant for tensor in nest.tensors) else ()  # prepacked tiles: as panels
-    bandwidth = max(_level_bandwidth(footprint, machine), machine.transpose_bandwidth,
-                    _stream_bandwidth(footprint, machine), *in_place) * threads
+    rates = [_level_bandwidth(footprint, machine), machine.transpose_bandwidth, _stream_bandwidth(footprint, machine)]
+    resident = _cache_resident(nest, machine)
+    if resident:  # a tile in place
+        rates.append(_view_bandwidth(footprint, machine))
+    if resident or any(tensor.is_constant for tensor in nest.tensors):  # rows in place, a prepacked tile
+        rates.append(_panel_bandwidth(footprint, machine))
+    bandwidth = max(rates) * threads
     return lambda moved: compute + moved / bandwidth
 
 
