@@ -275,10 +275,13 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
         trips = executions(loops, node.runs_if) if isinstance(node, Call) else _trips(loops)
         bandwidth = level
         if isinstance(node, Dma):
+            copied = machine.transpose_bandwidth if node.buffer.name in transposing else level
+            # A prepacked tile streams in no slower than a copy of it would read the same bytes (on a
+            # calibration whose panel rate measured below its copy rate, it was priced above its copy).
             bandwidth = stream_bandwidth if node.buffer.name not in gemm_tiles else \
+                max(_panel_bandwidth(footprint, machine), copied) if node.buffer.name in packed else \
                 _panel_bandwidth(footprint, machine) if node.buffer.name in streamed else \
-                view_bandwidth if node.buffer.name in views else \
-                machine.transpose_bandwidth if node.buffer.name in transposing else level
+                view_bandwidth if node.buffer.name in views else copied
         taps = taps_around(node, loops) if isinstance(node, Call) else 1
         node_flops, node_bytes, compute, traffic = _node_cost(node, machine, bandwidth, tile, shapes, taps,
                                                               _cycled_panels(node, loops))
