@@ -203,8 +203,9 @@ WARMUP = 3  # untimed calls of each function first
 
 
 def settle(threads: int) -> float:
-    """The pause before each turn of `median_seconds` on `threads` threads: 0.2 s on more than one (a
-    library's idle workers spin for about 0.1 s after a call and take the other core), none on one."""
+    """How long each turn of `median_seconds` on `threads` threads runs its function before the timed
+    call: 0.2 s on more than one (a library's idle workers spin for about 0.1 s after a call and take the
+    other core), none on one."""
     return 0.2 if threads > 1 else 0.0
 
 
@@ -213,20 +214,25 @@ def median_seconds(*functions, repeat: int, settle: float = 0.0) -> list[float]:
     take turns, so that a burst of load on this shared machine hits them alike: each round calls each
     function twice and times the second call (its data in the caches, as in back-to-back calls).
 
-    With `settle`, that many seconds pass before each turn, which then times the fourth call. A library
-    whose idle threads spin after a call needs it: OpenBLAS's workers spin for about 0.1 s after each
-    `numpy.matmul`, and on two cores that halved the two-thread speed of whichever kernel ran next
-    (swauto's and PyTorch's alike, 1024^3). The extra untimed calls are for a thread pool whose workers
-    wake slowly after the pause: PyTorch's first two-thread 256^3 after 0.2 s idle took 7-11 ms, the next 0.2."""
+    With `settle`, each turn calls its function back to back for that many seconds and then times one
+    call. A library whose idle threads spin after a call needs it: OpenBLAS's workers spin for about 0.1
+    s after each `numpy.matmul`, and on two cores that halved the two-thread speed of whichever kernel ran
+    next (swauto's and PyTorch's alike, 1024^3). The turn runs its own function meanwhile, rather than
+    pausing: after 0.2 s without vector work (asleep, or in a Python loop) this virtual machine's cores
+    ran slow for the next millisecond or so (on one thread, an in-register FMA loop's first call took
+    116 us instead of 67, a 128^3 GEMM's 328 instead of 64 and its next five 107 - 120), and a turn
+    after a pause timed that wake-up, not the kernels:
+    128^3 on two threads, swauto, NumPy and PyTorch alike ran at 41 - 52 GFLOPS after a pause and three
+    calls, 56 - 87 after 0.2 s of calls (2026-11-29, medians of 9)."""
     for function in functions:
         for _ in range(WARMUP):
             function()
     times: list[list[float]] = [[] for _ in functions]
     for _ in range(repeat):
         for function, samples in zip(functions, times, strict=True):
-            if settle:  # time.sleep(0) would still give the core away before every turn
-                time.sleep(settle)
-            for _ in range(3 if settle else 1):
+            warm_until = time.perf_counter() + settle
+            function()
+            while time.perf_counter() < warm_until:
                 function()
             started = time.perf_counter()
             function()

@@ -6,8 +6,9 @@ A shape is `S` (S x S x S) or `MxNxK`; the operator is examples/gemm.sw with til
 512 (1024 for M and N).
 For each shape and thread count (the most threads each implementation may use: OpenBLAS and PyTorch run
 small GEMMs on fewer, swauto on one where its model predicts the call too small to share;
-`swauto_threads` says which): the median of `--repeat` calls of each implementation (taking turns, with a
-pause before each turn on two threads, so OpenBLAS's spinning idle threads do not slow the next), GFLOPS
+`swauto_threads` says which): the median of `--repeat` calls of each implementation (taking turns; on two
+threads each turn first calls its function for 0.2 s, so OpenBLAS's spinning idle threads do not slow
+the next: `common.median_seconds`), GFLOPS
 and the ratios to swauto, the FMA peak of the cores in those same turns (`host_model.peak_probe`: on a
 shared machine the peak a calibration measured once may not be what the cores give during the run) and
 swauto's percent of it, the tuning time and the compile time. The libraries' thread counts are set with
