@@ -651,12 +651,16 @@ class Prepared:
     kernel: Kernel
     values: dict[str, np.ndarray]  # what the kernel's program reads in place of the constants, declared layouts
 
-    @property
+    @cached_property
     def tensors(self) -> tuple[str, ...]:
         """The names of the arrays a call takes: the kernel's but its constants."""
         return tuple(name for name in self.kernel.tensors if name not in self.kernel.constants)
 
-    @property
+    @cached_property
+    def _names(self) -> frozenset[str]:
+        return frozenset(self.tensors)
+
+    @cached_property
     def layouts(self) -> dict[str, tuple[int, ...]]:
         """The memory layouts of the arrays a call takes (`Kernel.layouts` of those)."""
         return {name: axes for name, axes in self.kernel.layouts.items() if name not in self.kernel.constants}
@@ -683,6 +687,8 @@ class Prepared:
 
     def _check(self, arrays: Mapping[str, object]) -> None:
         """Refuse a constant or a name the kernel does not take (the kernel checks the rest)."""
+        if arrays.keys() == self._names:  # the common case, told at once (a model makes a call per layer)
+            return
         bound = sorted(set(arrays) & set(self.kernel.constants))
         if bound:
             raise ArgumentError(f"{bound[0]} is bound by prepare; prepare the kernel again to change it")

@@ -21,6 +21,7 @@ convolutions add into their output, apart from those a bias kernel runs, which a
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -162,8 +163,16 @@ def run(kernel: Any, arrays: Mapping[str, np.ndarray], weights: Mapping[str, np.
     seen in their declared layouts."""
     ready = arranged(kernel, arrays)
     kernel.run_arranged(**ready, **weights)
-    return {name: ready[name].transpose(np.argsort(kernel.layouts[name])) if name in kernel.layouts else ready[name]
+    layouts = kernel.layouts
+    return {name: ready[name].transpose(_inverse(layouts[name])) if name in layouts else ready[name]
             for name in arrays}
+
+
+@functools.cache
+def _inverse(axes: tuple[int, ...]) -> tuple[int, ...]:
+    """The permutation that undoes `axes` (NumPy's `argsort` of it, a few microseconds a call, which a
+    model's every layer paid)."""
+    return tuple(sorted(range(len(axes)), key=axes.__getitem__))
 
 
 def in_form(layer: Layer, graph: Graph, activations: Mapping[str, np.ndarray],
