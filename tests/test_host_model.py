@@ -386,15 +386,15 @@ def test_few_rows_against_a_panel_larger_than_l1_are_priced_by_the_panels_stream
     assert host_model.call_seconds(wide, machine) == pytest.approx(flops / machine.kernel_flops, rel=0.05)
 
 
-def _host_gemm(params: dict[str, int], tiles: dict[str, int], order: tuple[str, ...]):
+def _host_gemm(params: dict[str, int], tiles: dict[str, int], order: tuple[str, ...], l2_bytes: int = 2 << 20):
     """The host's IR of examples/gemm.sw at `params` in tiles `tiles`, the loops in `order`, its buffers
-    bounded as on a CPU of 2 MiB of L2 (8 MiB: `HostScratchpad.L2_MULTIPLE` times that) wherever the
-    tests run: a 4 MB operand is hoisted whole."""
+    bounded as on a CPU of `l2_bytes` of L2 (by default 2 MiB: 8 MiB, `HostScratchpad.L2_MULTIPLE` times
+    that) wherever the tests run: a 4 MB operand is hoisted whole."""
     text = GEMM_SW.read_text()
     for dim, tile in tiles.items():  # tiles beyond the example's choices
         text = text.replace(f"split gemm.{dim} by {{", f"split gemm.{dim} by {{{tile}, ")
     return lower(load(text, params), Candidate(tuple(tiles.items()), order, "N"),
-                 HostScratchpad(ldm_bytes=HostScratchpad.L2_MULTIPLE * (2 << 20)))[-1][1]
+                 HostScratchpad(ldm_bytes=HostScratchpad.L2_MULTIPLE * l2_bytes))[-1][1]
 
 
 def test_a_c_tile_swept_out_of_the_caches_between_its_k_steps_is_priced_coming_back():
@@ -414,6 +414,29 @@ def test_a_c_tile_swept_out_of_the_caches_between_its_k_steps_is_priced_coming_b
     (call, loops), = ((node, loops) for node, loops in walk(kept.body) if isinstance(node, Call))
     assert host_model._revisited_accumulators(call, loops, machine) == 0
     assert host_model.estimate(swept, 1, machine).traffic >= calls * tile / machine.l3_bandwidth
+
+
+def test_a_copied_c_tile_that_comes_back_within_the_l3s_reach_is_priced_at_its_rate():
+    """GEMM 2048^3 (48 MB: its copies priced at DRAM's rate) in C tiles of 64 x 512 and K tiles of 512,
+    copied. With the K loop outermost a C tile comes back after all of C and both operands' K slices
+    moved (beyond the L3's reach: DRAM's rate still); with the K loop inside the column tiles' after one
+    column block's (within reach: the L3's rate), and it ran 7% faster (248 against 266 ms, in turns)."""
+    machine = replace(quiet_machine(), output_views=False)
+    params = {"M": 2048, "N": 2048, "K": 2048}
+    tiles = {"M": 64, "N": 512, "K": 512}
+    # The buffers bounded as on the Zen 3 it was measured on (512 KiB of L2): no C column block hoisted.
+    swept = _host_gemm(params, tiles, ("K_outer", "N_outer", "M_outer"), l2_bytes=512 << 10)
+    kept = _host_gemm(params, tiles, ("N_outer", "K_outer", "M_outer"), l2_bytes=512 << 10)
+
+    def c_shares(module):
+        return [host_model._revisited_share(node, loops, machine, machine.dram_bandwidth)
+                for node, loops in walk(module.body) if isinstance(node, Dma) and node.tensor.name == "C"]
+
+    assert c_shares(swept) == [1.0, 1.0]  # its get and its put
+    # A quarter of the visits are a tile's first (from DRAM), three quarters come back from the L3.
+    coming_back = 0.75 * (1 - machine.dram_bandwidth / machine.l3_bandwidth)
+    assert c_shares(kept) == pytest.approx([1 - coming_back] * 2)
+    assert host_model.estimate(kept, 1, machine).seconds < host_model.estimate(swept, 1, machine).seconds
 
 
 def test_a_panel_cycled_with_others_comes_from_afar_once_per_call():
