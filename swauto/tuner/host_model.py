@@ -433,8 +433,10 @@ def _revisited_share(dma: Dma, loops: tuple[For, ...], machine: Machine, level: 
     per iteration after its first; what moved in between is what the copies in that loop's body move in
     one of its iterations. GEMM 2048^3 on one thread, C tiles of 64 x 512, K tiles of 512: with the K
     loop outermost each C tile comes back after the whole C (16 MB) and both operands' K slices moved,
-    and the call ran 7% slower (266 ms against 248, in turns) than with the K loop inside the column
-    tiles', where it comes back after 13 MB: priced alike at the module's level (DRAM) before."""
+    with the K loop inside the column tiles' after 13 MB, within the L3's reach. Priced alike at the
+    module's level (DRAM) before, and the model took the first: 266 ms against 248 in one comparison
+    in turns, a tie within 3% in another (226 - 243 against 229 - 235); now the second is priced 4 ms
+    (2%) below the first, and both 5 and 9 ms nearer what they measured (predicted above it)."""
     moving = set().union(*(ex.free_vars(start) for start in dma.tensor.starts))
     returning = [loop for loop in loops if loop.var not in moving and trip_count(loop) > 1]
     if not returning:
