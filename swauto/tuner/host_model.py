@@ -286,7 +286,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
         taps = taps_around(node, loops) if isinstance(node, Call) else 1
         node_flops, node_bytes, compute, traffic = _node_cost(node, machine, bandwidth, tile, shapes, taps,
                                                               _cycled_panels(node, loops))
-        if isinstance(node, Dma) and bandwidth == level:
+        if isinstance(node, Dma) and bandwidth == level:  # a plain copy: what comes back may come from nearer
             traffic *= _revisited_share(node, loops, machine, level)
         if isinstance(node, Call) and node.signature.kind == "gemm":
             traffic += _revisited_accumulators(node, loops, machine, ordered)
@@ -344,13 +344,15 @@ def least_seconds(nest: Module, threads: int, machine: Machine) -> Callable[[int
     """No module that computes as `nest` does (no transfer in it) and moves `moved` bytes is priced
     below `least(moved)` by `estimate`: the nest's compute (shared by the threads, or on one core where
     that is less: a module's transfers may leave it no loop to share, and sharing one costs the fork and
-    join) plus those bytes at the fastest rate a transfer of its tensors gets (a copy, a transposing one,
-    or, where the tensors are cache-resident, a tile in place or broadcast rows in place: `_rows_in_place`;
-    a constant's prepacked tile streams in at that rate anywhere), shared by every thread."""
+    join) plus those bytes at the fastest rate a transfer of its tensors gets (a copy, one the loops bring
+    back soon enough to find it in the L2 (`_revisited_share`), a transposing one, or, where the tensors
+    are cache-resident, a tile in place or broadcast rows in place: `_rows_in_place`; a constant's
+    prepacked tile streams in at that rate anywhere), shared by every thread."""
     compute = min(estimate(nest, count, machine, verify=False, ordered=False).seconds  # as sketches
                   for count in {1, threads})
     footprint = _footprint(nest)
-    rates = [_level_bandwidth(footprint, machine), machine.transpose_bandwidth, _stream_bandwidth(footprint, machine)]
+    rates = [_level_bandwidth(footprint, machine), _level_bandwidth(0, machine), machine.transpose_bandwidth,
+             _stream_bandwidth(footprint, machine)]
     resident = _cache_resident(nest, machine)
     if resident:  # a tile in place
         rates.append(_view_bandwidth(footprint, machine))
