@@ -21,6 +21,7 @@ from swauto.frontend.integers import check_integer
 from swauto.frontend.parser import parse
 from swauto.frontend.source import Source
 from swauto.ir.analysis import traffic
+from swauto.ir.memory import inverse_axes
 from swauto.ir.nodes import Module
 from swauto.ir.printer import format_module
 from swauto.machine import LocalMemoryMachine
@@ -600,7 +601,7 @@ class Kernel:
                                                for name, shape in self.prologue.shapes.items() if name in self.handed})
             (self.prologue.run_arranged if arranged else self.prologue)(**constants, **values)
         # Kept in the declared layouts (`Prepared` arranges them for `run_arranged` when first asked).
-        declared = {name: value.transpose(np.argsort(layouts[name])) if name in layouts else value
+        declared = {name: value.transpose(inverse_axes(layouts[name])) if name in layouts else value
                     for name, value in values.items()}
         return Prepared(self, {name: np.ascontiguousarray(value) for name, value in declared.items()})
 
@@ -627,7 +628,7 @@ class Kernel:
         started = time.perf_counter()
         for tensor in self.operator.seed.tensors:
             if tensor.is_output and tensor.name in layouts:
-                checked[tensor.name][...] = arranged[tensor.name].transpose(np.argsort(layouts[tensor.name]))
+                checked[tensor.name][...] = arranged[tensor.name].transpose(inverse_axes(layouts[tensor.name]))
         self.report["layout_conversion_s"] = converted + time.perf_counter() - started
 
     def _run(self, checked: dict[str, np.ndarray], packed: Mapping[str, np.ndarray] | None = None) -> None:

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from math import prod
 
 import numpy as np
+
+
+@functools.cache
+def inverse_axes(axes: tuple[int, ...]) -> tuple[int, ...]:
+    """The permutation that undoes `axes`: `array.transpose(axes).transpose(inverse_axes(axes))` is
+    `array` (NumPy's `argsort` of it, which costs a few microseconds a call through NumPy's dispatch:
+    a model's every layer paid it)."""
+    return tuple(sorted(range(len(axes)), key=axes.__getitem__))
 
 
 def row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -21,7 +21,6 @@ convolutions add into their output, apart from those a bias kernel runs, which a
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -31,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from swauto.ir.memory import inverse_axes
 from swauto.models.graph import Graph, Node
 
 Arrays = dict[str, np.ndarray]
@@ -101,7 +101,7 @@ class Outputs:
         array = self._arrays.get(tensor)
         if array is None:
             layout = self.layouts.get(tensor, tuple(range(len(shape))))
-            array = np.empty([shape[axis] for axis in layout], np.float32).transpose(np.argsort(layout))
+            array = np.empty([shape[axis] for axis in layout], np.float32).transpose(inverse_axes(layout))
             if self.keep:
                 self._arrays[tensor] = array
         return array
@@ -164,15 +164,8 @@ def run(kernel: Any, arrays: Mapping[str, np.ndarray], weights: Mapping[str, np.
     ready = arranged(kernel, arrays)
     kernel.run_arranged(**ready, **weights)
     layouts = kernel.layouts
-    return {name: ready[name].transpose(_inverse(layouts[name])) if name in layouts else ready[name]
+    return {name: ready[name].transpose(inverse_axes(layouts[name])) if name in layouts else ready[name]
             for name in arrays}
-
-
-@functools.cache
-def _inverse(axes: tuple[int, ...]) -> tuple[int, ...]:
-    """The permutation that undoes `axes` (NumPy's `argsort` of it, a few microseconds a call, which a
-    model's every layer paid)."""
-    return tuple(sorted(range(len(axes)), key=axes.__getitem__))
 
 
 def in_form(layer: Layer, graph: Graph, activations: Mapping[str, np.ndarray],

@@ -351,7 +351,7 @@ def least_seconds(nest: Module, threads: int, machine: Machine) -> Callable[[int
     compute = min(estimate(nest, count, machine, verify=False, ordered=False).seconds  # as sketches
                   for count in {1, threads})
     footprint = _footprint(nest)
-    rates = [_level_bandwidth(footprint, machine), _level_bandwidth(0, machine), machine.transpose_bandwidth,
+    rates = [_level_bandwidth(footprint, machine), machine.l2_bandwidth, machine.transpose_bandwidth,
              _stream_bandwidth(footprint, machine)]
     resident = _cache_resident(nest, machine)
     if resident:  # a tile in place
@@ -446,12 +446,14 @@ def _revisited_share(dma: Dma, loops: tuple[For, ...], machine: Machine, level: 
     executions_total = _trips(loops)
     distinct = executions_total // _trips(tuple(returning))
     saved = 0.0  # what the revisits save on the price at `level`, in executions at that price
-    for position, loop in enumerate(returning):
+    outer = 1  # the iterations of the returning loops outside this one
+    for loop in returning:
         moved = sum(4 * prod(node.tensor.extents) * _trips(inner) for node, inner in walk(loop.body)
                     if isinstance(node, Dma))
         # Never slower than `level`: the module's tensors stay there however often they move.
         back = max(level, _level_bandwidth(moved, machine))
-        saved += distinct * (trip_count(loop) - 1) * _trips(tuple(returning[:position])) * (1 - level / back)
+        saved += distinct * (trip_count(loop) - 1) * outer * (1 - level / back)
+        outer *= trip_count(loop)
     return 1.0 - saved / executions_total
 
 
