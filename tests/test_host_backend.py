@@ -473,34 +473,41 @@ def test_tiles_of_cache_resident_tensors_are_views_and_others_copies():
 
 
 
-def test_without_output_views_c_tiles_are_copies_and_read_only_tiles_still_views(monkeypatch):
+def test_without_output_views_c_tiles_whose_rows_share_l1_sets_are_copies_and_the_others_views(monkeypatch):
     """Where calibration measured GEMMs faster with their C tiles copied in and out than in place
-    (`Machine.output_views` false: a Zen 3), the plan copies C tiles, padded, and keeps the other views;
-    a kernel compiled through `swauto.compile` follows the calibration and computes the same product."""
-    op = load(GEMM_SW, {"M": 256, "N": 256, "K": 256})
-    module = lower(op, Candidate((("K", 128), ("M", 128), ("N", 128)), ("K_outer", "M_outer", "N_outer"), "M"),
-                   local_memory_machine("host"))[-1][1]
-    gemm = next(node for node, _ in walk(module.body) if isinstance(node, Call))
-    c_tile, broadcast = gemm.output.name, layout.gemm_roles(gemm)["broadcast"][1].name
+    (`Machine.output_views` false: a Zen 3), the plan copies, padded, C tiles whose register tiles' rows
+    share L1 sets in place (C's rows 2 KiB apart or a multiple of it) and keeps the other views, C tiles
+    whose rows do not share them included (rows 1 KiB apart); a kernel compiled through `swauto.compile`
+    follows the calibration and computes the same product."""
+    def modules(n: int) -> tuple[Module, str, str]:
+        op = load(GEMM_SW, {"M": 256, "N": n, "K": 256})
+        module = lower(op, Candidate((("K", 128), ("M", 128), ("N", 128)), ("K_outer", "M_outer", "N_outer"), "M"),
+                       local_memory_machine("host"))[-1][1]
+        gemm = next(node for node, _ in walk(module.body) if isinstance(node, Call))
+        return module, gemm.output.name, layout.gemm_roles(gemm)["broadcast"][1].name
 
-    def plan(output_views: bool) -> tuple[dict[str, layout.Layout], dict[str, str]]:
+    def plan(module: Module, output_views: bool) -> tuple[dict[str, layout.Layout], dict[str, str]]:
         return layout.plan(module, Knobs(4, 2, output_views), 8, frozenset(), cache_resident=True)
 
-    assert plan(True)[1] == {c_tile: "C", broadcast: "A"}
-    placed, views = plan(False)
+    sharing, c_tile, broadcast = modules(512)  # C's rows 2 KiB apart
+    assert plan(sharing, True)[1] == {c_tile: "C", broadcast: "A"}
+    placed, views = plan(sharing, False)
     assert views == {broadcast: "A"} and placed[c_tile].size > 0
+    apart, c_tile, broadcast = modules(256)  # 1 KiB apart: the 6 rows of a Zen 3 tile in 4 groups of sets
+    assert plan(apart, False)[1] == plan(apart, True)[1] == {c_tile: "C", broadcast: "A"}
     copying = replace(host_model.machine(), output_views=False)
     # What every caller compiles a candidate with: its tile (or the ISA's default) and the calibration's choice.
     assert copying.knobs((4, 3)) == Knobs(4, 3, False)
     assert copying.knobs(None) == replace(default_knobs(select()), output_views=False)
     monkeypatch.setattr(host_model, "machine", lambda cache_dir=None: copying)
-    kernel = swauto_compile(GEMM_SW, {"M": 96, "N": 80, "K": 64}, target="host", threads=1)
+    kernel = swauto_compile(GEMM_SW, {"M": 96, "N": 512, "K": 64}, target="host", threads=1)
     assert kernel.program.knobs.output_views is False
-    arrays = gemm_inputs(96, 80, 64)
+    arrays = gemm_inputs(96, 512, 64)
     expected = gemm_reference(arrays)
     kernel(**arrays)
     assert relative_error(arrays["C"], expected) <= TOLERANCE
     assert not any(tensor == "C" for tensor in kernel.program.plan.views.values())
+
 
 class Rewrite(Rewriter):
     """Marks every DMA zero-filled."""

@@ -15,9 +15,9 @@ from .isa import Isa
 @dataclass(frozen=True)
 class Knobs:
     """A register tile of `rows` broadcast elements by `vectors` vectors: rows * vectors accumulators;
-    and whether GEMMs may read and write their C tiles in place (`output_views`, views of cache-resident
-    tensors: `layout.plan`) or copy them in and out, whichever calibration measured faster on this
-    machine (`host_model.Machine.output_views`)."""
+    and whether GEMMs may read and write in place (views of cache-resident tensors: `layout.plan`) C tiles
+    whose register tiles' rows share L1 sets there (`output_views`), or copy those in and out, whichever
+    calibration measured faster on this machine (`host_model.Machine.output_views`)."""
 
     rows: int
     vectors: int

@@ -30,6 +30,8 @@ from .knobs import Knobs
 ALIGN_ELEMENTS = 16  # 64 bytes of float32: every buffer starts on a cache line
 # Rows a multiple of 512 bytes apart share an eighth of the L1's sets (or fewer): a padded row moves them off.
 SET_ALIASING_ELEMENTS = 128
+# A register tile's rows of C (6 on a Zen 3) a multiple of 2 KiB apart share two groups of L1 sets or one.
+OUTPUT_SET_ALIASING_ELEMENTS = 512
 
 
 @dataclass(frozen=True)
@@ -139,14 +141,13 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
     each of its elements once per transfer, in whole vectors in place (`read_in_place`). Else, when the tensors are
     `cache_resident`, it is a view if `_view` allows (in DRAM, tiles read in place stall the micro-kernel,
     while a copy streams: measured 79 against 91 GFLOPS for GEMM 32768 x 256 x 128; in cache, 109 against 90
-    for 4096 x 64 x 64), a GEMM's C tile only with `knobs.output_views` (on a Zen 3, copies of C tiles
-    ran GEMMs 2 - 17% faster than views; on a Zen 4 views ran 4096 x 64 x 64 faster, as above). Else it is row-major
-    (padded).
+    for 4096 x 64 x 64), a GEMM's C tile whose register tiles' rows share L1 sets there only with
+    `knobs.output_views` (`_output_rows_share_sets`: on a Zen 3, copies of such C tiles, rows 4 KiB apart, ran
+    GEMMs 2 - 17% faster than views). Else it is row-major (padded).
     """
     uses = _uses(module, knobs, width)
     moves = _moves(module)
     in_place = read_in_place(module, knobs, width, cache_resident, uses, moves)
-    kept_copied = set() if knobs.output_views else set(moves.gemms)  # GEMMs' C tiles, copied in and out
     layouts = {tensor.name: row_major(tensor.shape) for tensor in module.tensors}
     views: dict[str, str] = {}
     for buffer in module.buffers:
@@ -157,9 +158,9 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
                 and only[1] is not None:
             _, axis, panel = only
             layouts[buffer.name] = packed(buffer.shape, axis, panel, _k_axes(module, buffer.name))
-        elif cache_resident and buffer.name not in kept_copied \
-                and (view := _view(module, buffer.name, buffer.shape, moves)) is not None \
+        elif cache_resident and (view := _view(module, buffer.name, buffer.shape, moves)) is not None \
                 and _lanes_contiguous(moves.gemms.get(buffer.name, ()), view[1]) \
+                and (knobs.output_views or not _output_rows_share_sets(moves.gemms.get(buffer.name, ()), view[1])) \
                 and not _broadcast_rows_share_sets(moves.broadcasts.get(buffer.name, ()), view[1]):
             views[buffer.name], layouts[buffer.name] = view[0], view[1]
         else:
@@ -251,6 +252,21 @@ def _lanes_contiguous(gemms: Sequence[Call], layout: Layout) -> bool:
         if axis is not None and layout.axes[axis].strides != (1,):
             return False
     return True
+
+
+def _output_rows_share_sets(gemms: Sequence[Call], layout: Layout) -> bool:
+    """Whether any of `gemms` (those that accumulate into a buffer) finds the rows of its register tiles (C's
+    broadcast dimension) a multiple of `OUTPUT_SET_ALIASING_ELEMENTS` apart in the buffer's `layout`: a tile's
+    rows then fall in two L1 set groups or fewer. Measured on a Zen 3 in turns, C tiles in place against
+    copies: GEMM 128^3 (rows 512 bytes apart) 1.15x as fast, 256^3 (1 KiB) 1.04x, 4096 x 64 x 64 (256 bytes)
+    1.23x; 512^3 (2 KiB) 0.92x, 1024^3 (4 KiB) 0.98x, 128 x 4096 x 512 (16 KiB) 0.92x. Such tiles are views
+    only where calibration measured views of them as fast as copies (`Knobs.output_views`)."""
+    for gemm in gemms:
+        u, access = gemm_roles(gemm)["C"]
+        axes = [a for a, d in enumerate(access.dims) if d == u and access.extents[a] > 1]
+        if axes and layout.axes[axes[-1]].strides[0] % OUTPUT_SET_ALIASING_ELEMENTS == 0:
+            return True
+    return False
 
 
 def _broadcast_rows_share_sets(accesses: Sequence[Access], layout: Layout) -> bool:

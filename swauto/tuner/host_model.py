@@ -74,7 +74,8 @@ class Machine:
     tiles (rows, vectors) that ran whole GEMMs fastest here, fastest first: the ones the space explores,
     the time a call shared out to every core takes beyond one on a single core (0 on one core), what
     a transfer's run costs where it does not go on from one of the transfer before (in L3, beyond it), and
-    whether GEMMs ran faster with their C tiles in place than copied (`output_views`).
+    whether GEMMs ran faster with their C tiles in place than copied where a register tile's rows share
+    L1 sets (`output_views`).
 
     Construction guarantees every constant is a finite number in a range some real CPU could have
     (ValueError otherwise), so a damaged calibration never reaches the model as 0, NaN or nonsense."""
@@ -115,7 +116,7 @@ class Machine:
     l2_stream_bandwidth: float
     l3_stream_bandwidth: float
     dram_stream_bandwidth: float
-    output_views: bool  # GEMMs read and write their C tiles in place: that ran faster than copies here
+    output_views: bool  # GEMMs read and write C tiles whose rows share L1 sets in place: faster than copies here
 
     def knobs(self, micro_kernel: tuple[int, int] | None) -> Knobs:
         """What the host backend compiles a candidate with here: its register tile (`micro_kernel`; None:
@@ -1050,8 +1051,10 @@ def output_views(tile: tuple[int, int]) -> bool:
     """Whether the `TILE_BENCHMARKS` GEMMs, with register tile `tile`, run with their C tiles read and written
     in place (views of C) at least about as fast (within `TILE_TOLERANCE`, geometric mean) as with them
     copied in and out: the same GEMMs in the same tiles, medians of rounds in turns (as `register_tiles`).
-    On a Zen 3 the copies (rows padded) ran two of them 3 - 13% faster; on a Zen 4 views ran GEMM 4096 x
-    64 x 64 21% faster."""
+    C's rows there are 4 KiB apart, a register tile's rows in the same L1 sets: what the answer decides
+    (`layout._output_rows_share_sets`; C tiles whose rows do not are views wherever the tensors stay in
+    cache). On a Zen 3 the copies (rows padded) ran two of them 3 - 13% faster; on a Zen 4 views ran GEMM
+    4096 x 64 x 64 21% faster."""
     from swauto.backends.host import compile_module
     from swauto.backends.host.knobs import Knobs
     from swauto.tuner.measure import median_seconds_in_turns
