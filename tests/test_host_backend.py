@@ -26,7 +26,7 @@ from swauto.backends.host import HostProgram, Knobs, compile_module, layout
 from swauto.backends.host import threads as thread_pools
 from swauto.backends.host.codegen import generate
 from swauto.backends.host.isa import ISAS, select
-from swauto.backends.host.knobs import default_knobs, register_tile_choices, row_tiles
+from swauto.backends.host.knobs import default_knobs, register_tile_choices
 from swauto.errors import CodegenError
 from swauto.frontend.check import BoundOperator, check
 from swauto.frontend.parser import parse
@@ -378,9 +378,8 @@ def test_micro_kernel_shapes_with_edges_in_every_direction(isa, knobs):
         pytest.skip(f"{knobs} needs more vector registers than this CPU's {select().name} has")
     # M=45, N=37 leave partial row and column tiles and single-lane columns for every register tile;
     # N=24 and N=5, a tile of fewer column groups than the register tile's vectors (more rows); N=56, seven
-    # vectors of AVX2 in column tiles of two widths (3 + 2 + 2 in a 3-vector tile: `Knobs.column_tiles`);
-    # M=9, fewer rows than two row tiles of most register tiles: two even ones (`row_tiles`).
-    for m, n, k in ((45, 37, 19), (45, 24, 19), (45, 5, 3), (13, 56, 5), (9, 37, 7)):
+    # vectors of AVX2 in column tiles of two widths (3 + 2 + 2 in a 3-vector tile: `Knobs.column_tiles`).
+    for m, n, k in ((45, 37, 19), (45, 24, 19), (45, 5, 3), (13, 56, 5)):
         arrays = gemm_inputs(m, n, k, seed=3)
         arrays["AT"] = np.ascontiguousarray(arrays.pop("A").T)
         expected = arrays["C"].astype(np.float64) + arrays["AT"].T.astype(np.float64) @ arrays["B"]
@@ -402,20 +401,6 @@ def test_columns_are_cut_into_the_fewest_register_tiles_as_even_as_they_go():
             assert sum(count for _, count in runs) == -(-slots // vectors)
             widths = [width for width, _ in runs]
             assert max(widths) <= vectors and max(widths) - min(widths) <= 1
-
-
-def test_rows_are_cut_into_whole_row_tiles_or_where_few_into_two_even_ones():
-    """`row_tiles`: every row covered once; whole tiles and one of the rest, except under two tiles' worth,
-    two tiles one row apart at most (8 rows of 6-row tiles: 4 + 4, not 6 + 2)."""
-    assert row_tiles(8, 6) == ((4, 2),) and row_tiles(7, 6) == ((4, 1), (3, 1))
-    assert row_tiles(64, 6) == ((6, 10), (4, 1)) and row_tiles(12, 6) == ((6, 2),) and row_tiles(5, 6) == ((5, 1),)
-    for most in range(1, 9):
-        for total in range(1, 60):
-            runs = row_tiles(total, most)
-            assert sum(rows * count for rows, count in runs) == total and max(rows for rows, _ in runs) <= most
-            assert sum(count for _, count in runs) == -(-total // most)
-            if total < 2 * most:
-                assert max(rows for rows, _ in runs) - min(rows for rows, _ in runs) <= 1
 
 
 @pytest.mark.parametrize("isa", ISAS)

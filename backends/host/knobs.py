@@ -29,11 +29,13 @@ class Knobs:
         return self.rows >= 1 and self.vectors >= 1 and self.rows * self.vectors + self.vectors + 1 <= isa.registers
 
     def column_tiles(self, slots: int) -> tuple[tuple[int, int], ...]:
-        """How the micro-kernel covers `slots` vectors of C's columns: `even_tiles` of at most `vectors` (4
-        in tiles of 3: 2 + 2, not 3 + 1, whose one-vector edge takes 12 rows of broadcasts: on a Zen 3, 17
-        FMA slots a K step for 12 FMAs, and GEMMs 64 x 256 x 32 ran at 71 GFLOPS in the 4 x 3 tile, 90 in
-        the 4 x 2)."""
-        return even_tiles(slots, self.vectors)
+        """How the micro-kernel covers `slots` vectors of C's columns: runs of (vectors per tile, tiles), the
+        fewest tiles of at most `vectors`, as even as they go (4 in tiles of 3: 2 + 2, not 3 + 1, whose
+        one-vector edge takes 12 rows of broadcasts: on a Zen 3, 17 FMA slots a K step for 12 FMAs, and
+        GEMMs 64 x 256 x 32 ran at 71 GFLOPS in the 4 x 3 tile, 90 in the 4 x 2)."""
+        tiles = -(-slots // self.vectors)
+        narrow, wider = divmod(slots, tiles)  # `wider` tiles take one vector more
+        return tuple((vectors, count) for vectors, count in ((narrow + 1, wider), (narrow, tiles - wider)) if count)
 
     def rows_for(self, vectors: int, registers: int) -> int:
         """The rows of a register tile `vectors` wide (a column tile at the edge, or a whole GEMM,
@@ -42,28 +44,6 @@ class Knobs:
         if vectors >= self.vectors:
             return self.rows
         return min(-(-self.rows * self.vectors // vectors), (registers - vectors - 1) // vectors)
-
-
-def even_tiles(total: int, most: int) -> tuple[tuple[int, int], ...]:
-    """`total` cut into the fewest tiles of at most `most`, as even as they go: runs of (size, tiles),
-    the larger size first, sizes one apart."""
-    tiles = -(-total // most)
-    narrow, wider = divmod(total, tiles)  # `wider` tiles take one more
-    return tuple((size, count) for size, count in ((narrow + 1, wider), (narrow, tiles - wider)) if count)
-
-
-def row_tiles(total: int, most: int) -> tuple[tuple[int, int], ...]:
-    """How the micro-kernel cuts `total` rows of a column tile into row tiles of at most `most`: runs of
-    (rows, tiles). Whole tiles and one of the rows left over; but fewer than two tiles' worth as two
-    tiles as even as they go (8 rows of a 6-row tile: 4 + 4, not 6 + 2, whose 2-row tile has too few
-    accumulators to hide the FMA latency). Measured in turns on a Zen 3 (6 x 2 tiles, K = 256, 192
-    columns): 8 rows 1.11x as fast as 6 + 2; but 32 rows as 2 x 6 + 4 x 5 0.96x as fast as 5 x 6 + 2,
-    and 56 and 128 rows likewise 0.99x (14 and 64 a tie): among many full tiles the out-of-order core
-    overlaps a short tile's latency with its neighbours'."""
-    if total < 2 * most:
-        return even_tiles(total, most)
-    whole, rest = divmod(total, most)
-    return tuple((rows, count) for rows, count in ((most, whole), (rest, 1)) if rows and count)
 
 
 def default_knobs(isa: Isa) -> Knobs:

@@ -5,9 +5,8 @@ accumulators stay in registers for the whole K loop, which per step loads one ve
 of the vector operand, broadcasts one element per row of the other operand and issues rows x vectors
 FMAs. Where the columns are not a whole number of such tiles, they are cut as evenly as the fewest
 tiles allow (`Knobs.column_tiles`); narrower tiles take more rows (`Knobs.rows_for`); the last ones
-hold the columns left over from whole vectors (in narrower vectors, then single lanes). The rows are
-cut into whole row tiles and one of the rows left over, or where they are few, into two even ones
-(`row_tiles`).
+hold the columns left over from whole vectors (in narrower vectors, then single lanes) and the rows
+left over.
 
 Every operand offset is `base + table[d][i]` summed over its dimensions d: `base` holds the starts
 known only at run time, `table` (computed here, from the layouts) the rest. A table that is affine
@@ -29,7 +28,6 @@ from swauto.ir.expr import Const, Expr, linear_form
 from swauto.ir.nodes import Access, Call
 from swauto.ir.printer import format_access
 
-from .knobs import row_tiles
 from .layout import gemm_roles
 from .values import F32, I64, Env, Storage, i64
 
@@ -103,12 +101,13 @@ class _Kernel:
         """Tile number `v_tile` of the `run` (first lane, lanes per tile, tiles) of column tiles."""
         # A column tile narrower than the register tile's takes more rows, so that its accumulators
         # still hide the FMA latency (GEMM 96 x 16 x 256: 89 GFLOPS in 4 x 1 tiles, 150 in 16 x 1).
-        first = 0
-        for rows, count in row_tiles(self.u_size, self.lw.knobs.rows_for(len(groups), self.lw.isa.registers)):
-            rows_run = (first, rows, count)
-            self.lw.loop(i64(0), i64(count), 1, "gemm.rows",
-                         lambda t, r=rows_run: self._micro_kernel(t, r, run, v_tile, groups), unroll=False)
-            first += rows * count
+        tile = self.lw.knobs.rows_for(len(groups), self.lw.isa.registers)
+        full, remainder = divmod(self.u_size, tile)
+        if full:
+            self.lw.loop(i64(0), i64(full), 1, "gemm.rows",
+                         lambda t: self._micro_kernel(t, tile, tile, run, v_tile, groups), unroll=False)
+        if remainder:
+            self._micro_kernel(i64(full), tile, remainder, run, v_tile, groups)
 
     def _groups(self, starts: Sequence[int], width: int) -> list[tuple[int, int]]:
         """Column groups (offset in the tile, lanes) of a tile `width` wide at each of `starts`: the
@@ -126,14 +125,14 @@ class _Kernel:
             column += lanes
         return groups
 
-    def _micro_kernel(self, u_tile: ir.Value, rows_run: tuple[int, int, int], run: tuple[int, int, int],
-                      v_tile: ir.Value, groups: Sequence[tuple[int, int]]) -> None:
-        """Accumulate the C tile (`u_tile` of the row tiles `rows_run`; `v_tile` of the column tiles `run`;
-        each run (first, size, tiles)) of its rows x `groups` over all of K, in registers."""
+    def _micro_kernel(self, u_tile: ir.Value, tile: int, rows: int, run: tuple[int, int, int], v_tile: ir.Value,
+                      groups: Sequence[tuple[int, int]]) -> None:
+        """Accumulate the C tile (`u_tile` of tiles of `tile` rows; `v_tile` of the column tiles `run`) of
+        `rows` x `groups` over all of K, in registers."""
         b = self.builder
         c, vec, bc = self.maps["C"], self.maps["V"], self.maps["U"]
         columns = [column for column, _ in groups]
-        rows = rows_run[1]
+        rows_run = (0, tile, -(-self.u_size // tile))
         c_row = self._tile_offsets(c.tables[self.u], rows_run, u_tile, range(rows), "C.rows")
         c_column = self._tile_offsets(c.tables[self.v], run, v_tile, columns, "C.columns")
         c_pointers = [[self._pointer(c, [c.base, c_row[r], c_column[g]], lanes)

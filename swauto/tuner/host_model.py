@@ -613,7 +613,7 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
         bandwidth = machine.l1_map_bandwidth if tiles <= machine.l1_bytes else machine.l2_map_bandwidth
         return node.flops, 0, operations / rate, touched / bandwidth
     from swauto.backends.host.isa import select
-    from swauto.backends.host.knobs import Knobs, row_tiles
+    from swauto.backends.host.knobs import Knobs
     from swauto.backends.host.layout import gemm_roles, whole_vectors
     from swauto.backends.host.microkernel import lane_groups
 
@@ -630,16 +630,17 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
     fma = 2 * width / machine.kernel_flops  # seconds per vector FMA at the full rate
     compute = 0.0
     # Register tiles: the column tiles of `Knobs.column_tiles` (narrower ones with more rows:
-    # `Knobs.rows_for`), each cut into row tiles (`row_tiles`). A K step of a tile costs
+    # `Knobs.rows_for`), each in whole row tiles and one of the rows left over. A K step of a tile costs
     # its FMAs, or the FMA latency when it has too few accumulators to hide it, or its loads (a vector
     # per column group, an element per row) when it has few rows or few vectors.
     for tile_vectors, column_tiles in knobs.column_tiles(slots):
         whole_rows = knobs.rows_for(tile_vectors, registers)
-        for tile_rows, count in row_tiles(sizes[u], whole_rows):
+        for tile_rows, row_tiles in ((whole_rows, sizes[u] // whole_rows), (sizes[u] % whole_rows, 1)):
             accumulators = tile_rows * tile_vectors
-            loads = (tile_rows + tile_vectors) * machine.load_slots
-            step = max(accumulators, machine.latency_accumulators, loads) * fma
-            compute += count * column_tiles * (sizes["K"] * step + accumulators * machine.accumulator_seconds)
+            if accumulators and row_tiles:
+                loads = (tile_rows + tile_vectors) * machine.load_slots
+                step = max(accumulators, machine.latency_accumulators, loads) * fma
+                compute += row_tiles * column_tiles * (sizes["K"] * step + accumulators * machine.accumulator_seconds)
     # Each row tile reads the vector operand's whole panel (K x the vectorized dimension). A panel larger
     # than the L1 cache comes from L2, or L3 where it outgrows a quarter of the L2, at the rate the micro-kernel
     # was measured to stream a panel in from there (`_panel_bandwidths`): with few rows per panel the
