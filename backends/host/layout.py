@@ -160,8 +160,8 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
             _, axis, panel = only
             layouts[buffer.name] = packed(buffer.shape, axis, panel, _k_axes(module, buffer.name))
         elif cache_resident and (view := _view(module, buffer.name, buffer.shape, moves)) is not None \
-                and _lanes_contiguous(moves.gemms.get(buffer.name, ()), view[1]) \
-                and (knobs.output_views or not _output_rows_share_sets(moves.gemms.get(buffer.name, ()), view[1])) \
+                and _lanes_contiguous(accumulating := moves.gemms.get(buffer.name, ()), view[1]) \
+                and (knobs.output_views or not _output_rows_share_sets(accumulating, view[1])) \
                 and not _broadcast_rows_share_sets(moves.broadcasts.get(buffer.name, ()), view[1]):
             views[buffer.name], layouts[buffer.name] = view[0], view[1]
         else:
@@ -262,12 +262,8 @@ def _output_rows_share_sets(gemms: Sequence[Call], layout: Layout) -> bool:
     copies: GEMM 128^3 (rows 512 bytes apart) 1.15x as fast, 256^3 (1 KiB) 1.04x, 4096 x 64 x 64 (256 bytes)
     1.23x; 512^3 (2 KiB) 0.92x, 1024^3 (4 KiB) 0.98x, 128 x 4096 x 512 (16 KiB) 0.92x. Such tiles are views
     only where calibration measured views of them as fast as copies (`Knobs.output_views`)."""
-    for gemm in gemms:
-        u, access = gemm_roles(gemm)["C"]
-        axes = [a for a, d in enumerate(access.dims) if d == u and access.extents[a] > 1]
-        if axes and layout.axes[axes[-1]].strides[0] % OUTPUT_SET_ALIASING_ELEMENTS == 0:
-            return True
-    return False
+    return any(_steps_a_multiple_apart(access, u, layout, OUTPUT_SET_ALIASING_ELEMENTS)
+               for u, access in (gemm_roles(gemm)["C"] for gemm in gemms))
 
 
 def _broadcast_rows_share_sets(accesses: Sequence[Access], layout: Layout) -> bool:
@@ -276,11 +272,14 @@ def _broadcast_rows_share_sets(accesses: Sequence[Access], layout: Layout) -> bo
     K step's few broadcast elements on a line of their own, all those lines in a few L1 sets, so that
     they are fetched again for every row tile. A view of a convolution's weight [K = 96 channels, N = 256]
     at B = 8 has its rows 1 KiB apart (4 of 64 sets): AlexNet conv2 ran 124 ms on it, 101 on a padded copy."""
-    for access in accesses:
-        steps = [a for a, d in enumerate(access.dims) if d == "K" and access.extents[a] > 1]
-        if steps and layout.axes[steps[-1]].strides[0] % SET_ALIASING_ELEMENTS == 0:
-            return True
-    return False
+    return any(_steps_a_multiple_apart(access, "K", layout, SET_ALIASING_ELEMENTS) for access in accesses)
+
+
+def _steps_a_multiple_apart(access: Access, dim: str, layout: Layout, elements: int) -> bool:
+    """Whether `access` steps `dim`, along its innermost axis longer than 1 that carries it, a multiple of
+    `elements` apart in `layout` (False where no such axis is)."""
+    axes = [a for a, d in enumerate(access.dims) if d == dim and access.extents[a] > 1]
+    return bool(axes) and layout.axes[axes[-1]].strides[0] % elements == 0
 
 
 @dataclass(frozen=True)
