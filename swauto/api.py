@@ -371,6 +371,7 @@ def _report(op: BoundOperator, candidate: Candidate, stages: list[tuple[str, Mod
         "predicted_gflops": flops / predicted.seconds / 1e9,
         "predicted_peak_fraction": flops / predicted.seconds / plugin.peak_flops(threads),
         "layouts": {t.name: list(t.layout) for t in module.tensors if t.layout},
+        "layout_conversion_s": 0.0,  # a call's, where it converts (`Kernel._call`)
         "tuning_s": tuning_seconds,
         "threads": threads,
     }
@@ -490,16 +491,20 @@ class Kernel:
         return tuple(self.shapes)
 
     @cached_property  # a call checks its arrays against these: a small kernel feels every microsecond
-    def _expected(self) -> dict[bool, tuple[tuple[str, np.dtype, tuple[int, ...], bool], ...]]:
-        """Per `arranged`: (name, dtype, shape, is_output) of each array this kernel's program takes, in
-        the declared layouts (False) or in the kernel's (True)."""
-        return {arranged: tuple((t.name, np.dtype(t.dtype), t.shape, t.is_output)
-                                for t in (self.module if arranged else self.operator.seed).tensors if not t.is_local)
-                for arranged in (False, True)}
+    def _expected(self) -> dict[tuple[bool, bool], tuple[tuple[str, np.dtype, tuple[int, ...], bool], ...]]:
+        """Per (`arranged`, `bound`): (name, dtype, shape, is_output) of each array a call hands this kernel's
+        program, in the declared layouts (`arranged` False) or in the kernel's; `bound`: but the constants
+        and what the prologue computes from them (a `Prepared` holds them)."""
+        held = {*self.constants, *self.handed}
+        return {(arranged, bound): tuple((t.name, np.dtype(t.dtype), t.shape, t.is_output)
+                                         for t in (self.module if arranged else self.operator.seed).tensors
+                                         if not t.is_local and not (bound and t.name in held))
+                for arranged in (False, True) for bound in (False, True)}
 
     @cached_property
-    def _expected_names(self) -> frozenset[str]:
-        return frozenset(name for name, *_ in self._expected[False])  # the same in both layouts
+    def _expected_names(self) -> dict[bool, frozenset[str]]:
+        """Per `bound` (as `_expected`), the names of the arrays a call hands over: the same in both layouts."""
+        return {bound: frozenset(name for name, *_ in self._expected[False, bound]) for bound in (False, True)}
 
     @cached_property  # read at every call of a model's layers
     def _own_layouts(self) -> dict[str, tuple[int, ...]]:
@@ -515,11 +520,15 @@ class Kernel:
         return {**{name: axes for name, axes in self._own_layouts.items() if name not in self.handed},
                 **{name: self.prologue.layouts[name] for name in self.constants if name in self.prologue.layouts}}
 
-    def _validate(self, arrays: Mapping[str, object], arranged: bool = False) -> dict[str, np.ndarray]:
-        expected = self._expected[arranged]
+    def _validate(self, arrays: Mapping[str, object], arranged: bool = False,
+                  bound: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """`arrays` checked against the tensors they stand for (names, dtypes, shapes, C order, outputs
+        writable and apart from the inputs), joined by `bound`: a `Prepared`'s constants, which it made
+        (checked then, and copies: no argument overlaps them)."""
+        expected = self._expected[arranged, bound is not None]
         # A name the kernel does not take is reported first (a misspelt name also leaves one missing);
         # looked for only where the names cannot all be right, since small kernels feel every microsecond.
-        if arrays.keys() != self._expected_names:
+        if arrays.keys() != self._expected_names[bound is not None]:
             names = [name for name, *_ in expected]
             unknown = sorted(set(arrays) - set(names))
             if unknown:
@@ -527,7 +536,6 @@ class Kernel:
             missing = next(name for name in names if name not in arrays)
             raise ArgumentError(f"missing array for tensor {missing} (the kernel takes {', '.join(names)})")
         checked: dict[str, np.ndarray] = {}
-        outputs = []
         owners = True  # every array owns its memory: distinct ones cannot overlap (the common case, checked cheaply)
         for name, dtype, shape, is_output in expected:
             array = arrays[name]
@@ -542,18 +550,17 @@ class Kernel:
             flags = array.flags
             if not flags.c_contiguous:
                 raise ArgumentError(f"tensor {name} is not C-contiguous; pass numpy.ascontiguousarray(...) of it")
+            if is_output and not flags.writeable:
+                raise ArgumentError(f"output tensor {name} is read-only")
             owners = owners and flags.owndata
-            if is_output:
-                if not flags.writeable:
-                    raise ArgumentError(f"output tensor {name} is read-only")
-                outputs.append(name)
             checked[name] = array
-        if owners and len({id(array) for array in checked.values()}) == len(checked):
-            return checked
-        for output in outputs:
-            for name, array in checked.items():
-                if name != output and np.shares_memory(array, checked[output]):
-                    raise ArgumentError(f"output {output} shares memory with {name}; pass separate arrays")
+        if not (owners and len(set(map(id, checked.values()))) == len(checked)):
+            for output in (name for name, *_, is_output in expected if is_output):
+                for name, array in checked.items():
+                    if name != output and np.shares_memory(array, checked[output]):
+                        raise ArgumentError(f"output {output} shares memory with {name}; pass separate arrays")
+        if bound:
+            checked.update(bound)
         return checked
 
     def __call__(self, **arrays: np.ndarray) -> None:
@@ -606,14 +613,13 @@ class Kernel:
         return Prepared(self, {name: np.ascontiguousarray(value) for name, value in declared.items()})
 
     def _call(self, arrays: Mapping[str, object], packed: Mapping[str, np.ndarray] | None = None,
-              ready: Mapping[str, np.ndarray] | None = None) -> None:
-        """Run this kernel's program on arrays in their declared layouts (and `packed`: `Prepared`'s); those
-        of `ready` (a `Prepared`'s constants) are already in this kernel's layouts and used as they are."""
-        checked = self._validate(arrays)
+              bound: Mapping[str, np.ndarray] | None = None, ready: Mapping[str, np.ndarray] | None = None) -> None:
+        """Run this kernel's program on arrays in their declared layouts, with a `Prepared`'s constants
+        (`bound`, declared layouts; `ready`, the same in this kernel's) and its `packed` tiles."""
+        checked = self._validate(arrays, bound=bound)
         layouts = self._own_layouts
         if not layouts:
             self._run(checked, packed)
-            self.report["layout_conversion_s"] = 0.0
             return
         started = time.perf_counter()
         # Tensors kept in another layout are converted here; that time is reported apart.
@@ -634,12 +640,12 @@ class Kernel:
     def _run(self, checked: dict[str, np.ndarray], packed: Mapping[str, np.ndarray] | None = None) -> None:
         """Run the program on `checked` arrays in this kernel's layouts, with the locals it keeps and the
         arrays it arranged from the constants (`Program.prepack`: without them, the call arranges them)."""
-        started = time.perf_counter()
         if self._locals is None:
             self._locals = {t.name: np.zeros(t.shape, t.dtype) for t in self.module.tensors if t.is_local}
         arrays = {**checked, **self._locals, **(packed or {})} if self._locals or packed else checked
-        self.report.update(self.program.run(arrays, threads=self.threads) or {})
-        self.report["last_call_s"] = time.perf_counter() - started
+        figures = self.program.run(arrays, threads=self.threads)
+        if figures:  # the SW26010 simulator's counters; the host has none
+            self.report.update(figures)
 
     def __repr__(self) -> str:
         return f"<swauto.Kernel {self.operator.name} {self.operator.params} {self.target} {self.schedule}>"
@@ -679,12 +685,12 @@ class Prepared:
         """Run on arrays in their declared layouts (outputs updated in place): only they are converted, the
         constants were arranged once."""
         self._check(arrays)
-        self.kernel._call({**arrays, **self.values}, self._packed, self._arranged)
+        self.kernel._call(arrays, self._packed, self.values, self._arranged)
 
     def run_arranged(self, **arrays: np.ndarray) -> None:
         """Run on arrays already in the kernel's memory layouts (`Kernel.layouts`): no conversion."""
         self._check(arrays)
-        self.kernel._run(self.kernel._validate({**arrays, **self._arranged}, arranged=True), self._packed)
+        self.kernel._run(self.kernel._validate(arrays, arranged=True, bound=self._arranged), self._packed)
 
     def _check(self, arrays: Mapping[str, object]) -> None:
         """Refuse a constant or a name the kernel does not take (the kernel checks the rest)."""

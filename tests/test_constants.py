@@ -188,6 +188,8 @@ def test_a_prepared_kernel_refuses_its_constants_and_prepare_needs_them_all():
         prepared(**arrays)
     with pytest.raises(ArgumentError, match="no tensor U"):  # the handed tensor is not the user's to give
         prepared(input=arrays["input"], output=arrays["output"], U=np.zeros((6, 6, 6, 5), np.float32))
+    with pytest.raises(ArgumentError, match=r"missing array for tensor output \(the kernel takes input, output\)"):
+        prepared(input=arrays["input"])  # what a call hands over, not the arrays the prepared kernel holds
     plain = swauto.compile(EXAMPLES / "conv2d_winograd4.sw", WINOGRAD)
     with pytest.raises(ArgumentError, match="its constants are none"):
         plain.prepare(weight=arrays["weight"])

@@ -122,6 +122,7 @@ class HostProgram:
         self._functions = {name: (entry if name == "parallel" else phase)(address)
                            for name, address in addresses.items()}
         self._argument_names = plan.arguments
+        self._packed_arguments = tuple(prepacked.argument for prepacked in plan.prepacked.values())
         # Arrays of prepacked tiles a call fills itself when not given them (`prepack`), kept for the next.
         self._own_packed: dict[str, np.ndarray] = {}
         self._workspaces: list[np.ndarray] = []
@@ -190,12 +191,13 @@ class HostProgram:
         guarantees each array is C-contiguous float32 of its tensor's shape: the compiled code trusts
         the pointers it gets.
         """
-        threads = available_threads() if threads is None else threads
-        if threads < 1:
+        if threads is None:
+            threads = available_threads()
+        elif threads < 1:
             raise ArgumentError(f"threads must be a positive integer, got {threads}")
         # Called without the arrays of prepacked tiles, the call fills its own (kept for the next such call,
         # filled again there: its constants may differ), under the lock the run holds.
-        own = self.plan.prepacked and not all(p.argument in arrays for p in self.plan.prepacked.values())
+        own = self._packed_arguments and not all(name in arrays for name in self._packed_arguments)
         if own:
             if not self._own_packed:
                 self._own_packed = self._allocate()
@@ -203,11 +205,12 @@ class HostProgram:
         pointers = [_pointer_at(id(array) + _DATA_OFFSET).value if type(array) is _READ_IN_PLACE else _address(array)
                     for array in map(arrays.__getitem__, self._argument_names)]
         forked = threads_module.forked()
+        steps = self._steps.get((threads, forked)) or self._plan_steps(threads, forked)
         with self._run_lock:
             if own:
                 self._fill(arrays, self._own_packed)
-            for function, tail in self._steps.get((threads, forked)) or self._plan_steps(threads, forked):
-                if isinstance(tail, tuple):
+            for function, tail in steps:
+                if type(tail) is tuple:
                     function(*pointers, *tail)
                     continue
                 futures = [_pool().submit(function, *pointers, *share) for share in tail.others]
