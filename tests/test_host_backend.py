@@ -494,6 +494,36 @@ def test_without_output_views_c_tiles_whose_rows_share_l1_sets_are_copies_and_th
     assert not any(tensor == "C" for tensor in kernel.program.plan.views.values())
 
 
+def test_calls_of_one_program_from_two_threads_plan_its_steps_one_at_a_time(monkeypatch):
+    """The first call for a thread count plans its steps, allocating the workspaces every call then shares:
+    two Python threads calling one program at once plan under its lock, one after the other (planned
+    outside it, both allocated workspaces at once), and both compute the product."""
+    kernel = swauto_compile(GEMM_SW, {"M": 64, "N": 64, "K": 64}, target="host", threads=1)
+    program = kernel.program
+    planning, most = [0], [0]
+    plan_steps = program._plan_steps
+
+    def slow_plan(threads: int, forked: bool) -> list:
+        planning[0] += 1
+        most[0] = max(most[0], planning[0])
+        threading.Event().wait(0.05)  # long enough for the other thread to reach the plan
+        try:
+            return plan_steps(threads, forked)
+        finally:
+            planning[0] -= 1
+
+    monkeypatch.setattr(program, "_plan_steps", slow_plan)
+    inputs = [gemm_inputs(64, 64, 64) for _ in range(2)]
+    expected = [gemm_reference(arrays) for arrays in inputs]
+    callers = [threading.Thread(target=program.run, args=(arrays, 1)) for arrays in inputs]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join()
+    assert most[0] == 1
+    assert all(relative_error(arrays["C"], want) <= TOLERANCE for arrays, want in zip(inputs, expected, strict=True))
+
+
 class Rewrite(Rewriter):
     """Marks every DMA zero-filled."""
 

@@ -205,8 +205,10 @@ class HostProgram:
         pointers = [_pointer_at(id(array) + _DATA_OFFSET).value if type(array) is _READ_IN_PLACE else _address(array)
                     for array in map(arrays.__getitem__, self._argument_names)]
         forked = threads_module.forked()
-        steps = self._steps.get((threads, forked)) or self._plan_steps(threads, forked)
+        steps = self._steps.get((threads, forked))
         with self._run_lock:
+            if steps is None:  # planned under the lock: it allocates the workspaces other calls share
+                steps = self._plan_steps(threads, forked)
             if own:
                 self._fill(arrays, self._own_packed)
             for function, tail in steps:
