@@ -45,6 +45,7 @@ from swauto.ir.nodes import (
     LocalBuffer,
     Module,
     Seq,
+    Stmt,
     Tensor,
     Zero,
     gemm_call,
@@ -456,6 +457,66 @@ def test_tiles_of_cache_resident_tensors_are_views_and_others_copies():
     views = layout.plan(zero_filled, knobs, isa.width, ignored, cache_resident=True)[1]
     assert views.get(gemm.operand("C").name) is None
 
+
+
+def _overwriting_gemm(shape: tuple[int, int, int], tile_k: int) -> tuple[Module, str]:
+    """The final IR of `C = A x B` (examples/gemm.sw, overwriting) in tiles of 128 x 128 x `tile_k`; its C tile."""
+    text = Path(GEMM_SW).read_text().replace("C += C", "C = C")
+    source = Source("overwriting_gemm.sw", text)
+    op = check(parse(source), source, dict(zip("MNK", shape, strict=True)))
+    candidate = Candidate((("K", tile_k), ("M", 128), ("N", 128)), ("M_outer", "N_outer", "K_outer"), "M")
+    module = lower(op, candidate, local_memory_machine("host"))[-1][1]
+    return module, next(node for node, _ in walk(module.body) if isinstance(node, Call)).output.name
+
+
+@pytest.mark.parametrize("tile_k", [32, 128])
+def test_an_overwritten_output_tile_is_written_in_place_before_its_put(tile_k):
+    """A C tile the GEMMs overwrite (`C = A x B`: no get) and one put moves out is a view of the put's box
+    where the tensors stay in cache: the calls write the output where it lies, the view pointed at the box
+    before its first write (the call, or the zeroing the K loop's calls accumulate onto). Not where another
+    transfer of the output sits between the writer and the put (the box written early would meet it), nor
+    where the output is read (a get would see it written before its put), nor a map's output tile alone.
+    The kernels compute the product on 1 and 2 threads."""
+    module, c_tile = _overwriting_gemm((256, 384, 128), tile_k)
+    put = next(node for node, _ in walk(module.body) if isinstance(node, Dma) and node.buffer.name == c_tile)
+    assert put.direction == "put" and sum(isinstance(node, Dma) and node.buffer.name == c_tile
+                                          for node, _ in walk(module.body)) == 1
+    isa = select()
+    knobs = Knobs(*HOST_MICRO_KERNELS[isa.name][0])
+    assert layout.plan(module, knobs, isa.width, frozenset(), cache_resident=True)[1][c_tile] == "C"
+    arrays = gemm_inputs(256, 384, 128, seed=11)
+    expected = arrays["A"].astype(np.float64) @ arrays["B"]
+    program = compile_module(module, knobs=knobs)
+    assert program.plan.views[c_tile] == "C"
+    for threads in (1, 2):
+        arrays["C"][...] = np.nan  # overwritten: none of it is read
+        program.run(arrays, threads=threads)
+        assert relative_error(arrays["C"], expected) <= TOLERANCE
+
+    class Insert(Rewriter):  # `stmt` first in the block that holds the put, or right before the put
+        def __init__(self, stmt: Stmt, first: bool) -> None:
+            self.stmt, self.first = stmt, first
+
+        def rewrite_Seq(self, block: Seq) -> Stmt:
+            stmts = [self.rewrite(child) for child in block.stmts]
+            if any(child is put for child in stmts):
+                stmts.insert(0 if self.first else next(i for i, child in enumerate(stmts) if child is put), self.stmt)
+            return Seq(tuple(stmts))
+
+    def block_of_put(body: Stmt) -> Seq:
+        return next(node for node, _ in walk(body) if isinstance(node, Seq) and any(c is put for c in node.stmts))
+
+    start = layout.written_view_start(block_of_put(module.body), put)
+    # Zeroed, then the K loop accumulates into it; or overwritten by its one call.
+    assert start is not None and isinstance(block_of_put(module.body).stmts[start], Zero if tile_k < 128 else Call)
+    other = replace(put, buffer=replace(put.buffer, name="other"), reply="other_done")
+    met = Insert(other, first=False).rewrite(module.body)
+    assert layout.written_view_start(block_of_put(met), put) is None
+    read = replace(module, body=Insert(replace(other, direction="get"), first=True).rewrite(module.body))
+    assert c_tile not in layout.plan(read, knobs, isa.width, frozenset(), cache_resident=True)[1]
+    # A map's output tile alone stays a copy: `z = x + y` reads x and y in place and copies z out.
+    add = host_model._add_module(4 * host_model.STREAM_TILE, host_model.STREAM_TILE)
+    assert layout.plan(add, knobs, isa.width, frozenset(), cache_resident=True)[1] == {"x_tile": "x", "y_tile": "y"}
 
 
 def test_without_output_views_c_tiles_whose_rows_share_l1_sets_are_copies_and_the_others_views(monkeypatch):

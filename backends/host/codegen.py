@@ -44,7 +44,7 @@ from swauto.ir.nodes import (
 )
 from swauto.ir.printer import format_access
 from swauto.ir.verify import VerificationError, verify
-from swauto.ir.visitor import Visitor
+from swauto.ir.visitor import Visitor, walk
 
 from . import layout as layouts
 from . import parallel, threads
@@ -188,6 +188,8 @@ class Lowering(Visitor):
         self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
         self.storage: dict[str, Storage] = {}
         self.ignored = {b.name for b in module.buffers if is_ignored_buffer(b)}
+        self.got = {node.buffer.name for node, _ in walk(module.body)  # buffers some transfer fills
+                    if isinstance(node, Dma) and node.direction == "get"}
         self._unroll_disable: ir.MDValue | None = None
         *array_args, workspace, self.lo, self.hi = self.function.args
         workspace.name = "workspace"
@@ -261,8 +263,19 @@ class Lowering(Visitor):
     # control continues.
 
     def visit_Seq(self, stmt: Seq, env: Env) -> None:
-        scope = dict(env)
+        # A view with no get (an output tile the calls write in place) is pointed at its put's box before
+        # its first writer (`layout.written_view_start`).
+        pointed: dict[int, list[Dma]] = {}
         for child in stmt.stmts:
+            if isinstance(child, Dma) and child.direction == "put" and child.buffer.name in self.plan.views \
+                    and child.buffer.name not in self.got:
+                start = layouts.written_view_start(stmt, child)
+                assert start is not None, f"{child.buffer.name} is a view with no get and no place to point it"
+                pointed.setdefault(start, []).append(child)
+        scope = dict(env)
+        for index, child in enumerate(stmt.stmts):
+            for put in pointed.get(index, ()):
+                self._point_view(put, scope)
             if isinstance(child, Let):
                 scope[child.var] = self.expr(child.value, scope)
             else:
@@ -333,17 +346,21 @@ class Lowering(Visitor):
         if packed is not None:  # a get points the buffer at its tile
             self._point_at_tile(packed, stmt, env)
             return
-        view = self.storage.get(stmt.buffer.name)
-        if view is not None and view.view_of is not None:
+        if stmt.buffer.name in self.plan.views:
             # A view: a get points it at the box (a put has nothing left to do).
             if stmt.direction == "get":
-                tensor = self.access_storage(stmt.tensor)
-                start = self.layout_offset(tensor, [self.expr(s, env) for s in stmt.tensor.starts])
-                pointer = self.builder.gep(tensor.base, [start], inbounds=True)
-                self.builder.store(pointer, view.base)
-                self.builder.store(pointer, view.home)
+                self._point_view(stmt, env)
             return
         self.copy(stmt.tensor, stmt.buffer, env, into_driver=stmt.direction == "put", zero_fill=stmt.zero_fill)
+
+    def _point_view(self, dma: Dma, env: Env) -> None:
+        """Point the view `dma` moves at the tensor box it moves."""
+        tensor = self.access_storage(dma.tensor)
+        start = self.layout_offset(tensor, [self.expr(s, env) for s in dma.tensor.starts])
+        pointer = self.builder.gep(tensor.base, [start], inbounds=True)
+        view = self.storage[dma.buffer.name]
+        self.builder.store(pointer, view.base)
+        self.builder.store(pointer, view.home)
 
     def _point_at_tile(self, packed: Prepacked, get: Dma, env: Env) -> None:
         """Point the buffer of `packed` at the tile of `get` for the key loops' values in `env`."""

@@ -215,6 +215,11 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     # and the micro-kernel streams each tile in from where the arrays live, as it streams a panel.
     packed = _prepacked(module, views)
     nodes = [(node, loops) for node, loops in walk(module.body) if isinstance(node, Dma | Call)]
+    # Views no transfer fills: output tiles the calls write in place, their put a mere pointer move. Not
+    # measured apart: each is priced as the copy out it replaces (its stores move the lines the copy
+    # would), so the picks stay those of the copies (measured 0.97 - 1.15x as fast: see the README).
+    written_in_place = views.keys() - {node.buffer.name for node, _ in nodes
+                                       if isinstance(node, Dma) and node.direction == "get"}
     transposing = _transposing_buffers(nodes)
     # Tiles only maps, reductions and transforms read and write: their transfers stream at a map's rate.
     gemm_tiles = {access.name for node, _ in nodes if isinstance(node, Call) and node.signature.kind == "gemm"
@@ -283,7 +288,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
             bandwidth = stream_bandwidth if node.buffer.name not in gemm_tiles else \
                 max(_panel_bandwidth(footprint, machine), copied) if node.buffer.name in packed else \
                 _panel_bandwidth(footprint, machine) if node.buffer.name in streamed else \
-                view_bandwidth if node.buffer.name in views else copied
+                view_bandwidth if node.buffer.name in views.keys() - written_in_place else copied
         taps = taps_around(node, loops) if isinstance(node, Call) else 1
         node_flops, node_bytes, compute, traffic = _node_cost(node, machine, bandwidth, tile, shapes, taps,
                                                               _cycled_panels(node, loops))
