@@ -23,7 +23,7 @@ from math import gcd, prod
 
 from swauto.ir.analysis import trip_count
 from swauto.ir.expr import Const, free_vars, linear_form
-from swauto.ir.nodes import Access, Call, Dma, Let, Module, Seq, Stmt, Zero
+from swauto.ir.nodes import Access, Call, Dma, Let, Module, Seq, Zero
 from swauto.ir.visitor import walk
 
 from .knobs import Knobs
@@ -286,35 +286,46 @@ def _steps_a_multiple_apart(access: Access, dim: str, layout: Layout, elements: 
 class _Moves:
     """What the statements of a module do to its buffers: each one's transfers, the buffers zeroed and
     written by a call, the GEMMs that accumulate into each and the GEMMs' reads of each as their broadcast
-    operand (one walk, read by `plan` for every buffer)."""
+    operand, how many calls and zeroings write each, the tensors a get reads and the block that holds each
+    put (by the put's id) (one walk, read by `plan` for every buffer)."""
 
     dmas: Mapping[str, tuple[Dma, ...]]
     zeroed: frozenset[str]
     written: frozenset[str]
     gemms: Mapping[str, tuple[Call, ...]]
     broadcasts: Mapping[str, tuple[Access, ...]]
-    body: Stmt
+    writes: Mapping[str, int]
+    read: frozenset[str]
+    blocks: Mapping[int, Seq]
 
 
 def _moves(module: Module) -> _Moves:
     dmas: dict[str, list[Dma]] = {}
     gemms: dict[str, list[Call]] = {}
     broadcasts: dict[str, list[Access]] = {}
-    zeroed, written = set(), set()
+    writes: Counter[str] = Counter()
+    blocks: dict[int, Seq] = {}
+    zeroed, written, read = set(), set(), set()
     for node, _ in walk(module.body):
-        if isinstance(node, Dma):
+        if isinstance(node, Seq):
+            blocks.update((id(child), node) for child in node.stmts if isinstance(child, Dma))
+        elif isinstance(node, Dma):
             dmas.setdefault(node.buffer.name, []).append(node)
+            if node.direction == "get":
+                read.add(node.tensor.name)
         elif isinstance(node, Zero):
             zeroed.add(node.buffer.name)
+            writes[node.buffer.name] += 1
         elif isinstance(node, Call):
             written.add(node.output.name)
+            writes[node.output.name] += 1
             if node.signature.kind == "gemm":
                 gemms.setdefault(node.output.name, []).append(node)
                 broadcast = gemm_roles(node)["broadcast"][1]
                 broadcasts.setdefault(broadcast.name, []).append(broadcast)
     return _Moves({name: tuple(nodes) for name, nodes in dmas.items()}, frozenset(zeroed), frozenset(written),
                   {name: tuple(nodes) for name, nodes in gemms.items()},
-                  {name: tuple(accesses) for name, accesses in broadcasts.items()}, module.body)
+                  {name: tuple(accesses) for name, accesses in broadcasts.items()}, writes, frozenset(read), blocks)
 
 
 def _view(module: Module, buffer: str, shape: tuple[int, ...], moves: _Moves) -> tuple[str, Layout] | None:
@@ -357,43 +368,41 @@ def _view(module: Module, buffer: str, shape: tuple[int, ...], moves: _Moves) ->
 
 
 def _written_in_place(put: Dma, moves: _Moves) -> bool:
-    """Whether the buffer `put` moves out (written, never got) may be written in place, in the
-    put's box: nothing reads that tensor (no get sees the box before the put) and the put has a
-    `written_view_start`."""
-    tensor = put.tensor.name
-    if any(dma.direction == "get" and dma.tensor.name == tensor for dmas in moves.dmas.values() for dma in dmas):
-        return False
-    writes = _writes(moves.body, put.buffer.name)
-    return any(isinstance(node, Seq) and any(child is put for child in node.stmts) and _writes(node, put.buffer.name)
-               == writes and written_view_start(node, put) is not None for node, _ in walk(moves.body))
+    """Whether the buffer `put` moves out (written, never got) may be written in place, in the put's box:
+    nothing reads that tensor (no get sees the box before the put) and the put has a `written_view_start`
+    with every write of the buffer in its block."""
+    block = moves.blocks.get(id(put))
+    return put.tensor.name not in moves.read and block is not None \
+        and written_view_start(block, put, moves.writes[put.buffer.name]) is not None
 
 
-def written_view_start(block: Seq, put: Dma) -> int | None:
+def written_view_start(block: Seq, put: Dma, writes: int | None = None) -> int | None:
     """Where a buffer written in place (a view `_view` allows without a get) is pointed at the box of its
     `put`, a statement of `block`: the index of the first statement before the put that writes the buffer
-    (a call, or a zeroing of it before calls accumulate into it).
-    None unless every write of the buffer in `block` is in that statement or the next ones before the put,
-    no other transfer between them touches the put's tensor (it would meet the box written early), and
-    the put's starts name no variable bound between them (unknown where the view is pointed). (`plan`
-    asks for all of the module's writes of it to be in `block`: `_written_in_place`.)"""
+    (a call, or a zeroing of it before calls accumulate into it). None unless every write of the buffer in
+    `block` (all `writes` of it, when given) is in that statement or the next ones before the put, no other
+    transfer between them touches the put's tensor (it would meet the box written early), and the put's
+    starts name no variable bound between them (unknown where the view is pointed)."""
+    buffer, tensor = put.buffer.name, put.tensor.name
     index = next(i for i, child in enumerate(block.stmts) if child is put)
-    writes = [_writes(child, put.buffer.name) for child in block.stmts]
-    if not any(writes[:index]) or any(writes[index:]):
+    counts, touches = [], []
+    for child in block.stmts:  # one walk each: the model asks this of every candidate it prices
+        count, touched = 0, False
+        for node, _ in walk(child):
+            if isinstance(node, Call) and node.output.name == buffer or isinstance(node, Zero) \
+                    and node.buffer.name == buffer:
+                count += 1
+            elif isinstance(node, Dma) and node.tensor.name == tensor and node is not put:
+                touched = True
+        counts.append(count)
+        touches.append(touched)
+    if not any(counts[:index]) or any(counts[index:]) or writes is not None and sum(counts) != writes:
         return None
-    first = next(i for i, count in enumerate(writes) if count)
-    between = block.stmts[first:index]
-    bound = {child.var for child in between if isinstance(child, Let)}
-    meets = any(isinstance(node, Dma) and node.tensor.name == put.tensor.name
-                for child in between for node, _ in walk(child))
-    if meets or any(free_vars(start) & bound for start in put.tensor.starts):
+    first = next(i for i, count in enumerate(counts) if count)
+    bound = {child.var for child in block.stmts[first:index] if isinstance(child, Let)}
+    if any(touches[first:index]) or any(free_vars(start) & bound for start in put.tensor.starts):
         return None
     return first
-
-
-def _writes(stmt: Stmt, buffer: str) -> int:
-    """How many calls and zeroings in `stmt` write `buffer`."""
-    return sum(isinstance(node, Call) and node.output.name == buffer or isinstance(node, Zero)
-               and node.buffer.name == buffer for node, _ in walk(stmt))
 
 
 def packed(shape: tuple[int, ...], axis: int, panel: int, k_axes: tuple[int, ...]) -> Layout:
