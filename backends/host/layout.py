@@ -7,11 +7,11 @@ index outermost, K next, the panel's lanes innermost), so the micro-kernel strea
 The broadcast operand is not packed: its rows stream as well in place, and packing it would be a
 transposing copy. When the tensors are cache-resident, a buffer that would hold a plain copy of one
 tensor box is a *view* of the tensor in place, its DMAs mere pointer moves (no copy of C tiles in and
-out, none of the broadcast operand), unless a GEMM's C tile would have its lanes apart there, or its
-register tiles' rows in a few L1 sets where calibration found such tiles faster copied, or a
-broadcast operand's K steps would be a multiple of 512 bytes apart (lines in a few L1 sets). The
-others are row-major with the rows padded off multiples of 512 bytes, which keeps strided rows from
-sharing L1 sets.
+out, a C tile the calls overwrite written where it lies, no copy of the broadcast operand), unless a
+GEMM's C tile would have its lanes apart there, or its register tiles' rows in a few L1 sets where
+calibration found such tiles faster copied, or a broadcast operand's K steps would be a multiple of
+512 bytes apart (lines in a few L1 sets). The others are row-major with the rows padded off multiples
+of 512 bytes, which keeps strided rows from sharing L1 sets.
 """
 
 from __future__ import annotations
