@@ -44,7 +44,7 @@ from swauto.ir.nodes import (
 )
 from swauto.ir.printer import format_access
 from swauto.ir.verify import VerificationError, verify
-from swauto.ir.visitor import Visitor, walk
+from swauto.ir.visitor import Visitor
 
 from . import layout as layouts
 from . import parallel, threads
@@ -188,8 +188,7 @@ class Lowering(Visitor):
         self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
         self.storage: dict[str, Storage] = {}
         self.ignored = {b.name for b in module.buffers if is_ignored_buffer(b)}
-        self.got = {node.buffer.name for node, _ in walk(module.body)  # buffers some transfer fills
-                    if isinstance(node, Dma) and node.direction == "get"}
+        self.written_in_place = layouts.written_in_place(module.body, plan.views)
         self._unroll_disable: ir.MDValue | None = None
         *array_args, workspace, self.lo, self.hi = self.function.args
         workspace.name = "workspace"
@@ -267,8 +266,7 @@ class Lowering(Visitor):
         # its first writer (`layout.written_view_start`).
         pointed: dict[int, list[Dma]] = {}
         for child in stmt.stmts:
-            if isinstance(child, Dma) and child.direction == "put" and child.buffer.name in self.plan.views \
-                    and child.buffer.name not in self.got:
+            if isinstance(child, Dma) and child.direction == "put" and child.buffer.name in self.written_in_place:
                 start = layouts.written_view_start(stmt, child)
                 assert start is not None, f"{child.buffer.name} is a view with no get and no place to point it"
                 pointed.setdefault(start, []).append(child)

@@ -23,7 +23,7 @@ from math import gcd, prod
 
 from swauto.ir.analysis import trip_count
 from swauto.ir.expr import Const, free_vars, linear_form
-from swauto.ir.nodes import Access, Call, Dma, Let, Module, Seq, Zero
+from swauto.ir.nodes import Access, Call, Dma, Let, Module, Seq, Stmt, Zero
 from swauto.ir.visitor import walk
 
 from .knobs import Knobs
@@ -308,7 +308,8 @@ def _moves(module: Module) -> _Moves:
     zeroed, written, read = set(), set(), set()
     for node, _ in walk(module.body):
         if isinstance(node, Seq):
-            blocks.update((id(child), node) for child in node.stmts if isinstance(child, Dma))
+            blocks.update((id(child), node) for child in node.stmts
+                          if isinstance(child, Dma) and child.direction == "put")
         elif isinstance(node, Dma):
             dmas.setdefault(node.buffer.name, []).append(node)
             if node.direction == "get":
@@ -374,6 +375,13 @@ def _written_in_place(put: Dma, moves: _Moves) -> bool:
     block = moves.blocks.get(id(put))
     return put.tensor.name not in moves.read and block is not None \
         and written_view_start(block, put, moves.writes[put.buffer.name]) is not None
+
+
+def written_in_place(body: Stmt, views: Mapping[str, str]) -> frozenset[str]:
+    """The `views` (of `plan`) that no transfer in `body` fills: output tiles the calls write in place,
+    pointed at their put's box (`written_view_start`) rather than by a get."""
+    got = {node.buffer.name for node, _ in walk(body) if isinstance(node, Dma) and node.direction == "get"}
+    return frozenset(views.keys() - got)
 
 
 def written_view_start(block: Seq, put: Dma, writes: int | None = None) -> int | None:

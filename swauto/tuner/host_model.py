@@ -198,6 +198,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     (`_revisited_accumulators`), no transfer's runs started anew (`_restarted_runs`): a bound over every
     order of a nest's loops."""
     from swauto.backends.host.codegen import buffer_layouts
+    from swauto.backends.host.layout import written_in_place
     from swauto.backends.host.parallel import segments
     from swauto.backends.host.primitives import taps_around
     from swauto.backends.host.program import split_range
@@ -219,8 +220,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     # measured apart: each is priced as the copy out it replaces (its stores move the lines the copy
     # would), so the picks are those of the copies but for ties, which the fewer copies break (they ran
     # 1.02x as fast in geometric mean over the B = 1 convolutions: README, "Output tiles written in place").
-    written_in_place = views.keys() - {node.buffer.name for node, _ in nodes
-                                       if isinstance(node, Dma) and node.direction == "get"}
+    read_views = views.keys() - written_in_place(module.body, views) if views else set()
     transposing = _transposing_buffers(nodes)
     # Tiles only maps, reductions and transforms read and write: their transfers stream at a map's rate.
     gemm_tiles = {access.name for node, _ in nodes if isinstance(node, Call) and node.signature.kind == "gemm"
@@ -289,7 +289,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
             bandwidth = stream_bandwidth if node.buffer.name not in gemm_tiles else \
                 max(_panel_bandwidth(footprint, machine), copied) if node.buffer.name in packed else \
                 _panel_bandwidth(footprint, machine) if node.buffer.name in streamed else \
-                view_bandwidth if node.buffer.name in views.keys() - written_in_place else copied
+                view_bandwidth if node.buffer.name in read_views else copied
         taps = taps_around(node, loops) if isinstance(node, Call) else 1
         node_flops, node_bytes, compute, traffic = _node_cost(node, machine, bandwidth, tile, shapes, taps,
                                                               _cycled_panels(node, loops))
