@@ -165,7 +165,7 @@ def _parser() -> argparse.ArgumentParser:
     model_cmd.add_argument("--plot", type=Path, metavar="FILE.png", help="draw each layer's GFLOPS")
 
     commands.add_parser("calibrate", help="measure this machine again for the host model and keep the result",
-                        description="Measure the host's constants for the host model again (a few seconds) and "
+                        description="Measure the host's constants for the host model again (5 - 35 seconds) and "
                                     "store them for later compiles.")
     return parser
 

@@ -73,15 +73,18 @@ def median_seconds(call: Callable[[], object], runs: int) -> float:
     return median_seconds_in_turns([call], runs, 1)[0]
 
 
-def median_seconds_in_turns(calls: Sequence[Callable[[], object]], runs: int, rounds: int) -> list[float]:
+def median_seconds_in_turns(calls: Sequence[Callable[[], object]], runs: int, rounds: int,
+                            ready: Callable[[], object] = lambda: None) -> list[float]:
     """Per function of `calls`, the median wall time of its `rounds` x `runs` calls: in each round each
     function in turn is called once to warm the caches up (the others' data took them), then timed `runs`
     times; every other round in the reverse order. A drift of the machine's speed meanwhile (other
-    tenants' load) then hits them alike."""
+    tenants' load) then hits them alike. `ready` is called before each turn (calibration waits there for
+    a quiet core: `tuner/quiet`)."""
     times: list[list[float]] = [[] for _ in calls]
     turns = list(zip(calls, times, strict=True))
     for round_ in range(rounds):
         for function, samples in turns if round_ % 2 == 0 else turns[::-1]:
+            ready()
             function()
             for _ in range(runs):
                 started = time.perf_counter()
