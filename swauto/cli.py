@@ -165,7 +165,7 @@ def _parser() -> argparse.ArgumentParser:
     model_cmd.add_argument("--plot", type=Path, metavar="FILE.png", help="draw each layer's GFLOPS")
 
     commands.add_parser("calibrate", help="measure this machine again for the host model and keep the result",
-                        description="Measure the host's constants for the host model again (5 - 35 seconds) and "
+                        description="Measure the host's constants for the host model again (5 - 45 seconds) and "
                                     "store them for later compiles.")
     return parser
 
@@ -462,6 +462,8 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     from swauto.tuner.host_model import recalibrate
 
+    # Silent otherwise for up to 45 s: the timings wait for moments the core is not shared.
+    print("swauto: measuring this machine (5 - 45 s) ...", file=sys.stderr, flush=True)
     machine = recalibrate()
     print("calibrated the host model on this machine:")
     for name, value in dataclasses.asdict(machine).items():

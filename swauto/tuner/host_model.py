@@ -11,7 +11,7 @@ transfer's runs started anew where the innermost loop around it moves its box of
 parallel nest's iterations shared by the threads, in each segment of an operator of several statements
 (each segment shared out also pays the native pool's measured fork and join).
 
-Its machine constants come from `calibrate()`, a micro-benchmark of 5 - 35 seconds (the micro-kernel on
+Its machine constants come from `calibrate()`, a micro-benchmark of 5 - 45 seconds (the micro-kernel on
 cache-resident panels at a long and a short K, whole GEMMs with each register tile the instruction set
 allows, copies sized for L2, L3 and DRAM, the backend's tiled add at each, GEMMs whose C tiles restart
 their runs or go on along them, the core's peak: an in-register FMA loop, and an almost empty kernel on one
@@ -764,7 +764,7 @@ def _trips(loops: tuple[For, ...]) -> int:
 
 
 def machine(cache_dir: Path | None = None) -> Machine:
-    """The calibration of this machine from the cache directory, measured (5 - 35 seconds: `calibrate`) and stored
+    """The calibration of this machine from the cache directory, measured (5 - 45 seconds: `calibrate`) and stored
     first when missing, outdated, made on another CPU or damaged (a damaged file is said once, as a
     `CacheWarning`). A calibration that could not be stored is measured once per process."""
     path, cpu = _calibration_file(cache_dir), _cpu()
@@ -785,7 +785,7 @@ def machine(cache_dir: Path | None = None) -> Machine:
 
 
 def recalibrate(folder: Path | None = None) -> Machine:
-    """Measure this machine again now (5 - 35 seconds), store it in `folder` (default: the cache folder) and
+    """Measure this machine again now (5 - 45 seconds), store it in `folder` (default: the cache folder) and
     return it. A calibration that still looks disturbed after `calibrate`'s retries, or a folder that cannot
     be written, is used by this process only and said as a `CacheWarning`; the next process measures again."""
     from swauto.cache import warn_once, warn_unusable, write_atomically
@@ -895,7 +895,7 @@ def _implausible(kernel_flops: float, peak_flops: float) -> str | None:
 
 
 def calibrate(cpu: str) -> Machine:
-    """Measure this machine's constants (5 - 35 seconds): each the best of several short runs, so a run that
+    """Measure this machine's constants (5 - 45 seconds): each the best of several short runs, so a run that
     another process interrupted does not count, each timed while the core reads quiet (`tuner/quiet`: a
     core shared with another tenant's thread for seconds at a time ran the micro-kernel 20% and maps in
     L1 half as fast); the micro-kernel is measured again (up to `CALIBRATION_ATTEMPTS` times in all)
@@ -1082,9 +1082,10 @@ def register_tiles() -> tuple[tuple[int, int], ...]:
     """The `EXPLORED_TILES` register tiles of `register_tile_choices` that run the `TILE_BENCHMARKS` GEMMs
     fastest on one core (geometric mean of their times), fastest first; tiles within `TILE_TOLERANCE` of
     the fastest count as tied, and of those the one of more accumulators (more FMAs per register loaded)
-    comes first, then of more rows. On a Zen 3 the 6 x 2, 4 x 3 and 4 x 2 tiles ran within 1 - 3% of each
-    other here, and each of them came first in some of nine calibrations (then the model picked other
-    schedules for most layers); 4 x 2 ran slower in whole GEMMs (below). Whole GEMMs, not the
+    comes first, then of more rows. On a Zen 3 the 6 x 2, 4 x 3 and 4 x 2 tiles ran within 0.2 - 3.4% of
+    each other here, and each came first in some of seven calibrations in a row; the model's picks for
+    121 convolutions then differed in 59 - 87 layers between calibrations whose first tiles differed
+    (36 - 38 where they did not); 4 x 2 ran slower in whole GEMMs (below). Whole GEMMs, not the
     micro-kernel on cache-resident panels, where every tile runs within a percent: how the broadcast
     operand streams from memory is what tells them apart. Each tile's time is its median over
     `TILE_ROUNDS` rounds that run all the tiles in turn: a core shared with another tenant for a while

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 # within about 10% of each other.
 QUIET_FRACTION = 0.8
 # What waiting may take in all, per pass of a calibration over its constants (about 4 s of measuring): the
-# busy state lasted up to about five seconds at a time, and 8 s ran out in four of four calibrations.
+# busy state lasted up to about five seconds at a time, and 8 s for a whole calibration ran out in four of
+# seven.
 WAIT_SECONDS = 15.0
 PAUSE_SECONDS = 0.002  # between readings while waiting
 
