@@ -20,9 +20,8 @@ core and on all), run once per machine and stored with the date in the cache dir
 Every timing is the best of several short runs taken while the core reads quiet (`tuner/quiet`: on a
 virtual machine another tenant's thread shared the core for seconds at a time), and the micro-kernel's
 rate is checked against the FMA peak, so another process running during calibration is measured again or
-not stored. A stored file that
-is damaged (not JSON, the wrong shape, a constant that is zero, negative, NaN, infinite or absurd) is
-measured again and overwritten, with a `CacheWarning`.
+not stored. A stored file that is damaged (not JSON, the wrong shape, a constant that is zero, negative,
+NaN, infinite or absurd) is measured again and overwritten, with a `CacheWarning`.
 """
 
 from __future__ import annotations
@@ -764,8 +763,8 @@ def _trips(loops: tuple[For, ...]) -> int:
 
 
 def machine(cache_dir: Path | None = None) -> Machine:
-    """The calibration of this machine from the cache directory, measured (5 - 45 seconds: `calibrate`) and stored
-    first when missing, outdated, made on another CPU or damaged (a damaged file is said once, as a
+    """The calibration of this machine from the cache directory, measured (`calibrate`: 5 - 45 seconds) and
+    stored first when missing, outdated, made on another CPU or damaged (a damaged file is said once, as a
     `CacheWarning`). A calibration that could not be stored is measured once per process."""
     path, cpu = _calibration_file(cache_dir), _cpu()
     try:
