@@ -299,8 +299,8 @@ def test_a_quiet_core_gate_waits_for_a_reading_near_the_fastest_within_its_budge
     probe, read = _probe([137.0, 60.0])  # busy for good
     gate = quiet.QuietCore(probe, budget=0.01)
     assert gate.quiet() and not gate.wait() and gate.budget == 0
-    assert not gate.wait() and len(read) == (reads := len(read))  # spent: no more readings
-    assert len(read) == reads
+    reads = len(read)
+    assert not gate.wait() and len(read) == reads  # spent: no more readings
     ungated = quiet.QuietCore()
     assert ungated.quiet() and not ungated.wait()
 

@@ -8,7 +8,7 @@ few seconds measured some of its constants in one state and some in the other, s
 the model's picks turn on) moved from one calibration to the next.
 
 A `QuietCore` reads a short probe of such a rate, remembers the fastest reading, and lets a measurement
-start only while the probe reads at least `QUIET_FRACTION` of it, waiting (up to a budget per calibration)
+start only while the probe reads at least `QUIET_FRACTION` of it, waiting (up to a budget per pass of a calibration)
 while it does not. Every constant is then measured in the same state, the quiet one, wherever the machine
 gives one within the budget.
 """
@@ -31,8 +31,8 @@ PAUSE_SECONDS = 0.002  # between readings while waiting
 
 @dataclass
 class QuietCore:
-    """A gate for measurements on the calling thread's core: `probe()` reads a rate of the core (higher is
-    quieter, a fraction of a millisecond); `budget` is the seconds `wait` may still spend. Without a probe
+    """A gate for measurements on the calling thread's core: `probe()` reads a rate of the core in a fraction
+    of a millisecond (higher: quieter); `budget` is the seconds `wait` may still spend. Without a probe
     nothing is gated: `wait` returns False at once and `quiet` True."""
 
     probe: Callable[[], float] | None = None
