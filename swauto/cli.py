@@ -4,6 +4,7 @@ sentence and exit with 2."""
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
 import sys
@@ -165,7 +166,7 @@ def _parser() -> argparse.ArgumentParser:
     model_cmd.add_argument("--plot", type=Path, metavar="FILE.png", help="draw each layer's GFLOPS")
 
     commands.add_parser("calibrate", help="measure this machine again for the host model and keep the result",
-                        description="Measure the host's constants for the host model again (5 - 45 seconds) and "
+                        description="Measure the host's constants for the host model again (up to about a minute) and "
                                     "store them for later compiles.")
     return parser
 
@@ -462,9 +463,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     from swauto.tuner.host_model import recalibrate
 
-    # Silent otherwise for up to 45 s: the timings wait for moments the core is not shared.
-    print("swauto: measuring this machine (5 - 45 s) ...", file=sys.stderr, flush=True)
-    machine = recalibrate()
+    machine = recalibrate()  # says that it measures, before it does (`_StderrLog`)
     print("calibrated the host model on this machine:")
     for name, value in dataclasses.asdict(machine).items():
         print(f"  {name:28} {value:.4g}" if isinstance(value, float) else f"  {name:28} {value}")
@@ -476,8 +475,20 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     print(f"swauto: warning: {message}", file=sys.stderr)
 
 
+class _StderrLog(logging.Handler):
+    """The `swauto` logger's notes on stderr, as `swauto: <note>` (e.g. that the host's calibration is
+    measured, up to about a minute without other output). `sys.stderr` is looked up at each note, not kept."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"swauto: {record.getMessage()}", file=sys.stderr, flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     warnings.showwarning = _show_warning
+    logger = logging.getLogger("swauto")
+    if not any(isinstance(handler, _StderrLog) for handler in logger.handlers):
+        logger.addHandler(_StderrLog())
+        logger.setLevel(logging.INFO)
     args = _parser().parse_args(argv)
     commands = {"compile": _compile, "choose": _choose, "schedules": _schedules, "run": _run, "tune": _tune,
                 "tune-model": _tune_model, "calibrate": _calibrate}

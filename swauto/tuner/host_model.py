@@ -11,7 +11,7 @@ transfer's runs started anew where the innermost loop around it moves its box of
 parallel nest's iterations shared by the threads, in each segment of an operator of several statements
 (each segment shared out also pays the native pool's measured fork and join).
 
-Its machine constants come from `calibrate()`, a micro-benchmark of 5 - 45 seconds (the micro-kernel on
+Its machine constants come from `calibrate()`, a micro-benchmark of up to about a minute (the micro-kernel on
 cache-resident panels at a long and a short K, whole GEMMs with each register tile the instruction set
 allows, copies sized for L2, L3 and DRAM, the backend's tiled add at each, GEMMs whose C tiles restart
 their runs or go on along them, the core's peak: an in-register FMA loop, and an almost empty kernel on one
@@ -30,6 +30,7 @@ import datetime
 import functools
 import hashlib
 import json
+import logging
 import math
 import os
 import time
@@ -51,6 +52,7 @@ from swauto.tuner.quiet import QUIET_FRACTION, WAIT_SECONDS, QuietCore
 if TYPE_CHECKING:
     from swauto.backends.host.knobs import Knobs
 
+_log = logging.getLogger(__name__)
 CALIBRATION_FILE = "host_machine.json"
 CACHE_LINE_BYTES = 64
 CALIBRATION_VERSION = 19  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
@@ -763,7 +765,7 @@ def _trips(loops: tuple[For, ...]) -> int:
 
 
 def machine(cache_dir: Path | None = None) -> Machine:
-    """The calibration of this machine from the cache directory, measured (`calibrate`: 5 - 45 seconds) and
+    """The calibration of this machine from the cache directory, measured (`calibrate`: up to about a minute) and
     stored first when missing, outdated, made on another CPU or damaged (a damaged file is said once, as a
     `CacheWarning`). A calibration that could not be stored is measured once per process."""
     path, cpu = _calibration_file(cache_dir), _cpu()
@@ -784,12 +786,14 @@ def machine(cache_dir: Path | None = None) -> Machine:
 
 
 def recalibrate(folder: Path | None = None) -> Machine:
-    """Measure this machine again now (5 - 45 seconds), store it in `folder` (default: the cache folder) and
+    """Measure this machine again now (up to about a minute), store it in `folder` (default: the cache folder) and
     return it. A calibration that still looks disturbed after `calibrate`'s retries, or a folder that cannot
     be written, is used by this process only and said as a `CacheWarning`; the next process measures again."""
     from swauto.cache import warn_once, warn_unusable, write_atomically
 
     path, cpu = _calibration_file(folder), _cpu()
+    # Said before the wait (the `swauto` command shows it; a program, where it turns on the `swauto` logger).
+    _log.info("measuring this machine for the host model (up to a minute, once per CPU and instruction set) ...")
     measured = calibrate(cpu)
     _MEASURED.pop((path, cpu), None)
     problem = disturbed(measured)
@@ -894,7 +898,7 @@ def _implausible(kernel_flops: float, peak_flops: float) -> str | None:
 
 
 def calibrate(cpu: str) -> Machine:
-    """Measure this machine's constants (5 - 45 seconds): each the best of several short runs, so a run that
+    """Measure this machine's constants (up to about a minute): each the best of several short runs, so a run that
     another process interrupted does not count, each timed while the core reads quiet (`tuner/quiet`: a
     core shared with another tenant's thread for seconds at a time ran the micro-kernel 20% and maps in
     L1 half as fast); the micro-kernel is measured again (up to `CALIBRATION_ATTEMPTS` times in all)
