@@ -924,27 +924,24 @@ def calibrate(cpu: str) -> Machine:
 # while `calibrate` runs, none otherwise.
 _gate = QuietCore()
 QUIET_READINGS = 8  # of the probe before measuring: what quiet is to begin with
-QUIET_PROBE_BYTES = 32 << 20  # the probe's map moves this much: about a quarter of a millisecond when quiet
 
 
 def _quiet_probe() -> Callable[[], float]:
-    """The gate's probe: the operand bytes per second of `map_benchmark_module` on tiles in half the L1
-    (what slowed most when the core was shared), the faster of two short runs."""
-    from swauto.backends.host import compile_module
+    """The gate's probe: `l1_map_bandwidth`'s map (what slowed most when the core was shared, about a
+    quarter of a millisecond when quiet), its operand bytes per second in the faster of two runs. Timed
+    here, not by `_best_seconds`, which waits on the gate."""
     from swauto.backends.host.isa import cache_sizes
 
-    size = cache_sizes()[0] // 2
-    repeat = max(1, QUIET_PROBE_BYTES // size)
-    program = compile_module(map_benchmark_module(size, repeat))
-    program.run({}, threads=1)
+    run, touched = _map_run(cache_sizes()[0] // 2)
+    run()
 
     def probe() -> float:
         seconds = float("inf")
         for _ in range(2):
             started = time.perf_counter()
-            program.run({}, threads=1)
+            run()
             seconds = min(seconds, time.perf_counter() - started)
-        return repeat * size / seconds
+        return touched / seconds
 
     return probe
 
@@ -1499,13 +1496,19 @@ def _panel_bandwidths(l1: int, l2: int, l3: int, latency_accumulators: float) ->
 def _map_bandwidth(size: int) -> float:
     """The operand bytes per second of `map_benchmark_module` on tiles of `size` bytes together, the
     best of several runs of about 32 MB moved."""
+    run, touched = _map_run(size)
+    return touched / _best_seconds(run)
+
+
+def _map_run(size: int) -> tuple[Callable[[], object], int]:
+    """A run of `map_benchmark_module` on tiles of `size` bytes together, repeated for about 32 MB moved,
+    and the operand bytes it touches."""
     from swauto.backends.host import compile_module
 
     repeat = max(4, (32 << 20) // size)
     module = map_benchmark_module(size, repeat)
     program = compile_module(module)
-    touched = repeat * sum(4 * prod(buffer.shape) for buffer in module.buffers)
-    return touched / _best_seconds(lambda: program.run({}, threads=1))
+    return (lambda: program.run({}, threads=1)), repeat * sum(4 * prod(buffer.shape) for buffer in module.buffers)
 
 
 def _transpose_bandwidth(size: int) -> float:
