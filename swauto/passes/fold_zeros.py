@@ -26,9 +26,16 @@ from swauto.ir.visitor import Rewriter, walk
 
 def fold_zeros(module: Module) -> Module:
     """`module` with each zeroing that a GEMM right after it overwrites folded into that GEMM (above)."""
+    body = fold_zeros_in(module.body)
+    return module if body is module.body else replace(module, body=body)
+
+
+def fold_zeros_in(body: Stmt) -> Stmt:
+    """`body` with each zeroing that a GEMM right after it overwrites folded into that GEMM; `body` itself
+    where nothing folds."""
     folder = _Folder()
-    body = folder.rewrite(module.body)
-    return replace(module, body=body) if folder.folded else module
+    folded = folder.rewrite(body)
+    return folded if folder.folded else body
 
 
 def _fills(zero: Zero, stmt: Stmt) -> bool:
