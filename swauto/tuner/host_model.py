@@ -3,8 +3,9 @@ accumulator (loading and storing C around the K loop), packing (DMA) traffic aga
 the memory level its data comes from (a cache line per contiguous block shorter than one; a box the
 loops come back to, from the level that holds what moved since), tiles the
 backend holds in place (views: `backends/host/layout.plan`) at the measured rate of tiles read and
-written in place (a put of output tiles only GEMMs write in place hidden under their compute, up to it), the tiles only maps, reductions and transforms touch at the measured rate of the
-backend's own tiled map, the operands' trips between the caches (C tiles swept out between visits,
+written in place (a put of output tiles only GEMMs write in place hidden under their compute, up to
+it), the tiles only maps, reductions and transforms touch at the measured rate of the backend's own
+tiled map, the operands' trips between the caches (C tiles swept out between visits,
 vector panels streamed, broadcast rows streamed (hidden under the FMAs only from L2), a broadcast
 operand of short runs fetched where the innermost loop moves it, a
 transfer's runs started anew where the innermost loop around it moves its box off them), and the
