@@ -14,7 +14,8 @@ measured). The candidates compared are timed again, interleaved, 5 x 3 runs each
 give the ratios (the fastest of hundreds of short measurements is partly luck). `--layers` names any
 layer of the benchmark networks as model/layer (benchmarks/workloads/networks.csv and the workload
 list; depthwise ones compile from conv2d_depthwise.sw); their weights are constants, arranged once
-before the calls are timed, as in inference (`swauto.compile(constants=["weight"])`). With `--sample N`
+before the calls are timed, as in inference (`swauto.compile(constants=["weight"])`), and a convolution
+(`--conv` and `--layers`) overwrites its output, as benchmarks/host_conv.py runs it (`overwriting`). With `--sample N`
 only the model's best 8 and N other candidates drawn at random (seeded) are measured: "best" is then
 the best of those, which measuring every candidate could only make faster. Prints the machine
 and the date; writes benchmarks/results/host_tuning.{csv,md,png} (the plot: predicted against
@@ -38,6 +39,7 @@ from common import (  # benchmarks/ is on the path when run as a script
     layer_shapes,
     write_tables,
 )
+from host_conv import overwriting
 from host_gemm import gemm_source, parse_shape
 from tqdm import tqdm
 
@@ -145,14 +147,14 @@ def main() -> None:
     print(header())
     jobs = [(f"gemm {m}x{n}x{k}", gemm_source(m, n, k), {"M": m, "N": n, "K": k}, ())
             for m, n, k in args.gemm]
-    jobs += [(f"conv {c} B={batch}", ROOT / "examples" / "conv2d.sw", conv_params(c, batch), ("weight",))
+    jobs += [(f"conv {c} B={batch}", overwriting("conv2d.sw"), conv_params(c, batch), ("weight",))
              for c in args.conv for batch in args.batch]
     for wanted in args.layers:
         layer = next((row for row in layer_shapes() if f"{row['model']}/{row['layer']}" == wanted), None)
         for batch in args.batch:
             if layer is None or (found := conv_example(layer, batch)) is None:
                 parser.error(f"no benchmark layer {wanted!r} that compiles (model/layer, as in networks.csv)")
-            jobs.append((f"{wanted} B={batch}", ROOT / "examples" / found[0], found[1], ("weight",)))
+            jobs.append((f"{wanted} B={batch}", overwriting(found[0]), found[1], ("weight",)))
     rows, candidates = [], []
     for name, source, params, constants in jobs:
         row, measured = compare(name, source, params, args.threads, args.sample, constants)
