@@ -93,7 +93,7 @@ def tune_layer(task: tuple[dict, int, dict | None]) -> dict:
     eq42 = replace(SUNWAY, gemm_equation="4-2")  # the thesis' equation alone, ranked as `rank` ranks
 
     def by_4_2(entry: Ranked) -> tuple[float, int]:
-        predicted = estimate(entry.stages, 1, eq42)
+        predicted = estimate(entry.stages, 1, machine=eq42)
         return predicted.seconds, predicted.dma_bytes
 
     pick_4_2 = min(ranked, key=by_4_2)

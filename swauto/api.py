@@ -198,9 +198,9 @@ def _compile_checked(op: BoundOperator, plugin: Target, schedule: Candidate | st
             database.record(key, candidate, {"operator": op.name, "params": op.params, "target": plugin.name,
                                              "tuner": tuner, "tuning_s": time.perf_counter() - started})
     tuning_seconds = time.perf_counter() - started
-    predicted = plugin.estimate(stages, host_threads if plugin.threaded else 1)
+    predicted = plugin.estimate(stages, host_threads if plugin.threaded else 1, candidate.micro_kernel)
     if schedule is None and plugin.threaded and host_threads > 1:
-        alone = plugin.estimate(stages, 1)
+        alone = plugin.estimate(stages, 1, candidate.micro_kernel)
         if alone.seconds <= predicted.seconds:  # nothing to share, or too small a call: waking and joining costs more
             host_threads, predicted = 1, alone
     threads = host_threads if plugin.threaded else 1

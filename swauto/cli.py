@@ -317,7 +317,7 @@ def _schedules(args: argparse.Namespace) -> int:
         print(f"  rejected {count:6d}  {reason}")
     print(f"{'id':8}  {'predicted ms':>12}  schedule")
     for candidate, stages in space.legal:
-        seconds = target.estimate(stages, 1).seconds
+        seconds = target.estimate(stages, 1, candidate.micro_kernel).seconds
         print(f"{candidate.id}  {seconds * 1e3:12.4f}  {candidate.describe()}")
     return 0
 

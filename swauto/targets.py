@@ -63,7 +63,8 @@ class Target:
     runs_on: str  # where its non-model tuners run candidates, in a sentence ("the host")
     tuner_hint: str  # the advice when a tuner it does not offer is asked for
     threaded: bool  # a call runs on `threads` cores of this machine (else: on one simulated unit)
-    estimate: Callable[[Stages, int], Estimate]  # the analytic model: (stages, threads) -> predicted time
+    # The analytic model: (stages, threads, the candidate's micro-kernel or None) -> predicted time.
+    estimate: Callable[[Stages, int, tuple[int, int] | None], Estimate]
     peak_flops: Callable[[int], float]  # flops per second a percent of peak is measured against, per threads
     build: Callable[[Module, Candidate], Program]  # the final IR of a candidate -> its runnable program
     # The non-model tuners: (operator, tuner, threads, machine, max_candidates) -> (candidate, stages).

@@ -34,12 +34,13 @@ def machine() -> HostScratchpad:
                           micro_kernels=calibrated.register_tiles, cache_bytes=calibrated.l2_bytes // 2)
 
 
-def estimate(stages: Stages, threads: int) -> Estimate:
-    """The host model's prediction for `threads` cores (the host has no asynchronous DMA: a packing copy
-    is the core's own work, so the model's total is the figure)."""
+def estimate(stages: Stages, threads: int, micro_kernel: tuple[int, int] | None = None) -> Estimate:
+    """The host model's prediction for `threads` cores, the GEMMs in the register tile `micro_kernel` (None:
+    the calibration's first; the host has no asynchronous DMA: a packing copy is the core's own work, so
+    the model's total is the figure)."""
     module = before_double_buffering(stages)
     dma_bytes, flops = traffic(module)
-    host = host_model.estimate(module, threads, host_model.machine())
+    host = host_model.estimate(module, threads, host_model.machine(), tile=micro_kernel)
     return Estimate(dma_bytes, flops, min(host.traffic, host.seconds), host.seconds, transfers=host.copies)
 
 

@@ -33,9 +33,11 @@ def machine() -> SW26010:
     return SUNWAY
 
 
-def estimate(stages: Stages, threads: int, machine: SW26010 = SUNWAY) -> Estimate:
-    """The thesis' model for one core group (`threads` does not apply; `machine`: the description it
-    reads, e.g. with equation 4-2 alone for the primitive). The mesh GEMM synchronises its CPEs,
+def estimate(stages: Stages, threads: int, micro_kernel: tuple[int, int] | None = None,
+             machine: SW26010 = SUNWAY) -> Estimate:
+    """The thesis' model for one core group (`threads` does not apply, nor `micro_kernel`: the mesh GEMM
+    has one register blocking; `machine`: the description it reads, e.g. with equation 4-2 alone for the
+    primitive). The mesh GEMM synchronises its CPEs,
     so a transfer only overlaps compute when it is double buffered (thesis 3.2.1): single buffered, the
     terms are T_DMA and T_compute and they add up. Double buffered, the memory term is the model's total
     (the time until the last transfer completes, stalls and prologue included), which is never below

@@ -9,8 +9,9 @@ target's `estimate` (backends/<target>/target.py) applies its model; this module
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from swauto import targets
 from swauto.ir.analysis import traffic
@@ -18,7 +19,16 @@ from swauto.ir.analysis import traffic
 if TYPE_CHECKING:
     from swauto.pipeline import Stages
 
-__all__ = ["Estimate", "estimate", "peak_flops", "traffic"]  # traffic: for callers that read both
+__all__ = ["Estimate", "estimate", "peak_flops", "tied_micro_kernels", "traffic"]  # traffic: for callers that read both
+
+
+class _Priced(Protocol):
+    @property
+    def seconds(self) -> float: ...
+
+
+M = TypeVar("M")
+T = TypeVar("T", bound=_Priced)
 
 
 @dataclass(frozen=True)
@@ -37,10 +47,26 @@ class Estimate:
         return self.memory_seconds + self.compute_seconds
 
 
-def estimate(stages: Stages, target: str, threads: int = 1) -> Estimate:
-    """Predicted run time of a candidate (its IR `stages`) on `target` ('sw26010': one core group;
-    'host': `threads` cores): the target's own model (`swauto.targets`)."""
-    return targets.get(target).estimate(stages, threads)
+def estimate(stages: Stages, target: str, threads: int = 1, micro_kernel: tuple[int, int] | None = None) -> Estimate:
+    """Predicted run time of a candidate (its IR `stages`, its `micro_kernel`) on `target` ('sw26010': one
+    core group; 'host': `threads` cores): the target's own model (`swauto.targets`)."""
+    return targets.get(target).estimate(stages, threads, micro_kernel)
+
+
+def tied_micro_kernels(predicted: Mapping[M, T]) -> dict[M, T]:
+    """One lowering's estimates per micro-kernel (`predicted`, in the machine's order of preference): a
+    micro-kernel not cheaper than the first by more than `host_model.TILE_TOLERANCE` (register tiles
+    whose timings calibration counts as tied) takes the first's estimate, so the ranking keeps the first
+    there: without this rule, of the B = 1 convolutions' picks that changed when each candidate was priced
+    in its own tile, deep 3 x 3 layers whose 4 x 3 price was 1 - 3% below their 6 x 2 one ran up to 1.4x
+    slower in it on two threads; with it, fewer change, and those ran 1.10x as fast in geometric mean
+    on one thread, 1.04x on two (MobileNetV2's projections to 24 channels, three vectors the 4 x 3 tile
+    covers at once: 1.3 - 1.6x)."""
+    from swauto.tuner.host_model import TILE_TOLERANCE
+
+    first = next(iter(predicted.values()))
+    return {kernel: estimate if estimate.seconds < first.seconds * (1 - TILE_TOLERANCE) else first
+            for kernel, estimate in predicted.items()}
 
 
 def peak_flops(target: str, threads: int = 1) -> float:

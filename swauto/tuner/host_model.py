@@ -186,11 +186,12 @@ class HostEstimate:
 
 
 def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str, float] | None = None,
-             verify: bool = True, ordered: bool = True) -> HostEstimate:
+             verify: bool = True, ordered: bool = True, tile: tuple[int, int] | None = None) -> HostEstimate:
     """The predicted time of `module` on `threads` cores of `machine` (see the module docstring).
-    Deterministic and cheap: it reads only the IR. Every candidate is priced with the calibration's
-    fastest register tile: the tiles the space offers differ by a few percent (`Machine.register_tiles`),
-    the model tuner's pick among equals is that tile, and the measuring tuners choose among them.
+    Deterministic and cheap: it reads only the IR. `tile` is the register tile its GEMMs run in (a
+    candidate's micro-kernel; by default the calibration's first, in which sketches are priced: the
+    tiles differ by a few percent on most GEMMs, `Machine.register_tiles`, but a GEMM of 24 columns
+    is three vectors, which the 4 x 3 tile covers at once and the 6 x 2 in a tile and an edge).
     `peeled`, for a sketch (`swauto.tuner.sketch`: every tile whole, its price multiplied by its mean
     work per tile), maps the loops whose last tile the real IR runs in a copy of the loop's body after
     the loop to that tile's work over a whole one's: the parallel group is looked for as in the lowered
@@ -211,7 +212,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
 
     peeled = peeled or {}
 
-    tile = machine.register_tiles[0]
+    tile = tile or machine.register_tiles[0]
     # Buffers the backend holds as views of their tensors (`backends/host/codegen.buffer_layouts`): their
     # transfers copy nothing, the micro-kernel reads and writes their bytes where they are, at the
     # measured rate of tiles in place. Views are made only where the tensors are cache-resident: elsewhere
@@ -385,8 +386,8 @@ def least_seconds(nest: Module, threads: int, machine: Machine) -> Callable[[int
     # Where a put of output tiles written in place may hide under the calls' compute (`_drained_in_place`),
     # a module pays at least the larger of the two: its compute, C, plus its other traffic, T, plus what of
     # its puts' traffic, P, the compute does not hide, is at least T + max(C, P).
-    if resident and machine.output_views and any(isinstance(node, Call) and node.signature.kind == "gemm"
-                                                 for node, _ in walk(nest.body)):
+    # (Whatever `output_views` says: it decides only C tiles whose rows share L1 sets.)
+    if resident and any(isinstance(node, Call) and node.signature.kind == "gemm" for node, _ in walk(nest.body)):
         return lambda moved: max(compute, moved / bandwidth)
     return lambda moved: compute + moved / bandwidth
 
