@@ -604,6 +604,23 @@ def test_a_put_of_c_tiles_only_gemms_write_in_place_hides_under_their_compute(mo
     assert host_model.estimate(filled, 1, copied).seconds == pytest.approx(priced["filled"], rel=0.05)
 
 
+def test_a_candidate_is_priced_in_its_own_register_tile_unless_within_the_tie_tolerance_of_the_first():
+    """`estimate(tile=)` prices the GEMMs in that tile (the calibration's first by default), and the rankers
+    keep the first tile's price for another tile not cheaper than it by more than the calibration's tie
+    tolerance (`cost_model.tied_micro_kernels`): 48 columns are three vectors of 16, which a 3-vector tile
+    covers at once and a 2-vector tile in a tile and an edge."""
+    from swauto.tuner.cost_model import tied_micro_kernels
+
+    machine = replace(quiet_machine(), register_tiles=((4, 2), (4, 3)))
+    module = _host_gemm({"M": 256, "N": 48, "K": 256}, {"M": 64, "N": 48, "K": 256}, ("M_outer", "N_outer", "K_outer"))
+    priced = {tile: host_model.estimate(module, 1, machine, tile=tile) for tile in machine.register_tiles}
+    assert priced[(4, 2)].seconds == host_model.estimate(module, 1, machine).seconds
+    assert priced[(4, 2)].seconds != priced[(4, 3)].seconds
+    first, near, far = (host_model.HostEstimate(0, 0, 0.0, 0.0, seconds) for seconds in (1.0, 0.98, 0.9))
+    assert tied_micro_kernels({(4, 2): first, (4, 3): near}) == {(4, 2): first, (4, 3): first}
+    assert tied_micro_kernels({(4, 2): first, (4, 3): far}) == {(4, 2): first, (4, 3): far}
+
+
 def test_a_map_whose_lanes_are_not_contiguous_is_predicted_slower():
     """A depthwise conv's multiply-accumulate vectorizes its innermost loop, over channels: with the batch
     innermost in memory its lanes are 8 floats apart and each is computed alone (measured here at B = 8,
