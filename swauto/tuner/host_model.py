@@ -783,10 +783,12 @@ def _drained_in_place(body: Stmt, written: set[str] | frozenset[str]) -> frozens
         return frozenset()
     from swauto.passes.fold_zeros import fold_zeros_in
 
-    # As the backend runs it: a zeroing a GEMM right after it overwrites is folded into that GEMM.
-    zeroed = {node.buffer.name for node, _ in walk(fold_zeros_in(body)) if isinstance(node, Zero)}
-    other = {node.output.name for node, _ in walk(body) if isinstance(node, Call) and node.signature.kind != "gemm"}
-    return frozenset(written) - zeroed - other
+    # As the backend runs it: a zeroing a GEMM right after it overwrites is folded into that GEMM. One walk
+    # collects the zeroed tiles and those other calls write.
+    excluded = {node.buffer.name if isinstance(node, Zero) else node.output.name
+                for node, _ in walk(fold_zeros_in(body))
+                if isinstance(node, Zero) or isinstance(node, Call) and node.signature.kind != "gemm"}
+    return frozenset(written) - excluded
 
 
 def _cache_resident(module: Module, machine: Machine) -> bool:
