@@ -107,13 +107,6 @@ class _Kernel:
         if full:
             self.lw.loop(i64(0), i64(full), 1, "gemm.rows",
                          lambda t: self._micro_kernel(t, tile, tile, run, v_tile, groups), unroll=False)
-        if full == 1 and remainder and (tile + remainder + 1) * len(groups) + 1 > self.lw.isa.registers:
-            # A compiler barrier: the remainder's loads of C stay after the whole tile's stores. One whole
-            # tile is straight-line code, and LLVM loaded the remainder's accumulators before its K loop,
-            # which then held both tiles' (8 rows in 6 + 2, 4 vectors: 32) and spilled them to the stack:
-            # Inception-v3 Mixed_5b.branch5x5_2 at B = 8 ran 1.7x as long in 6 x 4 tiles as with the
-            # barrier. Elsewhere it cost up to 10% (GEMM 4096 x 64 x 64, rows in a loop of 5 tiles).
-            self.builder.call(_BARRIER, [])
         if remainder:
             self._micro_kernel(i64(full), tile, remainder, run, v_tile, groups)
 
@@ -138,6 +131,13 @@ class _Kernel:
         """Accumulate the C tile (`u_tile` of tiles of `tile` rows; `v_tile` of the column tiles `run`) of
         `rows` x `groups` over all of K, in registers."""
         b = self.builder
+        # A compiler barrier: this tile's loads of C stay after the tiles before it. Where register tiles
+        # follow each other in straight-line code (one whole row tile and a remainder, a column tile
+        # that runs once), LLVM loaded the next tile's accumulators before the last one's K loop, which
+        # then held both and spilled them to the stack: 59 of 700 AVX-512 GEMMs of 1 - 20 rows, 1 - 5
+        # vectors and 7 register tiles spilled, none with the barrier; Inception-v3 Mixed_5b.branch5x5_2
+        # at B = 8 (8 rows in 6 + 2, 4 vectors: 32 accumulators) ran 1.7 - 1.8x as long without it.
+        b.call(_BARRIER, [])
         c, vec, bc = self.maps["C"], self.maps["V"], self.maps["U"]
         columns = [column for column, _ in groups]
         rows_run = (0, tile, -(-self.u_size // tile))
