@@ -419,6 +419,19 @@ def test_a_narrower_column_tile_takes_as_many_accumulators_within_the_registers(
             assert rows >= knobs.rows and Knobs(rows, vectors).fits(ISAS[isa]), (knobs, vectors)
 
 
+def test_row_tiles_keep_to_the_rows_of_two_axes_where_half_the_rows_or_more_allow():
+    """`aligned_rows`: rows over two axes (16 columns x 8 images, a stride jump between columns) go in
+    tiles that hold whole groups of 8 or lie within one (13 -> 8, 5 -> 4), affine rows in the most."""
+    from swauto.backends.host.microkernel import aligned_rows
+
+    columns_by_images = [column * 1000 + image for column in range(16) for image in range(8)]
+    assert aligned_rows([columns_by_images], 128, 13) == 8
+    assert aligned_rows([columns_by_images], 128, 5) == 4
+    assert aligned_rows([columns_by_images, list(range(128))], 128, 16) == 16
+    assert aligned_rows([list(range(0, 256, 2))], 128, 13) == 13
+    assert aligned_rows([[column * 1000 + image for column in range(3) for image in range(7)]], 21, 5) == 5  # none
+
+
 def test_the_micro_kernel_vectorizes_cs_innermost_axis_longer_than_one():
     def box(name: str, extents: tuple[int, ...], dims: tuple[str, ...]) -> Access:
         return Access(name, tuple(Const(0) for _ in extents), extents, dims)
