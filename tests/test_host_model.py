@@ -96,6 +96,26 @@ def test_register_tiles_are_the_fastest_measured_among_those_the_instruction_set
     assert len(set(tiles)) == len(tiles) == host_model.EXPLORED_TILES and set(tiles) <= choices
 
 
+def test_a_forced_instruction_set_keeps_its_calibration_apart(tmp_path, fake_calibration, monkeypatch):
+    """A calibration for an instruction set forced by $SWAUTO_HOST_ISA goes to a file of its own: the one
+    of the instruction set chosen by default stays, and neither is measured again."""
+    from swauto.backends.host.isa import ENV_VAR, detect
+
+    narrower = next((isa for isa in ("avx2", "generic") if ISAS[isa].width < detect().width), None)
+    if narrower is None:
+        pytest.skip("this CPU runs no instruction set narrower than its widest")
+    default = host_model.machine(tmp_path)
+    monkeypatch.setenv(ENV_VAR, narrower)
+    forced = host_model.machine(tmp_path)
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
+        [host_model.CALIBRATION_FILE, host_model.CALIBRATION_FILE.replace(".json", f".{narrower}.json")])
+    monkeypatch.delenv(ENV_VAR)
+    assert host_model.machine(tmp_path) == default != forced
+    monkeypatch.setenv(ENV_VAR, narrower)
+    assert host_model.machine(tmp_path) == forced
+    assert len(fake_calibration) == 2
+
+
 def _write_calibration(folder, machine_field) -> None:
     (folder / host_model.CALIBRATION_FILE).write_text(
         json.dumps({"version": host_model.CALIBRATION_VERSION, "machine": machine_field}))

@@ -859,9 +859,16 @@ _LOADED: dict[tuple[Path, str], tuple[tuple[int, int, int], Machine]] = {}
 
 
 def _calibration_file(folder: Path | None) -> Path:
+    """`CALIBRATION_FILE` in `folder` (the cache folder by default) for the instruction set this CPU compiles
+    for unless told otherwise; a file of its own for one forced by $SWAUTO_HOST_ISA, so that forcing one
+    does not replace the other's calibration (a forced AVX2 run on an AVX-512 machine did, and the next
+    run measured the machine again, into other register tiles and other picks)."""
+    from swauto.backends.host.isa import detect, select
     from swauto.cache import cache_dir
 
-    return (folder or cache_dir()) / CALIBRATION_FILE
+    isa = select().name
+    name = CALIBRATION_FILE if isa == detect().name else CALIBRATION_FILE.replace(".json", f".{isa}.json")
+    return (folder or cache_dir()) / name
 
 
 def _cpu() -> str:
