@@ -74,11 +74,17 @@ def aligned_rows(tables: Sequence[Sequence[int]], size: int, most: int) -> int:
     x batch) cut across them otherwise: Inception-v3 Conv2d_2a_3x3 at B = 8, 16 columns x 8 images in
     rows of 13 for 2 vectors (5 x 5 tiles), ran 2x as long as in rows of 8."""
     for rows in range(most, (most + 1) // 2 - 1, -1):
-        starts = range(0, size - rows + 1, rows)
-        if all(table[s + w] - table[s] == table[w] - table[0] for table in tables for s in starts
-               for w in range(rows)):
+        if all(_tiles_alike(table, (0, rows, size // rows)) for table in tables):
             return rows
     return most
+
+
+def _tiles_alike(table: Sequence[int], run: tuple[int, int, int]) -> bool:
+    """Whether every tile of `run` (first, tile, tiles: `tiles` tiles of `tile` entries from `first`; the last
+    may end with the table) finds its entries of `table` at the same offsets from its first as the first tile."""
+    first, tile, tiles = run
+    return all(table[s + w] - table[s] == table[first + w] - table[first]
+               for s in range(first, first + tile * tiles, tile) for w in range(min(tile, len(table) - s)))
 
 
 class _Kernel:
@@ -214,9 +220,7 @@ class _Kernel:
         which LLVM folds into addressing; otherwise one lookup per element."""
         first, tile, tiles = run
         starts = table[first:first + tile * tiles:tile]
-        separable = all(table[s + w] - table[s] == table[first + w] - table[first]
-                        for s in range(first, first + tile * tiles, tile) for w in range(min(tile, len(table) - s)))
-        if separable:
+        if _tiles_alike(table, run):
             start = self._lookup(starts, index, name)
             return [self.builder.add(start, i64(table[first + w] - table[first]), flags=_NSW) for w in within]
         lane = self.builder.add(self.builder.mul(index, i64(tile), flags=_NSW), i64(first), flags=_NSW)

@@ -9,7 +9,7 @@ target's `estimate` (backends/<target>/target.py) applies its model; this module
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -18,8 +18,10 @@ from swauto.ir.analysis import traffic
 
 if TYPE_CHECKING:
     from swauto.pipeline import Stages
+    from swauto.schedule.candidate import Candidate
 
-__all__ = ["Estimate", "estimate", "peak_flops", "tied_micro_kernels", "traffic"]  # traffic: for callers that read both
+# traffic: for callers that read both
+__all__ = ["Estimate", "estimate", "peak_flops", "per_micro_kernel", "tied_micro_kernels", "traffic"]
 
 
 class _Priced(Protocol):
@@ -67,6 +69,13 @@ def tied_micro_kernels(predicted: Mapping[M, T]) -> dict[M, T]:
     first = next(iter(predicted.values()))
     return {kernel: estimate if estimate.seconds < first.seconds * (1 - TILE_TOLERANCE) else first
             for kernel, estimate in predicted.items()}
+
+
+def per_micro_kernel(candidates: Iterable[Candidate], price: Callable[[tuple[int, int] | None], T]
+                     ) -> dict[tuple[int, int] | None, T]:
+    """`price` of one lowering in each micro-kernel its `candidates` name (the model reads the IR: one
+    estimate per lowering and tile), tied as `tied_micro_kernels` ties them."""
+    return tied_micro_kernels({kernel: price(kernel) for kernel in dict.fromkeys(c.micro_kernel for c in candidates)})
 
 
 def peak_flops(target: str, threads: int = 1) -> float:

@@ -20,7 +20,7 @@ import numpy as np
 
 from swauto.ir.nodes import Module
 from swauto.schedule.candidate import Candidate
-from swauto.tuner.cost_model import tied_micro_kernels
+from swauto.tuner.cost_model import per_micro_kernel
 from swauto.tuner.host_model import HostEstimate, Machine, estimate
 from swauto.tuner.model_tuner import by_model
 from swauto.tuner.space import Space
@@ -45,9 +45,8 @@ def rank_by_model(space: Space, threads: int, machine: Machine) -> list[Measured
     """Legal candidates, fastest predicted first, as the model tuner orders them (`by_model`: near-ties
     by fewer copies; ties keep the space's order); none is run."""
     ranked = []
-    for stages, candidates in space.lowerings():  # the model reads the IR: one estimate per lowering and tile
-        predicted = tied_micro_kernels({tile: estimate(stages[-1][1], threads, machine, tile=tile)
-                                        for tile in dict.fromkeys(c.micro_kernel for c in candidates)})
+    for stages, candidates in space.lowerings():
+        predicted = per_micro_kernel(candidates, lambda tile, m=stages[-1][1]: estimate(m, threads, machine, tile=tile))
         ranked.extend(Measured(c, stages, predicted[c.micro_kernel], float("inf")) for c in candidates)
     return by_model(ranked, lambda r: r.predicted.seconds, lambda r: r.predicted.copies)
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from itertools import takewhile
 from typing import TypeVar
 
 from swauto.ir.nodes import Module
 from swauto.schedule.candidate import Candidate
-from swauto.tuner.cost_model import Estimate, estimate, tied_micro_kernels
+from swauto.tuner.cost_model import Estimate, estimate, per_micro_kernel
 from swauto.tuner.space import Space
 
 T = TypeVar("T")
@@ -29,9 +30,8 @@ def rank(space: Space, target: str, threads: int = 1) -> list[Ranked]:
     """Legal candidates, cheapest predicted first (among those within `RESOLUTION` of the cheapest, the
     fewest transfers first); ties keep the space's stable order."""
     ranked = []
-    for stages, candidates in space.lowerings():  # the model reads the IR: one estimate per lowering and tile
-        predicted = tied_micro_kernels({kernel: estimate(stages, target, threads, kernel)
-                                        for kernel in dict.fromkeys(c.micro_kernel for c in candidates)})
+    for stages, candidates in space.lowerings():
+        predicted = per_micro_kernel(candidates, partial(estimate, stages, target, threads))
         ranked.extend(Ranked(c, stages, predicted[c.micro_kernel]) for c in candidates)
     # Among equally fast candidates prefer the one that moves less data, then the one that computes
     # less: it leaves more headroom (where the transfers bound both, the faster compute still shortens
