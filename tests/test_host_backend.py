@@ -894,6 +894,20 @@ def test_a_map_is_vectorized_along_its_contiguous_innermost_dimension():
     assert "gather" not in kernel.code and f"<{select().width} x float>" in kernel.code
 
 
+def test_a_multiply_accumulate_map_runs_one_multiply_add_per_tap():
+    """A depthwise conv's `Z += X * Y` is one `llvm.fmuladd` per tap (an FMA where the CPU has one), not a
+    multiply and an add; the host model prices it as one operation (`multiply_adds`)."""
+    from swauto.backends.host.primitives import multiply_adds
+
+    kernel = swauto_compile(EXAMPLES / "conv2d_depthwise.sw", {"B": 1, "C": 32, "Ri": 12, "Ci": 12}, target="host",
+                            threads=1)
+    assert "@llvm.fmuladd" in kernel.code and " fmul " not in kernel.code and " fadd " not in kernel.code
+    calls = [node for node, _ in walk(kernel.module.body) if isinstance(node, Call)]
+    assert calls and all(multiply_adds(call) for call in calls)
+    relu = swauto_compile(EXAMPLES / "relu.sw", {"N": 4096}, target="host", threads=1)
+    assert not any(multiply_adds(node) for node, _ in walk(relu.module.body) if isinstance(node, Call))
+
+
 def test_read_only_inputs_and_views_are_read_where_they_are():
     """A call finds each array's first element where NumPy keeps its address (`program._data_offset`) or,
     for other types, through the buffer protocol or NumPy (read-only); a C-contiguous view that starts

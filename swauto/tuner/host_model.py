@@ -617,7 +617,7 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
     calls a libm function). A copy whose rows in the tensor are shorter than a cache line moves a line
     per row. `shapes`: the arrays' (`whole_vectors`). `cycled`: a GEMM's vector panels that take turns
     in the cache (`_cycled_panels`)."""
-    from swauto.backends.host.primitives import contiguous_lanes
+    from swauto.backends.host.primitives import contiguous_lanes, multiply_adds
 
     if isinstance(node, Dma):
         box = node.tensor
@@ -636,8 +636,9 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
         touched = 4 * sum(prod(access.extents) / (taps if role == "Z" else 1) for role, access in node.operands)
         rate = machine.kernel_flops / 2 / (1 if contiguous_lanes(node, shapes) else machine.vector_lanes)
         # A transform's flops count a multiply and an add per nonzero of its matrix; its code adds or
-        # subtracts the elements of its coefficients of 1 and -1 (`emit_transform`): one operation.
-        operations = node.flops / 2 if node.signature.kind == "transform" else node.flops
+        # subtracts the elements of its coefficients of 1 and -1 (`emit_transform`): one operation. A
+        # multiply-accumulate map's multiply and add are one multiply-add (`multiply_adds`).
+        operations = node.flops / 2 if node.signature.kind == "transform" or multiply_adds(node) else node.flops
         tiles = 4 * sum(prod(access.padded_extents()) for _, access in node.operands)
         bandwidth = machine.l1_map_bandwidth if tiles <= machine.l1_bytes else machine.l2_map_bandwidth
         return node.flops, 0, operations / rate, touched / bandwidth
