@@ -83,6 +83,10 @@ class Target:
     # What its tuners read of this machine beyond swauto's source (the host's measured constants), as text:
     # the tuning log keys on it, so a choice made under another calibration is made again.
     calibration: Callable[[], str] = lambda: ""
+    # How much faster (relative) than the machine's first micro-kernel another must be priced for the
+    # ranking to tell them apart (`swauto.tuner.cost_model.tied_micro_kernels`): register tiles whose
+    # calibrated speeds are this close count as tied. 0: every difference counts (one micro-kernel).
+    micro_kernel_tolerance: float = 0.0
 
 
 def register(target: Target) -> Target:

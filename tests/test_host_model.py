@@ -627,9 +627,11 @@ def test_a_put_of_c_tiles_only_gemms_write_in_place_hides_under_their_compute(mo
 
 def test_a_candidate_is_priced_in_its_own_register_tile_unless_within_the_tie_tolerance_of_the_first():
     """`estimate(tile=)` prices the GEMMs in that tile (the calibration's first by default), and the rankers
-    keep the first tile's price for another tile not cheaper than it by more than the calibration's tie
-    tolerance (`cost_model.tied_micro_kernels`): 48 columns are three vectors of 16, which a 3-vector tile
-    covers at once and a 2-vector tile in a tile and an edge."""
+    keep the first tile's price for another tile not cheaper than it by more than the host target's tie
+    tolerance (`cost_model.tied_micro_kernels`, `Target.micro_kernel_tolerance`): 48 columns are three
+    vectors of 16, which a 3-vector tile covers at once and a 2-vector tile in a tile and an edge. The
+    SW26010, with one micro-kernel, ties none."""
+    from swauto import targets
     from swauto.tuner.cost_model import tied_micro_kernels
 
     machine = replace(quiet_machine(), register_tiles=((4, 2), (4, 3)))
@@ -638,8 +640,11 @@ def test_a_candidate_is_priced_in_its_own_register_tile_unless_within_the_tie_to
     assert priced[(4, 2)].seconds == host_model.estimate(module, 1, machine).seconds
     assert priced[(4, 2)].seconds != priced[(4, 3)].seconds
     first, near, far = (host_model.HostEstimate(0, 0, 0.0, 0.0, seconds) for seconds in (1.0, 0.98, 0.9))
-    assert tied_micro_kernels({(4, 2): first, (4, 3): near}) == {(4, 2): first, (4, 3): first}
-    assert tied_micro_kernels({(4, 2): first, (4, 3): far}) == {(4, 2): first, (4, 3): far}
+    tolerance = targets.get("host").micro_kernel_tolerance
+    assert tolerance == host_model.TILE_TOLERANCE and targets.get("sw26010").micro_kernel_tolerance == 0
+    assert tied_micro_kernels({(4, 2): first, (4, 3): near}, tolerance) == {(4, 2): first, (4, 3): first}
+    assert tied_micro_kernels({(4, 2): first, (4, 3): far}, tolerance) == {(4, 2): first, (4, 3): far}
+    assert tied_micro_kernels({(4, 2): first, (4, 3): near}, 0.0) == {(4, 2): first, (4, 3): near}
 
 
 def test_a_map_whose_lanes_are_not_contiguous_is_predicted_slower():

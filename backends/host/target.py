@@ -119,4 +119,5 @@ TARGET = targets.register(targets.Target(
     run_seconds=run_seconds,
     sketch_model=sketch_model,
     calibration=calibration,
+    micro_kernel_tolerance=host_model.TILE_TOLERANCE,
 ))

@@ -55,27 +55,26 @@ def estimate(stages: Stages, target: str, threads: int = 1, micro_kernel: tuple[
     return targets.get(target).estimate(stages, threads, micro_kernel)
 
 
-def tied_micro_kernels(predicted: Mapping[M, T]) -> dict[M, T]:
-    """One lowering's estimates per micro-kernel (`predicted`, in the machine's order of preference): a
-    micro-kernel not cheaper than the first by more than `host_model.TILE_TOLERANCE` (register tiles
-    whose timings calibration counts as tied) takes the first's estimate, so the ranking keeps the first
-    there: without this rule, of the B = 1 convolutions' picks that changed when each candidate was priced
-    in its own tile, deep 3 x 3 layers whose 4 x 3 price was 1 - 3% below their 6 x 2 one ran up to 1.4x
-    slower in it on two threads; with it, fewer change, and those ran 1.10x as fast in geometric mean
-    on one thread, 1.04x on two (MobileNetV2's projections to 24 channels, three vectors the 4 x 3 tile
-    covers at once: 1.3 - 1.6x)."""
-    from swauto.tuner.host_model import TILE_TOLERANCE
-
+def tied_micro_kernels(predicted: Mapping[M, T], tolerance: float) -> dict[M, T]:
+    """One lowering's estimates per micro-kernel (`predicted`, in the machine's order of preference): a micro-kernel
+    not cheaper than the first by more than `tolerance` (the target's `micro_kernel_tolerance`: on the host,
+    register tiles whose timings calibration counts as tied) takes the first's estimate, so the ranking keeps the
+    first there. On the host, without this rule, of the B = 1 convolutions' picks that changed when each candidate
+    was priced in its own tile, deep 3 x 3 layers whose 4 x 3 price was 1 - 3% below their 6 x 2 one ran up to 1.4x
+    slower in it on two threads; with it, fewer change, and those ran 1.10x as fast in geometric mean on one thread,
+    1.04x on two (MobileNetV2's projections to 24 channels, three vectors the 4 x 3 tile covers at once: 1.3 -
+    1.6x)."""
     first = next(iter(predicted.values()))
-    return {kernel: estimate if estimate.seconds < first.seconds * (1 - TILE_TOLERANCE) else first
+    return {kernel: estimate if estimate.seconds < first.seconds * (1 - tolerance) else first
             for kernel, estimate in predicted.items()}
 
 
-def per_micro_kernel(candidates: Iterable[Candidate], price: Callable[[tuple[int, int] | None], T]
-                     ) -> dict[tuple[int, int] | None, T]:
+def per_micro_kernel(candidates: Iterable[Candidate], price: Callable[[tuple[int, int] | None], T],
+                     tolerance: float) -> dict[tuple[int, int] | None, T]:
     """`price` of one lowering in each micro-kernel its `candidates` name (the model reads the IR: one
-    estimate per lowering and tile), tied as `tied_micro_kernels` ties them."""
-    return tied_micro_kernels({kernel: price(kernel) for kernel in dict.fromkeys(c.micro_kernel for c in candidates)})
+    estimate per lowering and tile), tied within `tolerance` as `tied_micro_kernels` ties them."""
+    kernels = dict.fromkeys(c.micro_kernel for c in candidates)
+    return tied_micro_kernels({kernel: price(kernel) for kernel in kernels}, tolerance)
 
 
 def peak_flops(target: str, threads: int = 1) -> float:

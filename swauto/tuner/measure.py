@@ -21,7 +21,7 @@ import numpy as np
 from swauto.ir.nodes import Module
 from swauto.schedule.candidate import Candidate
 from swauto.tuner.cost_model import per_micro_kernel
-from swauto.tuner.host_model import HostEstimate, Machine, estimate
+from swauto.tuner.host_model import TILE_TOLERANCE, HostEstimate, Machine, estimate
 from swauto.tuner.model_tuner import by_model
 from swauto.tuner.space import Space
 
@@ -46,7 +46,8 @@ def rank_by_model(space: Space, threads: int, machine: Machine) -> list[Measured
     by fewer copies; ties keep the space's order); none is run."""
     ranked = []
     for stages, candidates in space.lowerings():
-        predicted = per_micro_kernel(candidates, lambda tile, m=stages[-1][1]: estimate(m, threads, machine, tile=tile))
+        predicted = per_micro_kernel(candidates, lambda tile, m=stages[-1][1]: estimate(m, threads, machine, tile=tile),
+                                     TILE_TOLERANCE)
         ranked.extend(Measured(c, stages, predicted[c.micro_kernel], float("inf")) for c in candidates)
     return by_model(ranked, lambda r: r.predicted.seconds, lambda r: r.predicted.copies)
 

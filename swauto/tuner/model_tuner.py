@@ -8,6 +8,7 @@ from functools import partial
 from itertools import takewhile
 from typing import TypeVar
 
+from swauto import targets
 from swauto.ir.nodes import Module
 from swauto.schedule.candidate import Candidate
 from swauto.tuner.cost_model import Estimate, estimate, per_micro_kernel
@@ -31,7 +32,8 @@ def rank(space: Space, target: str, threads: int = 1) -> list[Ranked]:
     fewest transfers first); ties keep the space's stable order."""
     ranked = []
     for stages, candidates in space.lowerings():
-        predicted = per_micro_kernel(candidates, partial(estimate, stages, target, threads))
+        predicted = per_micro_kernel(candidates, partial(estimate, stages, target, threads),
+                                     targets.get(target).micro_kernel_tolerance)
         ranked.extend(Ranked(c, stages, predicted[c.micro_kernel]) for c in candidates)
     # Among equally fast candidates prefer the one that moves less data, then the one that computes
     # less: it leaves more headroom (where the transfers bound both, the faster compute still shortens
