@@ -239,6 +239,26 @@ def test_workers_do_not_pin_themselves_where_the_user_places_openmp_threads():
         assert result.stdout.strip() == "0", name
 
 
+def test_a_process_whose_workers_still_spin_in_libgomp_exits_cleanly():
+    """A process that ran a kernel on two threads, with libgomp's workers spinning rather than sleeping
+    between calls (`OMP_WAIT_POLICY=active`), exits with status 0: at exit llvmlite closes the libraries
+    it loaded, and libgomp, unmapped under a spinning worker, crashed every such process with a
+    segmentation fault; swauto now holds libgomp open (`threads._libgomp_loaded`)."""
+    if not thread_pools.native() or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs libgomp and two cores")
+    # A schedule given: the kernel runs on the threads asked for, however small.
+    script = ("import numpy as np, swauto\n"
+              f"source, sizes = {str(GEMM_SW)!r}, {{'M': 256, 'N': 256, 'K': 256}}\n"
+              "candidate = swauto.schedules(source, sizes, target='host')[0]\n"
+              "k = swauto.compile(source, sizes, target='host', schedule=candidate, threads=2)\n"
+              "a = np.ones((256, 256), np.float32); c = np.zeros_like(a); k(A=a, B=a, C=c)\n"
+              "print(k.threads, c[0, 0])\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "OMP_WAIT_POLICY": "active"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["2", "256.0"]
+
+
 @pytest.mark.parametrize(("m", "in_place"), [(4, True), (64, False)])
 def test_a_vector_operand_read_once_is_left_in_place(m, in_place):
     """GEMM m x 512 x 256 (B's rows contiguous, cache-resident): with one row tile of the micro-kernel

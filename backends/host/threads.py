@@ -62,6 +62,7 @@ class _Placement(ctypes.Structure):
                 ("pinned", ctypes.c_uint8 * MAX_WORKERS)]  # per team member: pinned already
 
 _forked = False
+_OPENED: list[ctypes.CDLL] = []  # libgomp, held open for the process's life (`_libgomp_loaded`)
 
 
 def _after_fork() -> None:
@@ -89,13 +90,17 @@ def native() -> bool:
 @functools.cache
 def _libgomp_loaded() -> bool:
     """Load libgomp into the process, so the JIT resolves `GOMP_parallel`, and give the generated code
-    the process's cores (once)."""
+    the process's cores (once). ctypes opens it too and never closes it: at exit llvmlite closes the
+    libraries it loaded, and a worker still spinning in libgomp (`OMP_WAIT_POLICY=active`, or within its
+    spin time after a call) then ran on unmapped code: every two-thread call's process ended in a
+    segmentation fault."""
     path = ctypes.util.find_library("gomp")
     if path is None:
         return False
     try:
+        _OPENED.append(ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL))
         llvm.load_library_permanently(path)
-    except RuntimeError:
+    except (OSError, RuntimeError):
         return False
     if PINS:
         llvm.add_symbol(PLACEMENT_SYMBOL, ctypes.addressof(_placement()))
