@@ -91,9 +91,9 @@ def native() -> bool:
 def _libgomp_loaded() -> bool:
     """Load libgomp into the process, so the JIT resolves `GOMP_parallel`, and give the generated code
     the process's cores (once). ctypes opens it too and never closes it: at exit llvmlite closes the
-    libraries it loaded, and a worker still spinning in libgomp (`OMP_WAIT_POLICY=active`, or within its
-    spin time after a call) then ran on unmapped code: every two-thread call's process ended in a
-    segmentation fault."""
+    libraries it loaded, and a worker still spinning in libgomp (within its spin time after a call, or
+    always with `OMP_WAIT_POLICY=active`) then ran on unmapped code: with that setting every process
+    that had run a kernel on two threads ended in a segmentation fault."""
     path = ctypes.util.find_library("gomp")
     if path is None:
         return False

@@ -56,14 +56,14 @@ def estimate(stages: Stages, target: str, threads: int = 1, micro_kernel: tuple[
 
 
 def tied_micro_kernels(predicted: Mapping[M, T], tolerance: float) -> dict[M, T]:
-    """One lowering's estimates per micro-kernel (`predicted`, in the machine's order of preference): a micro-kernel
-    not cheaper than the first by more than `tolerance` (the target's `micro_kernel_tolerance`: on the host,
-    register tiles whose timings calibration counts as tied) takes the first's estimate, so the ranking keeps the
-    first there. On the host, without this rule, of the B = 1 convolutions' picks that changed when each candidate
-    was priced in its own tile, deep 3 x 3 layers whose 4 x 3 price was 1 - 3% below their 6 x 2 one ran up to 1.4x
-    slower in it on two threads; with it, fewer change, and those ran 1.10x as fast in geometric mean on one thread,
-    1.04x on two (MobileNetV2's projections to 24 channels, three vectors the 4 x 3 tile covers at once: 1.3 -
-    1.6x)."""
+    """One lowering's estimates per micro-kernel (`predicted`, in the machine's order of preference):
+    a micro-kernel not cheaper than the first by more than `tolerance` (the target's `micro_kernel_tolerance`:
+    on the host, register tiles whose timings calibration counts as tied) takes the first's estimate, so the
+    ranking keeps the first there. On the host, without this rule, of the B = 1 convolutions' picks that
+    changed when each candidate was priced in its own tile, deep 3 x 3 layers whose 4 x 3 price was 1 - 3%
+    below their 6 x 2 one ran up to 1.4x slower in it on two threads; with it, fewer change, and those ran
+    1.10x as fast in geometric mean on one thread, 1.04x on two (MobileNetV2's projections to 24 channels,
+    three vectors the 4 x 3 tile covers at once: 1.3 - 1.6x)."""
     first = next(iter(predicted.values()))
     return {kernel: estimate if estimate.seconds < first.seconds * (1 - tolerance) else first
             for kernel, estimate in predicted.items()}
