@@ -210,9 +210,23 @@ def settle(threads: int) -> float:
 
 
 def median_seconds(*functions, repeat: int, settle: float = 0.0) -> list[float]:
-    """The median wall time of `repeat` calls of each function, after WARMUP calls of each. The functions
-    take turns, so that a burst of load on this shared machine hits them alike: each round calls each
-    function twice and times the second call (its data in the caches, as in back-to-back calls).
+    """The median wall time of `repeat` calls of each function (`turn_seconds`)."""
+    return [statistics.median(samples) for samples in turn_seconds(*functions, repeat=repeat, settle=settle)]
+
+
+def paired_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> float:
+    """The median over turns of numerators[i] / denominators[i] (two functions' `turn_seconds`): a slow
+    moment of a shared machine slows both calls of a turn, which the ratio of the two medians does not
+    cancel. On an Emerald Rapids guest whose memory-bound timings moved by 2x within minutes, MobileNetV2's
+    block4.1.depthwise at B = 8 ran 1.1 - 2.6 ms and PyTorch's 1.2 - 2.4 ms, often in the same slow
+    minutes."""
+    return statistics.median(n / d for n, d in zip(numerators, denominators, strict=True))
+
+
+def turn_seconds(*functions, repeat: int, settle: float = 0.0) -> list[list[float]]:
+    """The wall time of `repeat` calls of each function, after WARMUP calls of each, turn by turn: the
+    functions take turns, so that a burst of load on this shared machine hits them alike: each round calls
+    each function twice and times the second call (its data in the caches, as in back-to-back calls).
 
     With `settle`, each turn calls its function back to back for that many seconds and then times one
     call. A library whose idle threads spin after a call needs it: OpenBLAS's workers spin for about 0.1
@@ -237,4 +251,4 @@ def median_seconds(*functions, repeat: int, settle: float = 0.0) -> list[float]:
             started = time.perf_counter()
             function()
             samples.append(time.perf_counter() - started)
-    return [statistics.median(samples) for samples in times]
+    return times

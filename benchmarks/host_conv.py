@@ -15,7 +15,8 @@ batch size and thread count (the most threads: swauto runs a call on one where i
 small to share, `swauto_threads`): the median of `--repeat` calls of each implementation (taking turns),
 GFLOPS, percent of the FMA peak that many cores gave in the same turns (`host_model.peak_probe`: on a
 shared machine, not always the peak calibration measured; both count every tap's flops, the padding's
-too, which neither computes: on small padded images either may pass 100%), the ratio swauto / PyTorch,
+too, which neither computes: on small padded images either may pass 100%), the ratio swauto / PyTorch
+(this percent and the ratio are medians of each turn's own: `common.paired_ratio`),
 and the tuning and compile time. swauto runs on arrays already in the layouts its kernel wants
 (`Kernel.run_arranged`): a framework would hand them over that way, and PyTorch likewise gets its own
 NCHW arrays; the conversion swauto would need from NCHW is timed apart (`layout_s`). The weights are
@@ -43,8 +44,9 @@ from common import (
     csv_rows,
     header,
     layer_shapes,
-    median_seconds,
+    paired_ratio,
     steady_allocator,
+    turn_seconds,
     write_tables,
     written_out,
 )
@@ -127,10 +129,11 @@ def measure(layer: dict[str, str], batch: int, threads: int, repeat: int, choose
     tx, tw = torch.from_numpy(x), torch.from_numpy(w)
     probe, probe_flops = peak_probe(threads)
     with torch.no_grad():  # they take turns: a burst of load on a shared machine hits all alike
-        ours, theirs, peak_s = median_seconds(lambda: run.run_arranged(**ready),
-                                              lambda: torch.nn.functional.conv2d(tx, tw, stride=stride,
-                                                                                 padding=(pad_r, pad_c), groups=groups),
-                                              probe, repeat=repeat)
+        turns = turn_seconds(lambda: run.run_arranged(**ready),
+                             lambda: torch.nn.functional.conv2d(tx, tw, stride=stride, padding=(pad_r, pad_c),
+                                                                groups=groups),
+                             probe, repeat=repeat)
+    ours, theirs = (statistics.median(samples) for samples in turns[:2])
     # Every tap's flops, the padding's too, whichever algorithm runs (Winograd's own count is lower).
     flops = 2 * math.prod(out_shape) * (ci // groups) * kr * kc
     return {
@@ -138,9 +141,9 @@ def measure(layer: dict[str, str], batch: int, threads: int, repeat: int, choose
         "swauto_threads": kernel.threads,
         "gflop": round(flops / 1e9, 3), "algorithm": kernel.operator.name,
         "swauto_gflops": round(flops / ours / 1e9, 1),
-        "torch_gflops": round(flops / theirs / 1e9, 1), "swauto_vs_torch": round(theirs / ours, 3),
-        "peak_gflops": round(probe_flops / peak_s / 1e9, 1),
-        "swauto_peak_pct": round(100 * flops / ours / (probe_flops / peak_s), 1),
+        "torch_gflops": round(flops / theirs / 1e9, 1), "swauto_vs_torch": round(paired_ratio(turns[1], turns[0]), 3),
+        "peak_gflops": round(probe_flops / statistics.median(turns[2]) / 1e9, 1),
+        "swauto_peak_pct": round(100 * flops / probe_flops * paired_ratio(turns[2], turns[0]), 1),
         "layout_s": round(layout_s, 4), "prepare_s": round(prepare_s, 4), "tuning_s": round(tuning, 2),
         "candidate": kernel.schedule.describe(),
     }

@@ -8,12 +8,13 @@ For each shape and thread count (the most threads each implementation may use: O
 small GEMMs on fewer, swauto on one where its model predicts the call too small to share;
 `swauto_threads` says which): the median of `--repeat` calls of each implementation (taking turns; on two
 threads each turn first calls its function for 0.2 s, so OpenBLAS's spinning idle threads do not slow
-the next: `common.median_seconds`), GFLOPS
+the next: `common.turn_seconds`), GFLOPS
 and the ratios to swauto, the FMA peak of the cores in those same turns (`host_model.peak_probe`: on a
 shared machine the peak a calibration measured once may not be what the cores give during the run) and
-swauto's percent of it, the tuning time and the compile time. The libraries' thread counts are set with
-threadpoolctl when available, else through the environment (`OPENBLAS_NUM_THREADS`), which this script
-sets before importing NumPy for every run. Prints the machine and the date, and writes
+swauto's percent of it (the ratios and the percent are medians of each turn's own: `common.paired_ratio`),
+the tuning time and the compile time. The libraries' thread counts are set with threadpoolctl when
+available, else through the environment (`OPENBLAS_NUM_THREADS`), which this script sets before importing
+NumPy for every run. Prints the machine and the date, and writes
 benchmarks/results/host_gemm.{csv,md} and, with matplotlib (the `bench` extra), host_gemm.png.
 """
 
@@ -25,6 +26,7 @@ import datetime
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -60,7 +62,7 @@ def gemm_source(m: int, n: int, k: int) -> str:
 def run_one(shape: tuple[int, int, int], threads: int, repeat: int, tuner: str) -> dict:
     """One shape at one thread count; runs in a child process so the BLAS thread count applies."""
     import numpy as np
-    from common import median_seconds, settle  # benchmarks/ is on the path when run as a script
+    from common import paired_ratio, settle, turn_seconds  # benchmarks/ is on the path when run as a script
 
     import swauto
     from swauto.tuner.host_model import peak_probe
@@ -85,17 +87,18 @@ def run_one(shape: tuple[int, int, int], threads: int, repeat: int, tuner: str) 
         ta, tb, tc = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c)
         peers.append(lambda: torch.matmul(ta, tb, out=tc))
     probe, probe_flops = peak_probe(threads)
-    ours, peak_s, theirs, *torch_s = median_seconds(lambda: kernel(A=a, B=b, C=c), probe, *peers, repeat=repeat,
-                                                    settle=settle(threads))
+    turns = turn_seconds(lambda: kernel(A=a, B=b, C=c), probe, *peers, repeat=repeat, settle=settle(threads))
+    ours, peak_s, theirs, *torch_s = (statistics.median(samples) for samples in turns)
     row = {"shape": f"{m}x{n}x{k}", "threads": threads, "swauto_threads": kernel.threads,
            "candidate": kernel.schedule.describe(),
            "swauto_gflops": round(flops / ours / 1e9, 1), "numpy_gflops": round(flops / theirs / 1e9, 1),
-           "torch_gflops": "", "swauto_vs_numpy": round(theirs / ours, 3), "swauto_vs_torch": "",
+           "torch_gflops": "", "swauto_vs_numpy": round(paired_ratio(turns[2], turns[0]), 3), "swauto_vs_torch": "",
            "peak_gflops": round(probe_flops / peak_s / 1e9, 1),
-           "swauto_peak_pct": round(100 * flops / ours / (probe_flops / peak_s), 1),
+           "swauto_peak_pct": round(100 * flops / probe_flops * paired_ratio(turns[1], turns[0]), 1),
            "tuning_s": round(kernel.report["tuning_s"], 3), "compile_s": round(compile_s, 3)}
     if torch_s:
-        row.update(torch_gflops=round(flops / torch_s[0] / 1e9, 1), swauto_vs_torch=round(torch_s[0] / ours, 3))
+        row.update(torch_gflops=round(flops / torch_s[0] / 1e9, 1),
+                   swauto_vs_torch=round(paired_ratio(turns[3], turns[0]), 3))
     return row
 
 
