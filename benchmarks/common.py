@@ -215,11 +215,10 @@ def median_seconds(*functions, repeat: int, settle: float = 0.0) -> list[float]:
 
 
 def paired_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> float:
-    """The median over turns of numerators[i] / denominators[i] (two functions' `turn_seconds`): a slow
-    moment of a shared machine slows both calls of a turn, which the ratio of the two medians does not
-    cancel. On an Emerald Rapids guest whose memory-bound timings moved by 2x within minutes, MobileNetV2's
-    block4.1.depthwise at B = 8 ran 1.1 - 2.6 ms and PyTorch's 1.2 - 2.4 ms, often in the same slow
-    minutes."""
+    """The median over turns of numerators[i] / denominators[i] (two functions' `turn_seconds`): both calls
+    of a turn run in the same moment of a shared machine, which the median of the turns' ratios keeps
+    together and the ratio of the two medians does not (on an Emerald Rapids guest, memory-bound layers'
+    timings moved by 2x within minutes: MobileNetV2's block4.1.depthwise at B = 8 1.1 - 2.6 ms)."""
     return statistics.median(n / d for n, d in zip(numerators, denominators, strict=True))
 
 
