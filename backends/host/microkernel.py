@@ -29,7 +29,7 @@ from swauto.ir.nodes import Access, Call
 from swauto.ir.printer import format_access
 
 from .layout import gemm_roles
-from .values import F32, I64, Env, Storage, i64
+from .values import F32, I64, Env, Storage, call_function, i64
 
 if TYPE_CHECKING:
     from .codegen import Lowering
@@ -249,10 +249,7 @@ class _Kernel:
     def _fma(self, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
         kind = a.type
         suffix = "f32" if kind == F32 else f"v{kind.count}f32"
-        name = f"{self.fma_name}.{suffix}"
-        module = self.lw.ir_module
-        function = module.globals.get(name) or ir.Function(module, ir.FunctionType(kind, [kind, kind, kind]), name)
-        return self.builder.call(function, [a, b, c])
+        return call_function(self.builder, f"{self.fma_name}.{suffix}", [a, b, c])
 
 
 def lane_groups(columns: int, width: int) -> list[int]:

@@ -25,7 +25,7 @@ from swauto.primitives.elementwise import Scalar
 
 from .layout import innermost_dim
 from .microkernel import OperandMap, check_operand, emit_gemm, operand_map, table_lookup
-from .values import F32, Env, i64
+from .values import F32, Env, call_function, i64
 
 if TYPE_CHECKING:
     from .codegen import Lowering
@@ -295,8 +295,8 @@ def _scalar(lw: Lowering, scalar: Scalar, values: dict[str, ir.Value], constant:
     if isinstance(scalar, float | int):
         return ir.Constant(F32, float(scalar))
     op, *args = scalar
-    products = [arg for arg in args if isinstance(arg, tuple) and arg[0] == "mul"]
-    if op == "add" and products:
+    products = [arg for arg in args if isinstance(arg, tuple) and arg[0] == "mul"] if op == "add" else []
+    if products:
         # x * y + z in one multiply-add (`llvm.fmuladd`, an FMA where the CPU has one): a depthwise
         # convolution's taps, `Z += X * Y`, otherwise cost a multiply and an add each (MobileNetV2's
         # depthwise layers at B = 1 on an Emerald Rapids, in turns: 1.15x as fast in geometric mean on one
@@ -304,7 +304,7 @@ def _scalar(lw: Lowering, scalar: Scalar, values: dict[str, ir.Value], constant:
         product = products[0]
         addend = args[1] if args[0] is product else args[0]
         factors = [_scalar(lw, arg, values, constant) for arg in (*product[1:], addend)]
-        return _intrinsic(lw, "llvm.fmuladd.f32", factors)
+        return call_function(builder, "llvm.fmuladd.f32", factors)
     operands = [_scalar(lw, arg, values, constant) for arg in args]
     if op == "add":
         return builder.fadd(*operands)
@@ -321,12 +321,6 @@ def _scalar(lw: Lowering, scalar: Scalar, values: dict[str, ir.Value], constant:
         left, right = operands
         return builder.select(builder.fcmp_ordered(">" if op == "max" else "<", left, right), left, right)
     if op in ("exp", "tanh"):
-        return _intrinsic(lw, "llvm.exp.f32" if op == "exp" else "tanhf", operands)
+        return call_function(builder, "llvm.exp.f32" if op == "exp" else "tanhf", operands)
     raise CodegenError(f"the host backend cannot lower the scalar operation {op!r}")
 
-
-def _intrinsic(lw: Lowering, name: str, operands: Sequence[ir.Value]) -> ir.Value:
-    """A call of the float function `name` (an LLVM intrinsic or a C library function) on `operands`."""
-    module = lw.ir_module
-    function = module.globals.get(name) or ir.Function(module, ir.FunctionType(F32, [F32] * len(operands)), name)
-    return lw.builder.call(function, list(operands))

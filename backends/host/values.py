@@ -32,6 +32,15 @@ class Storage:
     home: ir.Value | None = None  # a view's float** slot in the workspace
 
 
+def call_function(builder: ir.IRBuilder, name: str, operands: list[ir.Value]) -> ir.Value:
+    """A call of the function `name` (an LLVM intrinsic such as `llvm.fma.v16f32`, or a C library function)
+    whose operands and result all have the first operand's type, declared in the module on first use."""
+    kind = operands[0].type
+    module = builder.module
+    function = module.globals.get(name) or ir.Function(module, ir.FunctionType(kind, [kind] * len(operands)), name)
+    return builder.call(function, operands)
+
+
 def i64(value: int) -> ir.Constant:
     """An i64 constant; `CodegenError` when `value` does not fit."""
     if not -(2**63) <= value < 2**63:

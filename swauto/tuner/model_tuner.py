@@ -31,9 +31,9 @@ def rank(space: Space, target: str, threads: int = 1) -> list[Ranked]:
     """Legal candidates, cheapest predicted first (among those within `RESOLUTION` of the cheapest, the
     fewest transfers first); ties keep the space's stable order."""
     ranked = []
+    tolerance = targets.get(target).micro_kernel_tolerance
     for stages, candidates in space.lowerings():
-        predicted = per_micro_kernel(candidates, partial(estimate, stages, target, threads),
-                                     targets.get(target).micro_kernel_tolerance)
+        predicted = per_micro_kernel(candidates, partial(estimate, stages, target, threads), tolerance)
         ranked.extend(Ranked(c, stages, predicted[c.micro_kernel]) for c in candidates)
     # Among equally fast candidates prefer the one that moves less data, then the one that computes
     # less: it leaves more headroom (where the transfers bound both, the faster compute still shortens
