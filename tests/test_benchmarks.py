@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import shutil
+import subprocess
+import sys
 from types import ModuleType
 
 import numpy as np
@@ -43,3 +46,74 @@ def test_the_conv_benchmark_overwrites_the_output_with_the_convolution(host_conv
 def test_an_example_that_adds_into_nothing_is_refused(host_conv):
     with pytest.raises(ValueError, match="adds into its output"):
         host_conv.overwriting("softmax.sw")
+
+
+@pytest.fixture(scope="module")
+def profile_host() -> ModuleType:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(ROOT / "benchmarks"))
+        return importlib.import_module("profile_host")
+
+
+_OBJDUMP = """
+kernel.o:     file format elf64-x86-64
+
+Disassembly of section .ltext:
+
+0000000000000000 <swauto_k_before>:
+   0:\tret
+0000000000000010 <swauto_k_loop>:
+  10:\txor    %eax,%eax
+  14:\tvmovups (%rax),%zmm0
+  1a:\tvfmadd231ps %zmm0,%zmm1,%zmm2
+  20:\tinc    %rax
+  24:\tjne    14 <swauto_k_loop+0x4>
+  2a:\tdec    %rcx
+  2e:\tjne    10 <swauto_k_loop>
+  34:\tjmp    40 <swauto_k_loop+0x30>
+  40:\tret
+"""
+
+
+def test_the_profiler_finds_the_innermost_loops_of_the_machine_code(profile_host):
+    """A backward jump's range holding no other is an innermost loop; a forward jump is none."""
+    functions = profile_host.parse_objdump(_OBJDUMP)
+    assert [i.address for i in functions["swauto_k_loop"]] == [0x10, 0x14, 0x1A, 0x20, 0x24, 0x2A, 0x2E, 0x34, 0x40]
+    assert profile_host.innermost_loops(functions) == [profile_host.Loop("swauto_k_loop", 0x14, 0x24)]
+
+
+def test_the_profiler_maps_samples_to_the_kernels_loops_and_the_runtime(profile_host):
+    """Samples inside the loaded code count by instruction and loop (the object loaded at an offset);
+    the others by library: the OpenMP runtime, libc by symbol, Python."""
+    offset = 0x7F0000001000
+    lines = [f"12.5: {offset + 0x1A:x} [unknown] ([JIT] tid 7)"] * 6 + \
+            [f"12.5: {offset + 0x2A:x} [unknown] ([JIT] tid 7)"] * 2 + \
+            ["12.6: 7f00aa gomp_barrier_wait_end (/usr/lib/libgomp.so.1.0.0)",
+             "12.6: 7f00bb __memmove_avx512_unaligned_erms+0x12 (/usr/lib/libc.so.6)"]
+    samples = profile_host.parse_perf_script("\n".join(lines))
+    assert len(samples) == 10 and samples[0].time == 12.5 and samples[-1].symbol.startswith("__memmove")
+    report = profile_host.report(samples, profile_host.parse_objdump(_OBJDUMP),
+                                 {"swauto_k_before": offset, "swauto_k_loop": offset + 0x10}, top=1)
+    assert report[0] == " 80.0%  generated code"
+    assert "OpenMP runtime" in report[1] and "libc __memmove_avx512_unaligned_erms" in report[2]
+    loop = report.index(" 60.0%  swauto_k_loop +0x14..0x24 (4 instructions)")
+    assert report[loop + 1].split() == ["60.0%", "+0x1a", "vfmadd231ps", "%zmm0,%zmm1,%zmm2"]
+    assert report[-1] == " 20.0%  generated code outside its innermost loops"
+
+
+@pytest.mark.skipif(shutil.which("perf") is None or shutil.which("objdump") is None, reason="needs perf and objdump")
+def test_the_profiler_profiles_a_kernel_under_perf():
+    """The whole tool on a small GEMM: its samples fall in the generated code, mostly in the micro-kernel."""
+    from swauto.tuner.host_model import machine
+
+    machine()  # calibrated in this session's cache folder, which the child shares, before the child needs it
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "profile_host.py"), str(EXAMPLES / "gemm.sw"),
+                             "-D", "M=256", "-D", "N=256", "-D", "K=256", "--seconds", "1"],
+                            capture_output=True, text=True, timeout=120, check=False)
+    if "perf record failed" in result.stderr:
+        pytest.skip("perf may not sample here: " + result.stderr.strip())
+    assert result.returncode == 0, result.stderr
+    shares = {line.split("%", 1)[1].strip(): float(line.split("%")[0]) for line in result.stdout.splitlines()
+              if line.strip().endswith("generated code")}
+    assert shares["generated code"] > 50
+    assert "innermost loops of the generated code" in result.stdout

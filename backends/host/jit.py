@@ -98,7 +98,7 @@ def _build(module: Module, isa: isas.Isa, knobs: Knobs) -> HostProgram:
     if missing:
         raise CodegenError(f"the compiled kernel {module.name} has no function {missing[0]}")
     build = Build(key, from_disk, time.perf_counter() - started)
-    return HostProgram(module, plan, engine, addresses, build, llvm_ir, isa.name, knobs)
+    return HostProgram(module, plan, engine, addresses, build, llvm_ir, isa.name, knobs, object_code)
 
 
 def _optimise(llvm_module: llvm.ModuleRef, target_machine: llvm.TargetMachine) -> None:

@@ -106,12 +106,14 @@ class HostProgram:
 
     The program owns its MCJIT engine, so its machine code lives exactly as long as the program
     object. `build` tells whether the code came from the disk cache and how long it took; `isa` and
-    `knobs` what it was compiled for.
+    `knobs` what it was compiled for; `object_code` is the machine code loaded, its functions at
+    `addresses` (by phase) in this process (what a profile of the kernel maps its samples back to).
     """
 
     def __init__(self, module: Module, plan: Plan, engine: llvm.ExecutionEngine, addresses: dict[str, int],
-                 build: Build, llvm_ir: str | None, isa: str, knobs: Knobs) -> None:
+                 build: Build, llvm_ir: str | None, isa: str, knobs: Knobs, object_code: bytes) -> None:
         self.module, self.plan, self.build, self.isa, self.knobs = module, plan, build, isa, knobs
+        self.object_code, self.addresses = object_code, dict(addresses)
         self._engine = engine
         self._llvm_ir = llvm_ir
         # Every phase takes the tensors, a workspace and a range of iterations; 'parallel' the tensors, an
