@@ -133,10 +133,8 @@ def report(samples: list[Sample], functions: dict[str, list[Instruction]], addre
     loops = sorted(innermost_loops(functions),
                    key=lambda loop: -sum(n for a, n in hits.items() if loop.start <= a <= loop.end))
     lines.append("innermost loops of the generated code (share of all samples; hottest instructions):")
-    inside = 0
     for loop in loops:
         count = sum(n for a, n in hits.items() if loop.start <= a <= loop.end)
-        inside += count
         if count / total < 0.01:
             continue
         instructions = sum(1 for a in text if loop.start <= a <= loop.end)
@@ -144,8 +142,10 @@ def report(samples: list[Sample], functions: dict[str, list[Instruction]], addre
                      f"({instructions} instructions)")
         hottest = sorted(((n, a) for a, n in hits.items() if loop.start <= a <= loop.end), reverse=True)[:top]
         lines.extend(f"          {n / total:6.1%}  +{a:#x}  {text.get(a, '?')}" for n, a in hottest)
-    outside = sum(hits.values()) - inside
-    lines.append(f"{outside / total:6.1%}  generated code outside its innermost loops")
+    outside = {a: n for a, n in hits.items() if not any(loop.start <= a <= loop.end for loop in loops)}
+    lines.append(f"{sum(outside.values()) / total:6.1%}  generated code outside its innermost loops")
+    hottest = sorted(((n, a) for a, n in outside.items()), reverse=True)[:top]
+    lines.extend(f"          {n / total:6.1%}  +{a:#x}  {text.get(a, '?')}" for n, a in hottest)
     return lines
 
 
