@@ -26,10 +26,15 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-# A call of `jmp`/`jne`/... to an address inside the same function, as objdump prints it.
+if TYPE_CHECKING:
+    from swauto.api import Kernel
+
+# A jump (`jmp`, `jne`, ...) to an address, as objdump prints it.
 _JUMP = re.compile(r"^j\w+\s+([0-9a-f]+)\s+<")
 _FUNCTION = re.compile(r"^([0-9a-f]+) <([^>]+)>:$")
 _INSTRUCTION = re.compile(r"^\s*([0-9a-f]+):\s+(.*)$")
@@ -102,7 +107,7 @@ def where(sample: Sample, code: tuple[int, int]) -> str:
         return "OpenMP runtime (threads waiting or handing over)"
     if dso.startswith("libc."):
         return f"libc {sample.symbol.split('+')[0]}"
-    if "python" in dso or dso.endswith(".so") and "cpython" in dso:
+    if "python" in dso:  # the interpreter and extension modules (*.cpython-*.so)
         return "Python (between calls)"
     if "kernel" in dso:
         return "operating system"
@@ -130,11 +135,11 @@ def report(samples: list[Sample], functions: dict[str, list[Instruction]], addre
         lines.append(f"{rest / total:6.1%}  elsewhere (each part under 0.5%)")
     hits = Counter(sample.ip - offset for sample in samples if code[0] <= sample.ip < code[1])
     text = {i.address: i.text for instructions in functions.values() for i in instructions}
-    loops = sorted(innermost_loops(functions),
-                   key=lambda loop: -sum(n for a, n in hits.items() if loop.start <= a <= loop.end))
+    loops = innermost_loops(functions)
+    counts = {loop: sum(n for a, n in hits.items() if loop.start <= a <= loop.end) for loop in loops}
     lines.append("innermost loops of the generated code (share of all samples; hottest instructions):")
-    for loop in loops:
-        count = sum(n for a, n in hits.items() if loop.start <= a <= loop.end)
+    for loop in sorted(loops, key=counts.__getitem__, reverse=True):
+        count = counts[loop]
         if count / total < 0.01:
             continue
         instructions = sum(1 for a in text if loop.start <= a <= loop.end)
@@ -149,7 +154,7 @@ def report(samples: list[Sample], functions: dict[str, list[Instruction]], addre
     return lines
 
 
-def _kernel(args: argparse.Namespace):  # noqa: ANN202 (a swauto kernel and its call)
+def _kernel(args: argparse.Namespace) -> tuple[Kernel, Callable[[], object]]:
     """The compiled kernel and a function that calls it once on random inputs."""
     import numpy as np
 
