@@ -4,9 +4,9 @@ Compiles an operator for the host (a `.sw` file with -D, a GEMM shape, or a benc
 it for a few seconds under `perf record` (the software clock: no hardware counters needed, so it works in
 virtual machines), and maps every sample taken while the calls ran back to the kernel's machine code,
 disassembled with objdump. It prints what share of the time went to the generated code, to the OpenMP
-runtime (threads waiting), to libc (LLVM's memcpy and memset calls), to Python between calls, and, per
-innermost loop of the generated code, its share and its hottest instructions (a sample lands on the
-instruction after the one that stalled, or on it).
+runtime (threads waiting), to libc (LLVM's memcpy and memset calls), to Python between calls (and, on
+several threads, the same per thread), and, per innermost loop of the generated code, its share and its
+hottest instructions (a sample lands on the instruction after the one that stalled, or on it).
 
     python benchmarks/profile_host.py --gemm 2048 --threads 1
     python benchmarks/profile_host.py --conv resnet50/res2_3x3 --batch 8 --threads 2
@@ -81,6 +81,7 @@ def innermost_loops(functions: dict[str, list[Instruction]]) -> list[Loop]:
 
 @dataclass(frozen=True)
 class Sample:
+    thread: int
     time: float
     ip: int
     dso: str
@@ -88,12 +89,13 @@ class Sample:
 
 
 def parse_perf_script(text: str) -> list[Sample]:
-    """The samples of `perf script -F time,ip,sym,dso` output."""
+    """The samples of `perf script -F tid,time,ip,sym,dso` output."""
     samples = []
     for line in text.splitlines():
-        match = re.match(r"^\s*([\d.]+):\s+([0-9a-f]+)\s+(.*?)\s*\((.*)\)\s*$", line)
+        match = re.match(r"^\s*(\d+)\s+([\d.]+):\s+([0-9a-f]+)\s+(.*?)\s*\((.*)\)\s*$", line)
         if match:
-            samples.append(Sample(float(match.group(1)), int(match.group(2), 16), match.group(4), match.group(3)))
+            samples.append(Sample(int(match.group(1)), float(match.group(2)), int(match.group(3), 16), match.group(5),
+                                  match.group(4)))
     return samples
 
 
@@ -133,6 +135,14 @@ def report(samples: list[Sample], functions: dict[str, list[Instruction]], addre
     lines = [f"{count / total:6.1%}  {part}" for part, count in parts.most_common() if count / total >= 0.005]
     if rest := sum(count for count in parts.values() if count / total < 0.005):
         lines.append(f"{rest / total:6.1%}  elsewhere (each part under 0.5%)")
+    threads = Counter(sample.thread for sample in samples)
+    if len(threads) > 1:  # who waits for whom: the calling thread runs Python between calls, the others wait
+        calling = min(threads)  # the process's first thread (its id is the process's) makes the calls
+        for thread in sorted(threads, key=lambda t: (t != calling, -threads[t])):
+            own = Counter(where(sample, code) for sample in samples if sample.thread == thread)
+            shares = ", ".join(f"{part.split(' (')[0]} {count / threads[thread]:.0%}"
+                               for part, count in own.most_common(3))
+            lines.append(f"        thread {thread}{' (calling)' if thread == calling else ''}: {shares}")
     hits = Counter(sample.ip - offset for sample in samples if code[0] <= sample.ip < code[1])
     text = {i.address: i.text for instructions in functions.values() for i in instructions}
     loops = innermost_loops(functions)
@@ -240,7 +250,7 @@ def main() -> None:
         if not (Path(folder) / "kernel.json").exists():
             sys.exit("the profiled run failed (above)" if recorded or data.exists() else
                      "perf record failed (is /proc/sys/kernel/perf_event_paranoid above 2?)")
-        script = subprocess.run(["perf", "script", "-i", str(data), "-F", "time,ip,sym,dso"],
+        script = subprocess.run(["perf", "script", "-i", str(data), "-F", "tid,time,ip,sym,dso"],
                                 capture_output=True, text=True, check=True).stdout
         disassembly = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(Path(folder) / "kernel.o")],
                                      capture_output=True, text=True, check=True).stdout

@@ -86,16 +86,19 @@ def test_the_profiler_maps_samples_to_the_kernels_loops_and_the_runtime(profile_
     """Samples inside the loaded code count by instruction and loop (the object loaded at an offset);
     the others by library: the OpenMP runtime, libc by symbol, Python."""
     offset = 0x7F0000001000
-    lines = [f"12.5: {offset + 0x1A:x} [unknown] ([JIT] tid 7)"] * 6 + \
-            [f"12.5: {offset + 0x2A:x} [unknown] ([JIT] tid 7)"] * 2 + \
-            ["12.6: 7f00aa gomp_barrier_wait_end (/usr/lib/libgomp.so.1.0.0)",
-             "12.6: 7f00bb __memmove_avx512_unaligned_erms+0x12 (/usr/lib/libc.so.6)"]
+    lines = [f"7 12.5: {offset + 0x1A:x} [unknown] ([JIT] tid 7)"] * 6 + \
+            [f"7 12.5: {offset + 0x2A:x} [unknown] ([JIT] tid 7)"] * 2 + \
+            ["9 12.6: 7f00aa gomp_barrier_wait_end (/usr/lib/libgomp.so.1.0.0)",
+             "7 12.6: 7f00bb __memmove_avx512_unaligned_erms+0x12 (/usr/lib/libc.so.6)"]
     samples = profile_host.parse_perf_script("\n".join(lines))
     assert len(samples) == 10 and samples[0].time == 12.5 and samples[-1].symbol.startswith("__memmove")
+    assert [s.thread for s in samples].count(9) == 1
     report = profile_host.report(samples, profile_host.parse_objdump(_OBJDUMP),
                                  {"swauto_k_before": offset, "swauto_k_loop": offset + 0x10}, top=1)
     assert report[0] == " 80.0%  generated code"
     assert "OpenMP runtime" in report[1] and "libc __memmove_avx512_unaligned_erms" in report[2]
+    assert report[3:5] == ["        thread 7 (calling): generated code 89%, libc __memmove_avx512_unaligned_erms 11%",
+                           "        thread 9: OpenMP runtime 100%"]
     loop = report.index(" 60.0%  swauto_k_loop +0x14..0x24 (4 instructions)")
     assert report[loop + 1].split() == ["60.0%", "+0x1a", "vfmadd231ps", "%zmm0,%zmm1,%zmm2"]
     assert report[-2:] == [" 20.0%  generated code outside its innermost loops", "           20.0%  +0x2a  dec    %rcx"]
