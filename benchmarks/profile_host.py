@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 _JUMP = re.compile(r"^j\w+\s+([0-9a-f]+)\s+<")
 _FUNCTION = re.compile(r"^([0-9a-f]+) <([^>]+)>:$")
 _INSTRUCTION = re.compile(r"^\s*([0-9a-f]+):\s+(.*)$")
+# A sample of `perf script -F tid,time,ip,sym,dso`: thread, time, address, symbol, (library).
+_SAMPLE = re.compile(r"^\s*(\d+)\s+([\d.]+):\s+([0-9a-f]+)\s+(.*?)\s*\((.*)\)\s*$")
 
 
 @dataclass(frozen=True)
@@ -92,8 +94,7 @@ def parse_perf_script(text: str) -> list[Sample]:
     """The samples of `perf script -F tid,time,ip,sym,dso` output."""
     samples = []
     for line in text.splitlines():
-        match = re.match(r"^\s*(\d+)\s+([\d.]+):\s+([0-9a-f]+)\s+(.*?)\s*\((.*)\)\s*$", line)
-        if match:
+        if match := _SAMPLE.match(line):
             samples.append(Sample(int(match.group(1)), float(match.group(2)), int(match.group(3), 16), match.group(5),
                                   match.group(4)))
     return samples
@@ -128,8 +129,9 @@ def report(samples: list[Sample], functions: dict[str, list[Instruction]], addre
     offset = offsets.pop()
     every = [i.address for instructions in functions.values() for i in instructions]
     code = (offset + min(every), offset + max(every) + 16)  # an x86 instruction is at most 15 bytes
-    parts = Counter(where(sample, code) for sample in samples)
-    total = sum(parts.values())
+    places = [where(sample, code) for sample in samples]
+    parts = Counter(places)
+    total = len(places)
     if not total:
         return ["no samples fell while the kernel ran"]
     lines = [f"{count / total:6.1%}  {part}" for part, count in parts.most_common() if count / total >= 0.005]
@@ -139,7 +141,7 @@ def report(samples: list[Sample], functions: dict[str, list[Instruction]], addre
     if len(threads) > 1:  # who waits for whom: the calling thread runs Python between calls, the others wait
         calling = min(threads)  # the process's first thread (its id is the process's) makes the calls
         for thread in sorted(threads, key=lambda t: (t != calling, -threads[t])):
-            own = Counter(where(sample, code) for sample in samples if sample.thread == thread)
+            own = Counter(place for sample, place in zip(samples, places, strict=True) if sample.thread == thread)
             shares = ", ".join(f"{part.split(' (')[0]} {count / threads[thread]:.0%}"
                                for part, count in own.most_common(3))
             lines.append(f"        thread {thread}{' (calling)' if thread == calling else ''}: {shares}")

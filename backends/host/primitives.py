@@ -295,13 +295,12 @@ def _scalar(lw: Lowering, scalar: Scalar, values: dict[str, ir.Value], constant:
     if isinstance(scalar, float | int):
         return ir.Constant(F32, float(scalar))
     op, *args = scalar
-    products = [arg for arg in args if isinstance(arg, tuple) and arg[0] == "mul"] if op == "add" else []
-    if products:
+    product = next((arg for arg in args if isinstance(arg, tuple) and arg[0] == "mul"), None) if op == "add" else None
+    if product is not None:
         # x * y + z in one multiply-add (`llvm.fmuladd`, an FMA where the CPU has one): a depthwise
         # convolution's taps, `Z += X * Y`, otherwise cost a multiply and an add each (MobileNetV2's
         # depthwise layers at B = 1 on an Emerald Rapids, in turns: 1.15x as fast in geometric mean on one
         # thread, 1.25x on two).
-        product = products[0]
         addend = args[1] if args[0] is product else args[0]
         factors = [_scalar(lw, arg, values, constant) for arg in (*product[1:], addend)]
         return call_function(builder, "llvm.fmuladd.f32", factors)
@@ -323,4 +322,3 @@ def _scalar(lw: Lowering, scalar: Scalar, values: dict[str, ir.Value], constant:
     if op in ("exp", "tanh"):
         return call_function(builder, "llvm.exp.f32" if op == "exp" else "tanhf", operands)
     raise CodegenError(f"the host backend cannot lower the scalar operation {op!r}")
-
