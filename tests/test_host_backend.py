@@ -691,6 +691,47 @@ def test_a_transposed_operand_layout(vectorize):
     assert relative_error(arrays["C"], expected) <= TOLERANCE
 
 
+def packed_rows_module(m: int, n: int, k: int, tile_k: int) -> Module:
+    """C[N, M] += A[M, K] B[K, N] over K tiles: the micro-kernel vectorizes M, so each tile of A (K contiguous
+    in the tensor) is packed in micro-panels along M, a transposing copy."""
+    k0 = BinOp("*", Var("k_outer"), Const(tile_k))
+    return Module(
+        "packed_rows",
+        (Tensor("A", (m, k)), Tensor("B", (k, n)), Tensor("C", (n, m), is_output=True)),
+        (LocalBuffer("A_tile", (m, tile_k)), LocalBuffer("B_tile", (tile_k, n)), LocalBuffer("C_tile", (n, m))),
+        Seq((
+            Dma("get", _box("C", (0, 0), (n, m), "NM"), _box("C_tile", (0, 0), (n, m), "NM"), "c"), DmaWait("c"),
+            For("k_outer", Const(0), Const(k // tile_k), 1, Seq((
+                Dma("get", _box("A", (0, k0), (m, tile_k), "MK"), _box("A_tile", (0, 0), (m, tile_k), "MK"), "a"),
+                Dma("get", _box("B", (k0, 0), (tile_k, n), "KN"), _box("B_tile", (0, 0), (tile_k, n), "KN"), "b"),
+                DmaWait("a"), DmaWait("b"),
+                gemm_call(m, n, tile_k, _box("A_tile", (0, 0), (m, tile_k), "MK"),
+                          _box("B_tile", (0, 0), (tile_k, n), "KN"), _box("C_tile", (0, 0), (n, m), "NM")),
+            ))),
+            Dma("put", _box("C", (0, 0), (n, m), "NM"), _box("C_tile", (0, 0), (n, m), "NM"), "w"), DmaWait("w"),
+        )),
+    )
+
+
+@pytest.mark.parametrize("isa", [None, "avx2", "generic"])
+@pytest.mark.parametrize(("m", "k", "tile_k"), [(64, 96, 48), (96, 74, 37), (32, 16, 16)])
+def test_a_packing_copy_transposes_whole_blocks_in_registers_and_the_rest_by_element(isa, m, k, tile_k):
+    if isa is not None and ISAS[isa].width > select().width:
+        pytest.skip(f"this CPU cannot run {isa}")
+    n = 3
+    module = packed_rows_module(m, n, k, tile_k)
+    chosen = select(isa)
+    knobs = default_knobs(chosen)
+    assert layout.plan(module, knobs, chosen.width, frozenset(), False)[0]["A_tile"].axes[0].extents[1] > 1  # packed
+    assert "copy.A.A_tile.transposed" in str(generate(module, chosen, knobs))
+    rng = np.random.default_rng(5)
+    arrays = {"A": rng.standard_normal((m, k), dtype=np.float32), "B": rng.standard_normal((k, n), dtype=np.float32),
+              "C": rng.standard_normal((n, m), dtype=np.float32)}
+    expected = arrays["C"].astype(np.float64) + (arrays["A"].astype(np.float64) @ arrays["B"]).T
+    compile_module(module, isa=isa).run(arrays)
+    assert relative_error(arrays["C"], expected) <= TOLERANCE
+
+
 def test_the_cache_returns_the_same_program_for_an_equal_module():
     first = compile_module(transposed_gemm_module(64, 48, 96, tile_k=32))
     assert isinstance(first, HostProgram)

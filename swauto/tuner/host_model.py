@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 CALIBRATION_FILE = "host_machine.json"
 CACHE_LINE_BYTES = 64
-CALIBRATION_VERSION = 19  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
+CALIBRATION_VERSION = 20  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
 # 9: the FMA latency and the loads of a K step, measured on panels in L1; 10: a map's bandwidth on tiles in L1;
 # 11: a panel's stream out of L2 and L3 into the micro-kernel, the loads of a K step clear of the FMA latency;
 # 12: the micro-kernel's rates timed in interleaved rounds (stored ones were up to 30% low), copies with
@@ -66,7 +66,8 @@ CALIBRATION_VERSION = 19  # 6: the FMA peak, best-of-runs timings; 7: register t
 # 16: a map's transfers at the rate of the backend's own tiled map (`*_stream_bandwidth`); 17: register tiles
 # and C views ranked by medians in turns, the default tiles first only within the tolerance; 18: register tiles
 # ranked by their times alone; 19: timings taken while the core reads quiet (`tuner/quiet`), register tiles
-# within the tolerance ranked by FMAs per load
+# within the tolerance ranked by FMAs per load; 20: a transposing copy timed as the backend makes it (in-register
+# transposes), not NumPy's
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ class Machine:
     l3_bandwidth: float
     dram_bandwidth: float
     dram_bandwidth_total: float
-    transpose_bandwidth: float  # a copy whose innermost axes differ (packing a transposed operand)
+    transpose_bandwidth: float  # a copy whose innermost axes differ (packing a transposed operand): ours
     l1_bytes: int
     l2_bytes: int
     l3_bytes: int
@@ -1558,18 +1559,36 @@ def _map_run(size: int) -> tuple[Callable[[], object], int]:
     return (lambda: program.run({}, threads=1)), repeat * sum(4 * prod(buffer.shape) for buffer in module.buffers)
 
 
+def transpose_module(side: int, repeat: int) -> Module:
+    """`repeat` transfers of a `side` x `side` tensor into a buffer a GEMM then reads as its vector operand
+    along the tensor's rows (C[N = 1, M] += T[M, K] x B[K, N]: the micro-kernel vectorizes M), so the
+    backend packs the rows into micro-panels: a transposing copy, as the model prices one."""
+    from swauto.ir.nodes import DmaWait, LocalBuffer, gemm_call
+
+    def box(name: str, extents: tuple[int, int], dims: str) -> Access:
+        return Access(name, (ex.Const(0), ex.Const(0)), extents, tuple(dims))
+
+    tile = box("T", (side, side), "MK")
+    get = Dma("get", box("X", (side, side), "MK"), tile, "x")
+    return Module("transpose_rate", (Tensor("X", (side, side)),),
+                  (LocalBuffer("T", (side, side)), LocalBuffer("B", (side, 1)), LocalBuffer("C", (1, side))),
+                  Seq((Zero(box("B", (side, 1), "KN")), Zero(box("C", (1, side), "NM")),
+                       For("r", ex.Const(0), ex.Const(repeat), 1, Seq((get, DmaWait("x")))),
+                       gemm_call(side, 1, side, tile, box("B", (side, 1), "KN"), box("C", (1, side), "NM")))))
+
+
 def _transpose_bandwidth(size: int) -> float:
-    """Bytes per second copied from a square array of `size` bytes into its transpose (one thread)."""
+    """Bytes per second the backend's transposing copy (`transpose_module`) moves from a square tensor of
+    `size` bytes into micro-panels (one thread): the difference of two repeat counts, which takes out the
+    GEMM that makes the copy a packing one."""
+    from swauto.backends.host import compile_module
+
     side = int((size // 4) ** 0.5)
-    source = np.ones((side, side), np.float32)
-    target = np.empty_like(source)
-    repeat = max(1, (16 << 20) // size)
-
-    def copy() -> None:
-        for _ in range(repeat):
-            np.copyto(target, source.T)
-
-    return repeat * source.nbytes / _best_seconds(copy)
+    repeat = max(2, (16 << 20) // size)
+    arrays = {"X": np.ones((side, side), np.float32)}
+    programs = [compile_module(transpose_module(side, count)) for count in (repeat, 2 * repeat)]
+    seconds = _interleaved_best([lambda p=p: p.run(arrays, threads=1) for p in programs], runs=3)
+    return repeat * size / max(seconds[1] - seconds[0], 1e-9)
 
 
 def _l3_reach(array: int, l3: int, l3_rate: float, dram_rate: float) -> int:
