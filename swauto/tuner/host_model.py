@@ -293,7 +293,9 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
         trips = executions(loops, node.runs_if) if isinstance(node, Call) else _trips(loops)
         bandwidth = level
         if isinstance(node, Dma):
-            copied = machine.transpose_bandwidth if node.buffer.name in transposing else level
+            # A transposing copy, measured on tiles in L2, moves no faster than a plain copy out of where the
+            # tensors live.
+            copied = min(machine.transpose_bandwidth, level) if node.buffer.name in transposing else level
             # A prepacked tile streams in no slower than a copy of it would read the same bytes (on a
             # calibration whose panel rate measured below its copy rate, it was priced above its copy).
             bandwidth = stream_bandwidth if node.buffer.name not in gemm_tiles else \
