@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import EXAMPLES, GEMM_SW, gemm_inputs, gemm_reference, relative_error, use_fresh_cache_dir
 from swauto.api import compile as swauto_compile
@@ -59,6 +61,7 @@ from swauto.schedule.candidate import Candidate
 from swauto.tuner import host_model
 from swauto.tuner.space import explore
 
+FUZZ = int(os.environ.get("SWAUTO_FUZZ") or 0)  # more random cases, not derandomized
 SHAPES = [(256, 384, 128), (128, 128, 64), (384, 256, 96)]  # (M, N, K)
 TOLERANCE = 1e-5
 
@@ -729,6 +732,23 @@ def test_a_packing_copy_transposes_whole_blocks_in_registers_and_the_rest_by_ele
               "C": rng.standard_normal((n, m), dtype=np.float32)}
     expected = arrays["C"].astype(np.float64) + (arrays["A"].astype(np.float64) @ arrays["B"]).T
     compile_module(module, isa=isa).run(arrays)
+    assert relative_error(arrays["C"], expected) <= TOLERANCE
+
+
+@settings(max_examples=FUZZ or 12, deadline=None, derandomize=not FUZZ, database=None)
+@given(m=st.integers(1, 80), n=st.integers(1, 5), tile_k=st.integers(1, 40), tiles=st.integers(1, 3),
+       isa=st.sampled_from([None, "avx2", "generic"]))
+def test_packing_copies_of_any_shape_move_every_element(m, n, tile_k, tiles, isa):
+    """Blocks where the copy transposes whole ones, elements where the tile's rows or K leave a part block,
+    or its rows are no whole panels (`_transposes` declines)."""
+    if isa is not None and ISAS[isa].width > select().width:
+        isa = None
+    k = tile_k * tiles
+    rng = np.random.default_rng(m * 1000 + k)
+    arrays = {"A": rng.standard_normal((m, k), dtype=np.float32), "B": rng.standard_normal((k, n), dtype=np.float32),
+              "C": rng.standard_normal((n, m), dtype=np.float32)}
+    expected = arrays["C"].astype(np.float64) + (arrays["A"].astype(np.float64) @ arrays["B"]).T
+    compile_module(packed_rows_module(m, n, k, tile_k), isa=isa).run(arrays)
     assert relative_error(arrays["C"], expected) <= TOLERANCE
 
 
