@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 CALIBRATION_FILE = "host_machine.json"
 CACHE_LINE_BYTES = 64
-CALIBRATION_VERSION = 20  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
+CALIBRATION_VERSION = 21  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
 # 9: the FMA latency and the loads of a K step, measured on panels in L1; 10: a map's bandwidth on tiles in L1;
 # 11: a panel's stream out of L2 and L3 into the micro-kernel, the loads of a K step clear of the FMA latency;
 # 12: the micro-kernel's rates timed in interleaved rounds (stored ones were up to 30% low), copies with
@@ -67,7 +67,7 @@ CALIBRATION_VERSION = 20  # 6: the FMA peak, best-of-runs timings; 7: register t
 # and C views ranked by medians in turns, the default tiles first only within the tolerance; 18: register tiles
 # ranked by their times alone; 19: timings taken while the core reads quiet (`tuner/quiet`), register tiles
 # within the tolerance ranked by FMAs per load; 20: a transposing copy timed as the backend makes it (in-register
-# transposes), not NumPy's
+# transposes), not NumPy's; 21: how a K step's FMAs and its panel stream overlap
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,9 @@ class Machine:
     l2_map_bandwidth: float  # the same on tiles in L2 that do not fit L1
     l2_panel_bandwidth: float  # bytes per second the micro-kernel streams a vector panel in at from L2
     l3_panel_bandwidth: float  # the same from L3
+    # How a K step's FMAs (F seconds) and its panel stream (S) overlap: (F^p + S^p)^(1/p) seconds, p this
+    # exponent (large: the longer one hides the other; 1: one after the other) (`_panel_bandwidths`)
+    overlap_exponent: float
     l2_bandwidth: float
     l3_bandwidth: float
     dram_bandwidth: float
@@ -163,7 +166,7 @@ _PLAUSIBLE: dict[str, tuple[float, float]] = {
     "kernel_flops": _FLOPS, "peak_flops": _FLOPS, "accumulator_seconds": (0.0, 1e-5),
     "latency_accumulators": (1.0, 256.0), "load_slots": (0.01, 64.0), "vector_lanes": (1, 64),
     "l1_map_bandwidth": _BANDWIDTH, "l2_map_bandwidth": _BANDWIDTH,
-    "l2_panel_bandwidth": _BANDWIDTH, "l3_panel_bandwidth": _BANDWIDTH,
+    "l2_panel_bandwidth": _BANDWIDTH, "l3_panel_bandwidth": _BANDWIDTH, "overlap_exponent": (1.0, 64.0),
     "l2_bandwidth": _BANDWIDTH, "l3_bandwidth": _BANDWIDTH, "dram_bandwidth": _BANDWIDTH,
     "dram_bandwidth_total": _BANDWIDTH, "transpose_bandwidth": _BANDWIDTH,
     "l1_bytes": _BYTES, "l2_bytes": _BYTES, "l3_bytes": _BYTES, "l3_reach": _BYTES,
@@ -660,19 +663,16 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
     knobs, registers = Knobs(rows, vectors), select().registers
     whole = whole_vectors(node, knobs, width, shapes)
     slots = len(lane_groups(sizes[v], width)) if whole else sizes[v]
-    fma = 2 * width / machine.kernel_flops  # seconds per vector FMA at the full rate
     compute = 0.0
     # Register tiles: the column tiles of `Knobs.column_tiles` (narrower ones with more rows:
-    # `Knobs.rows_for`), each in whole row tiles and one of the rows left over. A K step of a tile costs
-    # its FMAs, or the FMA latency when it has too few accumulators to hide it, or its loads (a vector
-    # per column group, an element per row) when it has few rows or few vectors.
+    # `Knobs.rows_for`), each in whole row tiles and one of the rows left over, K steps of `k_step_seconds`.
     for tile_vectors, column_tiles in knobs.column_tiles(slots):
         whole_rows = knobs.rows_for(tile_vectors, registers)
         for tile_rows, row_tiles in ((whole_rows, sizes[u] // whole_rows), (sizes[u] % whole_rows, 1)):
             accumulators = tile_rows * tile_vectors
             if accumulators and row_tiles:
-                loads = (tile_rows + tile_vectors) * machine.load_slots
-                step = max(accumulators, machine.latency_accumulators, loads) * fma
+                step = k_step_seconds(tile_rows, tile_vectors, width, machine.kernel_flops,
+                                      machine.latency_accumulators, machine.load_slots)
                 compute += row_tiles * column_tiles * (sizes["K"] * step + accumulators * machine.accumulator_seconds)
     # Each row tile reads the vector operand's whole panel (K x the vectorized dimension). A panel larger
     # than the L1 cache comes from L2, or L3 where it outgrows a quarter of the L2, at the rate the micro-kernel
@@ -700,9 +700,28 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
     # 68.8, at 58.9 - 73.6; the pick / the best of the sample at 1024^3 60.7 / 74.7, 2048^3 on two threads
     # 101.6 / 131.9).
     rows = -(-slots // vectors) * broadcast / _panel_bandwidth(broadcast, machine)
+    # The streams overlap the FMAs as calibration measured (`overlapped`): not wholly where both take about
+    # as long (ResNet-50 res4_1x1a at B = 1, calls of 4 rows against a 512 KB weight panel in L2: priced
+    # 1.42 ms as if the stream hid under the FMAs, ran 1.64 - 2.33; calls of 28 rows, 1.44, ran 1.33 - 2.02).
     if broadcast <= machine.l2_bytes // 4:
-        return node.flops, 0, max(compute, streamed + rows), 0.0
-    return node.flops, 0, max(compute, streamed) + rows, 0.0
+        return node.flops, 0, overlapped(compute, streamed + rows, machine.overlap_exponent), 0.0
+    return node.flops, 0, overlapped(compute, streamed, machine.overlap_exponent) + rows, 0.0
+
+
+def overlapped(first: float, second: float, exponent: float) -> float:
+    """The time of two streams of work that overlap as the p-norm of their times, p = `exponent`: the
+    longer one, plus a share of the shorter that grows as they near each other (both `exponent`-th roots
+    of 2 times as long where they are equal)."""
+    longer, shorter = max(first, second), min(first, second)
+    return longer * (1 + (shorter / longer) ** exponent) ** (1 / exponent) if longer > 0 else 0.0
+
+
+def k_step_seconds(rows: int, vectors: int, lanes: int, kernel_flops: float, latency_accumulators: float,
+                   load_slots: float) -> float:
+    """One K step of a register tile of `rows` x `vectors` of `lanes` on panels in L1, with the calibration's
+    figures of those names: its FMAs, or the FMA latency where it has too few accumulators to hide it, or its
+    loads (a vector per column group, an element per row) where it has few rows or few vectors."""
+    return max(rows * vectors, latency_accumulators, (rows + vectors) * load_slots) * 2 * lanes / kernel_flops
 
 
 def _panel_bandwidth(footprint: int, machine: Machine) -> float:
@@ -1024,7 +1043,7 @@ def _measure(cpu: str) -> Machine:
         vector_lanes=select().width,
         l1_map_bandwidth=l1_map,
         l2_map_bandwidth=_map_bandwidth(l2 // 2),
-        **_panel_bandwidths(l1, l2, l3, rate["latency_accumulators"]),
+        **_panel_bandwidths(l2, l3, rate),
         l2_bandwidth=max(_copy_bandwidth(l2 // 4), l3_copy),
         l3_bandwidth=l3_copy,
         dram_bandwidth=dram,
@@ -1520,27 +1539,52 @@ def map_benchmark_module(size: int, repeat: int) -> Module:
                   Seq((*(Zero(box) for box in boxes.values()), For("r", Const(0), Const(repeat), 1, add))))
 
 
-def _panel_bandwidths(l1: int, l2: int, l3: int, latency_accumulators: float) -> dict[str, float]:
-    """`l2_panel_bandwidth` and `l3_panel_bandwidth`: the bytes per second of a vector panel the
-    micro-kernel streams in from L2 (a panel of a quarter of it) and from L3 (of twice the L2, within a
-    quarter of the L3), each row tile reading it once: the tile with the fewest rows whose accumulators
-    hide the FMA latency (most bytes per FMA: the stream, not the FMAs, is what the time tells), the best
-    of several runs of about 32 MB streamed."""
+def _panel_bandwidths(l2: int, l3: int, rate: Mapping[str, float]) -> dict[str, float]:
+    """`l2_panel_bandwidth` and `l3_panel_bandwidth`: the bytes per second of a vector panel the micro-kernel
+    streams in from L2 (a panel of a quarter of it) and from L3 (of twice the L2, within a quarter of the
+    L3), each row tile reading it once: the tile of the default tile's vectors with the fewest rows whose
+    accumulators hide the FMA latency (most bytes per FMA: the stream, not the FMAs, is what the time tells);
+    and `overlap_exponent`, from the same stream out of L2 in tiles of more rows, up to twice as many and
+    more (the FMAs are the longer there), timed in the same rounds: the p of the p-norm (`overlapped`) that
+    best gives their K steps' times from their FMAs' (`k_step_seconds`, at `rate`) and the stream's, in the
+    least squares of the logarithms. Each time the best of interleaved runs of about 32 MB streamed. On an
+    Emerald Rapids core, tiles of 4 - 10 rows x 2 vectors took 1.2 - 1.75 times the longer of the two (p
+    about 2), 2 - 6 rows x 4 vectors 1.36 - 1.56."""
     from swauto.backends.host import compile_module
+    from swauto.backends.host.isa import select
     from swauto.backends.host.knobs import Knobs
 
+    isa = select()
     _, vectors = _default_tile()
-    rows = max(1, math.ceil(latency_accumulators / vectors))
+    least = max(1, math.ceil(rate["latency_accumulators"] / vectors))
+    tiles = [Knobs(rows, vectors) for rows in range(least, 2 * least + 3) if Knobs(rows, vectors).fits(isa)]
     n = KERNEL_BENCHMARK[1]
-    bandwidths = {}
-    for name, panel in (("l2_panel_bandwidth", l2 // 4), ("l3_panel_bandwidth", min(2 * l2, l3 // 4))):
+
+    def programs(panel: int, tiles: Sequence[Knobs]) -> tuple[int, list[Callable[[], object]]]:
         k = max(8, panel // (4 * n))
         repeat = max(2, (32 << 20) // (4 * k * n))
-        program = compile_module(kernel_benchmark_module(repeat=repeat, k=k, m=rows, n=n), knobs=Knobs(rows, vectors))
-        bandwidths[name] = repeat * 4 * k * n / _best_seconds(lambda: program.run({}, threads=1))  # noqa: B023
+        compiled = [compile_module(kernel_benchmark_module(repeat=repeat, k=k, m=tile.rows, n=n), knobs=tile)
+                    for tile in tiles]
+        return repeat * k, [lambda p=program: p.run({}, threads=1) for program in compiled]
+
+    l2_steps, l2_runs = programs(l2 // 4, tiles)
+    l3_steps, (l3_run,) = programs(min(2 * l2, l3 // 4), tiles[:1])
+    seconds = _interleaved_best(l2_runs, runs=3)
+    l2_rate = l2_steps * 4 * n / seconds[0]
     # A panel out of L3 never streams faster than one out of L2 (a disturbed reading could say so).
-    bandwidths["l3_panel_bandwidth"] = min(bandwidths["l3_panel_bandwidth"], bandwidths["l2_panel_bandwidth"])
-    return bandwidths
+    l3_rate = min(l3_steps * 4 * n / _best_seconds(l3_run), l2_rate)
+    column_tiles = -(-n // (isa.width * vectors))
+    stream = 4 * isa.width * vectors / l2_rate  # one K step's panel vectors
+    points = [(k_step_seconds(tile.rows, vectors, isa.width, rate["kernel_flops"], rate["latency_accumulators"],
+                              rate["load_slots"]), time_taken / (l2_steps * column_tiles))
+              for tile, time_taken in zip(tiles[1:], seconds[1:], strict=True)]
+
+    def misfit(exponent: float) -> float:
+        return sum(math.log(overlapped(fmas, stream, exponent) / step) ** 2 for fmas, step in points)
+
+    exponents = [2 ** (i / 16) for i in range(97)]  # 1 to 64, 16 a doubling
+    return {"l2_panel_bandwidth": l2_rate, "l3_panel_bandwidth": l3_rate,
+            "overlap_exponent": min(exponents, key=misfit) if points else exponents[-1]}
 
 
 def _map_bandwidth(size: int) -> float:
