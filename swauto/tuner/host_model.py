@@ -6,15 +6,17 @@ backend holds in place (views: `backends/host/layout.plan`) at the measured rate
 written in place (a put of output tiles only GEMMs write in place hidden under their compute, up to
 it), the tiles only maps, reductions and transforms touch at the measured rate of the backend's own
 tiled map, the operands' trips between the caches (C tiles swept out between visits,
-vector panels streamed, broadcast rows streamed (hidden under the FMAs only from L2), a broadcast
+vector panels and broadcast rows streamed, from L2 overlapping the FMAs as the calibration's p-norm
+does (`overlapped`), from L3 broadcast rows after them, a broadcast
 operand of short runs fetched where the innermost loop moves it, a
 transfer's runs started anew where the innermost loop around it moves its box off them), and the
 parallel nest's iterations shared by the threads, in each segment of an operator of several statements
 (each segment shared out also pays the native pool's measured fork and join).
 
 Its machine constants come from `calibrate()`, a micro-benchmark of up to about a minute (the micro-kernel on
-cache-resident panels at a long and a short K, whole GEMMs with each register tile the instruction set
-allows, copies sized for L2, L3 and DRAM, the backend's tiled add at each, GEMMs whose C tiles restart
+cache-resident panels at a long and a short K and streaming panels out of L2 and L3, whole GEMMs with each
+register tile the instruction set allows, copies sized for L2, L3 and DRAM, the backend's own transposing
+copy, the backend's tiled add at each level, GEMMs whose C tiles restart
 their runs or go on along them, the core's peak: an in-register FMA loop, and an almost empty kernel on one
 core and on all), run once per machine and stored with the date in the cache directory
 (`host_machine.json`); a different CPU measures again, and so does `recalibrate()` (`swauto calibrate`).
