@@ -579,6 +579,21 @@ def test_the_fmas_and_the_panel_stream_overlap_as_the_calibrated_p_norm():
         assert priced == pytest.approx(host_model.overlapped(fmas, stream, exponent), rel=1e-6)
 
 
+def test_the_transposing_copy_is_timed_as_the_backend_packs_a_tensor_along_its_rows():
+    """Calibration's transposing rate is the backend's own copy (blocks transposed in registers), not
+    NumPy's: the benchmark module packs its tensor's rows into micro-panels, the copy the model prices at
+    that rate (`_transposing_buffers`), and moves every element."""
+    from swauto.backends.host.codegen import generate
+
+    module = host_model.transpose_module(64, 3)
+    nodes = [(node, loops) for node, loops in walk(module.body) if isinstance(node, Dma | Call)]
+    assert host_model._transposing_buffers(nodes) == {"T"}
+    assert "copy.X.T.transposed" in str(generate(module, select(), default_knobs(select())))
+    arrays = {"X": np.arange(64 * 64, dtype=np.float32).reshape(64, 64)}
+    compile_module(module).run(arrays)  # runs; the GEMM reads what the copies packed
+    assert host_model._transpose_bandwidth(64 * 64 * 4) > 0
+
+
 def test_calibration_finds_the_overlap_exponent_between_one_and_sixty_four():
     """The exponent comes from tiles timed on this machine: a finite figure of the allowed range."""
     from swauto.backends.host.isa import cache_sizes
