@@ -1070,6 +1070,35 @@ def test_each_register_tile_starts_behind_a_compiler_barrier_and_nothing_spills(
     assert relative_error(arrays["C"], expected) <= TOLERANCE
 
 
+@pytest.mark.parametrize(("m", "n", "knobs"), [(8, 8, Knobs(4, 2)), (10, 8, Knobs(2, 5)), (64, 24, Knobs(4, 2)),
+                                             (20, 40, Knobs(4, 3))])
+def test_avx2_register_tiles_of_one_vector_keep_their_k_loop_rolled_and_nothing_spills(m, n, knobs):
+    """AVX2's 16 registers: a column tile of one vector takes 8 - 10 rows (`Knobs.rows_for`), whose K loop,
+    unrolled by LLVM, spilled an accumulator on every K step; it stays rolled (`rolled_k_loop`), and no
+    register tile or packing copy stores a vector register to the stack."""
+    import llvmlite.binding as llvm
+
+    from swauto.backends.host import isa as isas
+    from swauto.backends.host.jit import _optimise, _target_machine
+    from swauto.backends.host.microkernel import rolled_k_loop
+
+    if select().width < ISAS["avx2"].width:
+        pytest.skip("this CPU has no AVX2")
+    assert rolled_k_loop(8, 1, 16) and not rolled_k_loop(7, 1, 16) and not rolled_k_loop(8, 2, 16)
+    assert not rolled_k_loop(16, 1, 32)
+    module = transposed_gemm_module(m, n, 48, tile_k=48, vectorize="N")
+    machine = _target_machine(isas.host_cpu()[0], isas.target_features(ISAS["avx2"]))
+    code = llvm.parse_assembly(str(generate(module, ISAS["avx2"], knobs)))
+    code.triple, code.data_layout = machine.triple, str(machine.target_data)
+    _optimise(code, machine)
+    assert not re.search(r"mov[ua]ps\s+%ymm\d+, -?\d*\(%rsp\)", machine.emit_assembly(code)), "a register spilled"
+    arrays = gemm_inputs(m, n, 48, seed=7)
+    arrays["AT"] = np.ascontiguousarray(arrays.pop("A").T)
+    expected = arrays["C"].astype(np.float64) + arrays["AT"].T.astype(np.float64) @ arrays["B"]
+    compile_module(module, knobs=knobs, isa="avx2").run(arrays)
+    assert relative_error(arrays["C"], expected) <= TOLERANCE
+
+
 def test_an_output_tile_whose_lanes_are_apart_in_the_tensor_is_copied_not_viewed():
     """NCHW at B = 1 with one output pixel per GEMM: the micro-kernel vectorizes the 64 channels, a plane
     apart in the output. A view of the output would give it single lanes (measured 30 ms); the tile is
