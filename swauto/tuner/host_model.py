@@ -1562,11 +1562,12 @@ def _panel_bandwidths(l2: int, l3: int, rate: Mapping[str, float]) -> dict[str, 
     tiles = [Knobs(rows, vectors) for rows in range(least, 2 * least + 3) if Knobs(rows, vectors).fits(isa)]
     n = KERNEL_BENCHMARK[1]
 
-    def programs(panel: int, tiles: Sequence[Knobs]) -> tuple[int, list[Callable[[], object]]]:
+    def programs(panel: int, timed: Sequence[Knobs]) -> tuple[int, list[Callable[[], object]]]:
+        """K steps per call of each column tile, and a call of each of `timed` streaming a `panel`."""
         k = max(8, panel // (4 * n))
         repeat = max(2, (32 << 20) // (4 * k * n))
         compiled = [compile_module(kernel_benchmark_module(repeat=repeat, k=k, m=tile.rows, n=n), knobs=tile)
-                    for tile in tiles]
+                    for tile in timed]
         return repeat * k, [lambda p=program: p.run({}, threads=1) for program in compiled]
 
     l2_steps, l2_runs = programs(l2 // 4, tiles)
