@@ -1070,32 +1070,38 @@ def test_each_register_tile_starts_behind_a_compiler_barrier_and_nothing_spills(
     assert relative_error(arrays["C"], expected) <= TOLERANCE
 
 
-@pytest.mark.parametrize(("m", "n", "knobs"), [(8, 8, Knobs(4, 2)), (10, 8, Knobs(2, 5)), (64, 24, Knobs(4, 2)),
-                                             (20, 40, Knobs(4, 3))])
-def test_avx2_register_tiles_of_one_vector_keep_their_k_loop_rolled_and_nothing_spills(m, n, knobs):
+@pytest.mark.parametrize(("isa", "m", "n", "knobs"), [
+    ("avx2", 8, 8, Knobs(4, 2)), ("avx2", 10, 8, Knobs(2, 5)), ("avx2", 64, 24, Knobs(4, 2)),
+    ("avx2", 20, 40, Knobs(4, 3)), ("generic", 5, 8, Knobs(6, 2)), ("generic", 12, 12, Knobs(4, 2))])
+def test_register_tiles_of_sixteen_register_isas_keep_their_k_loop_rolled_where_unrolling_spilled(isa, m, n, knobs):
     """AVX2's 16 registers: a column tile of one vector takes 8 - 10 rows (`Knobs.rows_for`), whose K loop,
-    unrolled by LLVM, spilled an accumulator on every K step; it stays rolled (`rolled_k_loop`), and no
-    register tile or packing copy stores a vector register to the stack."""
+    unrolled by LLVM, spilled an accumulator on every K step; without FMA (generic), every unrolled tile
+    needs its products' registers twice. Those K loops stay rolled (`rolled_k_loop`), a tile that cannot
+    hold a product beside its accumulators does not fit, and no register tile or packing copy stores a
+    vector register to the stack."""
     import llvmlite.binding as llvm
 
     from swauto.backends.host import isa as isas
     from swauto.backends.host.jit import _optimise, _target_machine
     from swauto.backends.host.microkernel import rolled_k_loop
 
-    if select().width < ISAS["avx2"].width:
-        pytest.skip("this CPU has no AVX2")
-    assert rolled_k_loop(8, 1, 16) and not rolled_k_loop(7, 1, 16) and not rolled_k_loop(8, 2, 16)
-    assert not rolled_k_loop(16, 1, 32)
+    if select().width < ISAS[isa].width:
+        pytest.skip(f"this CPU cannot run {isa}")
+    avx2, avx512 = ISAS["avx2"], ISAS["avx512"]
+    assert rolled_k_loop(8, 1, avx2) and not rolled_k_loop(7, 1, avx2) and not rolled_k_loop(8, 2, avx2)
+    assert not rolled_k_loop(16, 1, avx512) and rolled_k_loop(4, 2, ISAS["generic"])
+    assert Knobs(4, 3).fits(avx2) and not Knobs(4, 3).fits(ISAS["generic"])
     module = transposed_gemm_module(m, n, 48, tile_k=48, vectorize="N")
-    machine = _target_machine(isas.host_cpu()[0], isas.target_features(ISAS["avx2"]))
-    code = llvm.parse_assembly(str(generate(module, ISAS["avx2"], knobs)))
+    machine = _target_machine(isas.host_cpu()[0], isas.target_features(ISAS[isa]))
+    code = llvm.parse_assembly(str(generate(module, ISAS[isa], knobs)))
     code.triple, code.data_layout = machine.triple, str(machine.target_data)
     _optimise(code, machine)
-    assert not re.search(r"mov[ua]ps\s+%ymm\d+, -?\d*\(%rsp\)", machine.emit_assembly(code)), "a register spilled"
+    register = "ymm" if isa == "avx2" else "xmm"
+    assert not re.search(rf"mov[ua]ps\s+%{register}\d+, -?\d*\(%rsp\)", machine.emit_assembly(code)), "a spill"
     arrays = gemm_inputs(m, n, 48, seed=7)
     arrays["AT"] = np.ascontiguousarray(arrays.pop("A").T)
     expected = arrays["C"].astype(np.float64) + arrays["AT"].T.astype(np.float64) @ arrays["B"]
-    compile_module(module, knobs=knobs, isa="avx2").run(arrays)
+    compile_module(module, knobs=knobs, isa=isa).run(arrays)
     assert relative_error(arrays["C"], expected) <= TOLERANCE
 
 

@@ -25,8 +25,9 @@ class Knobs:
 
     def fits(self, isa: Isa) -> bool:
         """True when the accumulators, one vector per B vector and a broadcast register fit the
-        register file."""
-        return self.rows >= 1 and self.vectors >= 1 and self.rows * self.vectors + self.vectors + 1 <= isa.registers
+        register file, and without FMA (a multiply, then an add) a register for the product."""
+        needed = self.rows * self.vectors + self.vectors + 1 + (0 if isa.fma else 1)
+        return self.rows >= 1 and self.vectors >= 1 and needed <= isa.registers
 
     def column_tiles(self, slots: int) -> tuple[tuple[int, int], ...]:
         """How the micro-kernel covers `slots` vectors of C's columns: runs of (vectors per tile, tiles), the

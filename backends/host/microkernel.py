@@ -28,6 +28,7 @@ from swauto.ir.expr import Const, Expr, linear_form
 from swauto.ir.nodes import Access, Call
 from swauto.ir.printer import format_access
 
+from .isa import Isa
 from .layout import gemm_roles
 from .values import F32, I64, Env, Storage, call_function, i64
 
@@ -205,7 +206,7 @@ class _Kernel:
             for phi, value in zip(row, values, strict=True):
                 phi.add_incoming(value, b.block)
         latch = b.branch(header)
-        if rolled_k_loop(rows, len(groups), self.lw.isa.registers):
+        if rolled_k_loop(rows, len(groups), self.lw.isa):
             latch.set_metadata("llvm.loop", self.lw.no_unroll_id())
         b.position_at_end(done)
         for pointers, values in zip(c_pointers, accumulators, strict=True):
@@ -254,14 +255,15 @@ class _Kernel:
         return call_function(self.builder, f"{self.fma_name}.{suffix}", [a, b, c])
 
 
-def rolled_k_loop(rows: int, vectors: int, registers: int) -> bool:
-    """Whether a register tile of `rows` x `vectors` keeps its K loop rolled: one vector of 8 rows or more
-    in a file of 16 registers (AVX2, generic), where LLVM's two-fold unrolling moved the accumulators from
-    register to register between the two copies and spilled one to the stack on every K step (8 - 10 rows:
-    every one of 81 spilling GEMMs of 500 scanned held such a tile). Forced AVX2 on an Emerald Rapids core,
-    GEMMs in 4 x 2 tiles with an edge of one vector ran 1.03 - 1.16x as fast with their K loops rolled; on a
-    Zen 3, the spilling tile 1.40x."""
-    return vectors == 1 and registers <= 16 and rows >= 8
+def rolled_k_loop(rows: int, vectors: int, isa: Isa) -> bool:
+    """Whether a register tile of `rows` x `vectors` keeps its K loop rolled, where LLVM's two-fold unrolling
+    would need more registers than `isa` has and spill on every K step: without FMA (each copy of the body
+    holds its products), or one vector of 8 rows or more in a file of 16 registers (AVX2), whose
+    accumulators LLVM moved from register to register between the two copies (8 - 10 rows: every one of 81
+    spilling GEMMs of 500 scanned held such a tile). Forced AVX2 on an Emerald Rapids core, GEMMs in 4 x 2
+    tiles with an edge of one vector ran 1.03 - 1.16x as fast with their K loops rolled; on a Zen 3, the
+    spilling tile 1.40x."""
+    return not isa.fma or vectors == 1 and isa.registers <= 16 and rows >= 8
 
 
 def lane_groups(columns: int, width: int) -> list[int]:
