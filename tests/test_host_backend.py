@@ -433,12 +433,12 @@ def test_a_narrower_column_tile_takes_as_many_accumulators_within_the_registers(
     """`Knobs.rows_for`: a column tile of fewer vectors than the register tile's gets more rows, as
     many accumulators as the register tile (4 x 4 -> 16 x 1, 8 x 2, 6 x 3), never more registers than
     the instruction set has, and the register tile's rows where it is as wide."""
-    registers = ISAS[isa].registers
-    assert Knobs(4, 4).rows_for(4, 32) == 4 and Knobs(4, 4).rows_for(9, 32) == 4
-    assert [Knobs(4, 4).rows_for(v, 32) for v in (1, 2, 3)] == [16, 8, 6]
+    avx512 = ISAS["avx512"]
+    assert Knobs(4, 4).rows_for(4, avx512) == 4 and Knobs(4, 4).rows_for(9, avx512) == 4
+    assert [Knobs(4, 4).rows_for(v, avx512) for v in (1, 2, 3)] == [16, 8, 6]
     for knobs in register_tile_choices(ISAS[isa]):
         for vectors in range(1, knobs.vectors):
-            rows = knobs.rows_for(vectors, registers)
+            rows = knobs.rows_for(vectors, ISAS[isa])
             assert rows >= knobs.rows and Knobs(rows, vectors).fits(ISAS[isa]), (knobs, vectors)
 
 

@@ -536,8 +536,9 @@ class Lowering(Visitor):
         """Copy the driver's last two axes (`_transposes`: the follower's packed axis, then one contiguous in the
         driver) in square blocks of a vector's lanes: a vector load from each of `width` driver rows, transposed
         in registers (`transposed`), a vector store into each of `width` rows of a micro-panel; the elements
-        left over from whole blocks one at a time (`element`). Element by element, LLVM vectorizes such a copy
-        with scatters: about 5 GB/s for a 1 MB tile on an Emerald Rapids core, 14 in blocks."""
+        left over from whole blocks one at a time (`element`). Element by element, LLVM vectorized such a copy
+        with scatters: a third of a 0.63 ms GEMM call moving a 1 MB tile (about 5 GB/s) on an Emerald Rapids
+        core; in blocks the backend's transposing copy measured 13.8 - 15.4 GB/s for 1 MB."""
         builder = self.builder
         width = self.isa.width
         vector = ir.VectorType(F32, width)
@@ -560,20 +561,24 @@ class Lowering(Visitor):
                            for axis, start in enumerate(f_starts)]
                 builder.store(lanes, vector_at(f_store, self.layout_offset(f_store, f_index)), align=4)
 
-        def each(row_range: tuple[int, int], column_range: tuple[int, int]) -> None:
-            self.loop(i64(row_range[0]), i64(row_range[1]), 1, f"{name}.transposed.rest", lambda row: self.loop(
-                i64(column_range[0]), i64(column_range[1]), 1, f"{name}.transposed.rest.inner",
-                lambda column: element({**local, packed: row, inner: column}, {}), unroll=False), unroll=False)
+        def nest(rows: tuple[int, int], columns: tuple[int, int], step: int,
+                 body: Callable[[ir.Value, ir.Value], None]) -> None:
+            """body(row, column) over the ranges, both in steps of `step`."""
+            def row_loop(row: ir.Value) -> None:
+                self.loop(i64(columns[0]), i64(columns[1]), step, f"{name}.transposed.columns",
+                          lambda column: body(row, column), unroll=False)
+
+            self.loop(i64(rows[0]), i64(rows[1]), step, f"{name}.transposed.rows", row_loop, unroll=False)
+
+        def one(row: ir.Value, column: ir.Value) -> None:
+            element({**local, packed: row, inner: column}, {})
 
         whole_rows, whole_columns = rows - rows % width, columns - columns % width
-        self.loop(i64(0), i64(rows // width), 1, f"{name}.transposed.rows", lambda r: self.loop(
-            i64(0), i64(columns // width), 1, f"{name}.transposed.columns",
-            lambda c: block(builder.mul(r, i64(width), flags=_NSW), builder.mul(c, i64(width), flags=_NSW)),
-            unroll=False), unroll=False)
+        nest((0, whole_rows), (0, whole_columns), width, block)
         if whole_columns < columns:
-            each((0, whole_rows), (whole_columns, columns))
+            nest((0, whole_rows), (whole_columns, columns), 1, one)
         if whole_rows < rows:
-            each((whole_rows, rows), (0, columns))
+            nest((whole_rows, rows), (0, columns), 1, one)
 
     def _walked_index(self, box: Access, starts: list[ir.Value], local: Mapping[int, ir.Value]) -> list[ir.Value]:
         """The array index of the box's element at `local` (box axis -> index; the others at 0): per

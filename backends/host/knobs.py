@@ -24,10 +24,9 @@ class Knobs:
     output_views: bool = True
 
     def fits(self, isa: Isa) -> bool:
-        """True when the accumulators, one vector per B vector and a broadcast register fit the
-        register file, and without FMA (a multiply, then an add) a register for the product."""
-        needed = self.rows * self.vectors + self.vectors + 1 + (0 if isa.fma else 1)
-        return self.rows >= 1 and self.vectors >= 1 and needed <= isa.registers
+        """True when the accumulators fit the registers `accumulator_registers` leaves them."""
+        return self.rows >= 1 and self.vectors >= 1 \
+            and self.rows * self.vectors <= accumulator_registers(isa, self.vectors)
 
     def column_tiles(self, slots: int) -> tuple[tuple[int, int], ...]:
         """How the micro-kernel covers `slots` vectors of C's columns: runs of (vectors per tile, tiles), the
@@ -38,13 +37,20 @@ class Knobs:
         narrow, wider = divmod(slots, tiles)  # `wider` tiles take one vector more
         return tuple((vectors, count) for vectors, count in ((narrow + 1, wider), (narrow, tiles - wider)) if count)
 
-    def rows_for(self, vectors: int, registers: int) -> int:
+    def rows_for(self, vectors: int, isa: Isa) -> int:
         """The rows of a register tile `vectors` wide (a column tile at the edge, or a whole GEMM,
         narrower than this tile's): as many accumulators as this tile has, so that it hides the FMA
-        latency as well, within `registers` (this tile's rows where it is as wide)."""
+        latency as well, within `isa`'s registers (this tile's rows where it is as wide)."""
         if vectors >= self.vectors:
             return self.rows
-        return min(-(-self.rows * self.vectors // vectors), (registers - vectors - 1) // vectors)
+        return min(-(-self.rows * self.vectors // vectors), accumulator_registers(isa, vectors) // vectors)
+
+
+def accumulator_registers(isa: Isa, vectors: int) -> int:
+    """The vector registers of `isa` a register tile of `vectors` vectors has for its accumulators: all but one
+    per vector of the vector operand, one for the broadcast element and, without FMA (a multiply, then an
+    add), one for the product."""
+    return isa.registers - vectors - 1 - (0 if isa.fma else 1)
 
 
 def default_knobs(isa: Isa) -> Knobs:

@@ -125,7 +125,7 @@ class _Kernel:
         # A column tile narrower than the register tile's takes more rows, so that its accumulators
         # still hide the FMA latency (GEMM 96 x 16 x 256: 89 GFLOPS in 4 x 1 tiles, 150 in 16 x 1).
         tables = (self.maps["U"].tables[self.u], self.maps["C"].tables[self.u])
-        tile = aligned_rows(tables, self.u_size, self.lw.knobs.rows_for(len(groups), self.lw.isa.registers))
+        tile = aligned_rows(tables, self.u_size, self.lw.knobs.rows_for(len(groups), self.lw.isa))
         full, remainder = divmod(self.u_size, tile)
         if full:
             self.lw.loop(i64(0), i64(full), 1, "gemm.rows",

@@ -662,14 +662,14 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
     # Columns left over from whole vectors run in narrower vectors (`lane_groups`), each costing a whole
     # one's time; where the vector operand's lanes are not contiguous in memory, every lane runs alone.
     width = machine.vector_lanes
-    knobs, registers = Knobs(rows, vectors), select().registers
+    knobs, isa = Knobs(rows, vectors), select()
     whole = whole_vectors(node, knobs, width, shapes)
     slots = len(lane_groups(sizes[v], width)) if whole else sizes[v]
     compute = 0.0
     # Register tiles: the column tiles of `Knobs.column_tiles` (narrower ones with more rows:
     # `Knobs.rows_for`), each in whole row tiles and one of the rows left over, K steps of `k_step_seconds`.
     for tile_vectors, column_tiles in knobs.column_tiles(slots):
-        whole_rows = knobs.rows_for(tile_vectors, registers)
+        whole_rows = knobs.rows_for(tile_vectors, isa)
         for tile_rows, row_tiles in ((whole_rows, sizes[u] // whole_rows), (sizes[u] % whole_rows, 1)):
             accumulators = tile_rows * tile_vectors
             if accumulators and row_tiles:
@@ -694,7 +694,7 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
     column_slice = 4 * sizes["K"] * min(sizes[v], vectors * width)
     broadcast = 4 * sizes["K"] * sizes[u]
     streamed = (panel / _panel_bandwidth(panel * cycled, machine)
-                + (-(-sizes[u] // knobs.rows_for(min(slots, vectors), registers)) - 1) * panel
+                + (-(-sizes[u] // knobs.rows_for(min(slots, vectors), isa)) - 1) * panel
                 / _panel_bandwidth(column_slice, machine))
     # The broadcast rows stream under the FMAs from L2; a block beyond a quarter of it comes from L3 at every
     # column tile, and the micro-kernel waits for it (GEMM 2048^3 on one thread, 40 candidates in turns: the
@@ -704,7 +704,8 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
     rows = -(-slots // vectors) * broadcast / _panel_bandwidth(broadcast, machine)
     # The streams overlap the FMAs as calibration measured (`overlapped`): not wholly where both take about
     # as long (ResNet-50 res4_1x1a at B = 1, calls of 4 rows against a 512 KB weight panel in L2: priced
-    # 1.42 ms as if the stream hid under the FMAs, ran 1.64 - 2.33; calls of 28 rows, 1.44, ran 1.33 - 2.02).
+    # 1.42 ms as if the stream hid under the FMAs; calls of 28 and 252 rows priced 1.44 ran 1.11 - 1.19x as
+    # fast in turns, in two runs: 1.64 and 2.33 ms against 1.33 - 2.12).
     if broadcast <= machine.l2_bytes // 4:
         return node.flops, 0, overlapped(compute, streamed + rows, machine.overlap_exponent), 0.0
     return node.flops, 0, overlapped(compute, streamed, machine.overlap_exponent) + rows, 0.0
@@ -1579,15 +1580,22 @@ def _panel_bandwidths(l2: int, l3: int, rate: Mapping[str, float]) -> dict[str, 
     column_tiles = -(-n // (isa.width * vectors))
     stream = 4 * isa.width * vectors / l2_rate  # one K step's panel vectors
     points = [(k_step_seconds(tile.rows, vectors, isa.width, rate["kernel_flops"], rate["latency_accumulators"],
-                              rate["load_slots"]), time_taken / (l2_steps * column_tiles))
+                              rate["load_slots"]), stream, time_taken / (l2_steps * column_tiles))
               for tile, time_taken in zip(tiles[1:], seconds[1:], strict=True)]
+    return {"l2_panel_bandwidth": l2_rate, "l3_panel_bandwidth": l3_rate, "overlap_exponent": fitted_exponent(points)}
 
+
+OVERLAP_EXPONENTS = tuple(2 ** (i / 16) for i in range(97))  # 1 to 64, 16 a doubling
+
+
+def fitted_exponent(points: Sequence[tuple[float, float, float]]) -> float:
+    """Of `OVERLAP_EXPONENTS`, the p whose p-norm (`overlapped`) of each point's two times (FMAs, stream)
+    gives its third (the K step measured) best, in the least squares of the logarithms; the largest (the
+    longer time hides the shorter) without points."""
     def misfit(exponent: float) -> float:
-        return sum(math.log(overlapped(fmas, stream, exponent) / step) ** 2 for fmas, step in points)
+        return sum(math.log(overlapped(fmas, stream, exponent) / step) ** 2 for fmas, stream, step in points)
 
-    exponents = [2 ** (i / 16) for i in range(97)]  # 1 to 64, 16 a doubling
-    return {"l2_panel_bandwidth": l2_rate, "l3_panel_bandwidth": l3_rate,
-            "overlap_exponent": min(exponents, key=misfit) if points else exponents[-1]}
+    return min(OVERLAP_EXPONENTS, key=misfit) if points else OVERLAP_EXPONENTS[-1]
 
 
 def _map_bandwidth(size: int) -> float:
@@ -1636,8 +1644,9 @@ def _transpose_bandwidth(size: int) -> float:
     repeat = max(2, (16 << 20) // size)
     arrays = {"X": np.ones((side, side), np.float32)}
     programs = [compile_module(transpose_module(side, count)) for count in (repeat, 2 * repeat)]
-    seconds = _interleaved_best([lambda p=p: p.run(arrays, threads=1) for p in programs], runs=3)
-    return repeat * size / max(seconds[1] - seconds[0], 1e-9)
+    once, twice = _interleaved_best([lambda p=p: p.run(arrays, threads=1) for p in programs], runs=3)
+    # A disturbed reading that leaves no difference: the first module's time, its GEMM counted as copying.
+    return repeat * size / (twice - once if twice > once else once)
 
 
 def _l3_reach(array: int, l3: int, l3_rate: float, dram_rate: float) -> int:
