@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 CALIBRATION_FILE = "host_machine.json"
 CACHE_LINE_BYTES = 64
-CALIBRATION_VERSION = 21  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
+CALIBRATION_VERSION = 22  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
 # 9: the FMA latency and the loads of a K step, measured on panels in L1; 10: a map's bandwidth on tiles in L1;
 # 11: a panel's stream out of L2 and L3 into the micro-kernel, the loads of a K step clear of the FMA latency;
 # 12: the micro-kernel's rates timed in interleaved rounds (stored ones were up to 30% low), copies with
@@ -69,7 +69,8 @@ CALIBRATION_VERSION = 21  # 6: the FMA peak, best-of-runs timings; 7: register t
 # and C views ranked by medians in turns, the default tiles first only within the tolerance; 18: register tiles
 # ranked by their times alone; 19: timings taken while the core reads quiet (`tuner/quiet`), register tiles
 # within the tolerance ranked by FMAs per load; 20: a transposing copy timed as the backend makes it (in-register
-# transposes), not NumPy's; 21: how a K step's FMAs and its panel stream overlap
+# transposes), not NumPy's; 21: how a K step's FMAs and its panel stream overlap; 22: register tiles of
+# different widths explored
 
 
 @dataclass(frozen=True)
@@ -1139,9 +1140,9 @@ TILE_BENCHMARK_GEMM = """operator gemm(M = 1024, N = 1024, K = 256) {
   compute { gemm(M = M, N = N, K = K, A = A, B = B, C += C) }
   schedule { split gemm.M by {TM} split gemm.N by {TN} split gemm.K by {TK} reorder any vectorize gemm over {M, N} }
 }"""
-# How many tiles the space explores: the fastest ones (they differ by a few percent; more would only
-# multiply the space).
-EXPLORED_TILES = 2
+# How many tiles the space explores: the fastest of as many widths (they differ by a few percent on whole
+# GEMMs; more would only multiply the space).
+EXPLORED_TILES = 3
 
 
 # Register tiles count as tied (`register_tiles`), and views as fast as copies (`output_views`), within this
@@ -1151,10 +1152,21 @@ TILE_ROUNDS = 5
 
 
 def register_tiles() -> tuple[tuple[int, int], ...]:
-    """The `EXPLORED_TILES` register tiles of `register_tile_choices` that run the `TILE_BENCHMARKS` GEMMs
-    fastest on one core (geometric mean of their times), fastest first; tiles within `TILE_TOLERANCE` of
-    the fastest count as tied, and of those the one of more accumulators (more FMAs per register loaded)
-    comes first, then of more rows. On a Zen 3 the 6 x 2, 4 x 3 and 4 x 2 tiles ran within 0.2 - 3.4% of
+    """The register tiles of `register_tile_choices` that run the `TILE_BENCHMARKS` GEMMs fastest on one
+    core (geometric mean of their times), one of each width (vectors), `EXPLORED_TILES` widths, fastest
+    first; tiles within `TILE_TOLERANCE` of the fastest count as tied, and of those the one of more
+    accumulators (more FMAs per register loaded) comes first, then of more rows.
+
+    One tile per width, because tiles of one width differ only in rows, and a call's rows often cut
+    them alike: where they run over two axes (a convolution's columns x 8 images) the micro-kernel
+    takes the most rows down to half the tile's that tile them evenly (`microkernel.aligned_rows`), so
+    a 6 x 4 and a 4 x 4 tile both run 4 x 4 there, a 9 x 3 runs 8 x 3. On an Emerald Rapids guest,
+    calibration had ranked 6 x 4 and 4 x 4 first (9 x 3 within 4% of 6 x 4 in a later ranking). With
+    three widths explored, the picks of the 121 layers at B = 8, one thread, ran 1.02 - 1.07x as fast
+    in geometric mean (four runs in turns, whichever of 6 x 4 and 9 x 3 came first); at B = 1
+    0.995 - 1.01x, the GEMM benchmark's 1.015 - 1.04x.
+
+    On a Zen 3 the 6 x 2, 4 x 3 and 4 x 2 tiles ran within 0.2 - 3.4% of
     each other here, and each came first in some of seven calibrations in a row; the model's picks for
     121 convolutions then differed in 59 - 87 layers between calibrations whose first tiles differed
     (36 - 38 where they did not); 4 x 2 ran slower in whole GEMMs (below). Whole GEMMs, not the
@@ -1189,7 +1201,10 @@ def register_tiles() -> tuple[tuple[int, int], ...]:
             return (0, -rows * vectors, -rows)
         return (1, logs[tile])
 
-    return tuple(sorted(logs, key=rank)[:EXPLORED_TILES])
+    first_of_width: dict[int, tuple[int, int]] = {}
+    for tile in sorted(logs, key=rank):
+        first_of_width.setdefault(tile[1], tile)
+    return tuple(first_of_width.values())[:EXPLORED_TILES]
 
 
 def output_views(tile: tuple[int, int]) -> bool:
