@@ -1105,6 +1105,41 @@ def test_register_tiles_of_sixteen_register_isas_keep_their_k_loop_rolled_where_
     assert relative_error(arrays["C"], expected) <= TOLERANCE
 
 
+def test_broadcast_rows_whose_k_steps_cross_lines_are_prefetched_one_row_per_line():
+    """`prefetched_rows`: rows over 3 pixels x 8 images (K steps 8 floats apart) take one prefetch per
+    pixel, 1 KB ahead; rows whose K is contiguous or looked up take none."""
+    from swauto.backends.host.microkernel import PREFETCH_BYTES, PREFETCH_STEPS, prefetched_rows
+
+    pixels_by_images = [pixel * 256 + image for pixel in range(3) for image in range(8)]
+    assert prefetched_rows(pixels_by_images, range(0, 256, 8)) == ([0, 8, 16], PREFETCH_BYTES // 32)
+    assert prefetched_rows(list(range(24)), range(0, 24 * 1000, 1000)) == ([0, 16], PREFETCH_STEPS)
+    assert prefetched_rows(pixels_by_images, range(32)) is None  # K contiguous
+    assert prefetched_rows(pixels_by_images, [0, 8, 16, 100]) is None  # a lookup table
+    assert prefetched_rows(pixels_by_images, [0]) is None
+
+
+@pytest.mark.parametrize(("in_l2", "k_contiguous"), [(False, False), (True, False), (False, True)])
+def test_broadcast_rows_read_in_a_tensor_beyond_the_l2_are_prefetched_and_the_gemm_stays_right(in_l2, k_contiguous):
+    """C[8, 32] = A[8, K] B[K, 32] on the tensors themselves: A held as AT[K, 8] (K steps 8 floats apart)
+    and larger than the L2 is prefetched; within the L2, or with K contiguous (A[8, K]), it is not."""
+    from swauto.backends.host.isa import cache_sizes
+
+    m, n = 8, 32
+    k = (cache_sizes()[1] // 2 if in_l2 else 2 * cache_sizes()[1]) // (4 * m)
+    a = _box("A", (0, 0), (m, k), "MK") if k_contiguous else _box("AT", (0, 0), (k, m), "KM")
+    call = gemm_call(m, n, k, a, _box("B", (0, 0), (k, n), "KN"), _box("C", (0, 0), (m, n), "MN"), vectorize="N")
+    a_tensor = Tensor("A", (m, k)) if k_contiguous else Tensor("AT", (k, m))
+    module = Module("prefetch", (a_tensor, Tensor("B", (k, n)), Tensor("C", (m, n), is_output=True)), (), call)
+    program = compile_module(module)
+    assert ("call void @llvm.prefetch" in program.llvm_ir) == (not in_l2 and not k_contiguous)
+    arrays = gemm_inputs(m, n, k, seed=8)
+    expected = gemm_reference(arrays)
+    if not k_contiguous:
+        arrays["AT"] = np.ascontiguousarray(arrays.pop("A").T)
+    program.run(arrays)
+    assert relative_error(arrays["C"], expected) <= 4 * TOLERANCE  # sums of up to 2^17 products
+
+
 def test_an_output_tile_whose_lanes_are_apart_in_the_tensor_is_copied_not_viewed():
     """NCHW at B = 1 with one output pixel per GEMM: the micro-kernel vectorizes the 64 channels, a plane
     apart in the output. A view of the output would give it single lanes (measured 30 ms); the tile is
