@@ -288,10 +288,10 @@ class _Kernel:
 
 # How far ahead the broadcast rows are prefetched: 16 cache lines of each row's stream, and at least this
 # many K steps. MobileNetV2 block1.0.project, block1.1.project and ResNet-50 res2_1x1c at B = 8 ran 0.97 -
-# 1.04x as fast prefetched 512 bytes ahead, 1.05 - 1.10x 1024 bytes ahead (2048: 1.07 - 1.15x; 128: 0.91x).
+# 1.04x as fast prefetched 512 bytes ahead, 1.05 - 1.10x 1024 bytes ahead (2048: 1.07 - 1.15x; 128: 0.91x),
+# the prefetches then issued before the broadcasts, each distance in turns with the others.
 PREFETCH_BYTES = 1024
 PREFETCH_STEPS = 4
-
 
 
 def prefetched_rows(offsets: Sequence[int], k_table: Sequence[int]) -> tuple[list[int], int] | None:
