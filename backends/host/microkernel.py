@@ -204,7 +204,7 @@ class _Kernel:
             updated.append([self._fma(splats[lanes], operands[g], accumulators[r][g])
                             for g, (_, lanes) in enumerate(groups)])
         # After the K step's FMAs: issued before its broadcasts, the prefetches cost MobileNetV2
-        # block1.0.project at B = 8 0.71 - 0.79x of its speed without them (1.04 - 1.06x after).
+        # block1.0.project at B = 8 0.71 - 0.78x of its speed without them (1.04 - 1.06x after).
         self._prefetch(u_rows, k_broadcast, rows)
         k.add_incoming(b.add(k, i64(1), flags=_NSW), b.block)
         for row, values in zip(accumulators, updated, strict=True):
@@ -221,8 +221,9 @@ class _Kernel:
     def _prefetch(self, u_rows: Sequence[ir.Value], k_broadcast: ir.Value, rows: int) -> None:
         """Prefetch, at each K step, the broadcast rows' elements `prefetched_rows` K steps ahead, where the
         rows are read in a tensor larger than the L2 (in place: a tensor argument or a view of one); a
-        buffer's copy, or a tensor the L2 holds, is there already. (The first row tile's offsets stand
-        for every tile's: whole row tiles find theirs alike, `aligned_rows`.)"""
+        buffer's copy, or a tensor the L2 holds, is there already. The first row tile's offsets stand
+        for every tile's: whole row tiles find theirs alike where `aligned_rows` found a count that
+        aligns them; elsewhere the grouping only guesses, which a prefetch, a hint, may."""
         storage = self.maps["U"].storage
         source = storage.view_of or storage.name
         tensor = next((tensor for tensor in self.lw.module.tensors if tensor.name == source), None)
@@ -288,7 +289,7 @@ class _Kernel:
 
 # How far ahead the broadcast rows are prefetched: 16 cache lines of each row's stream, and at least this
 # many K steps. MobileNetV2 block1.0.project, block1.1.project and ResNet-50 res2_1x1c at B = 8 ran 0.97 -
-# 1.04x as fast prefetched 512 bytes ahead, 1.05 - 1.10x 1024 bytes ahead (2048: 1.07 - 1.15x; 128: 0.91x),
+# 1.04x as fast prefetched 512 bytes ahead, 1.05 - 1.13x 1024 bytes ahead (2048: 1.07 - 1.15x; 128: 0.91x),
 # the prefetches then issued before the broadcasts, each distance in turns with the others.
 PREFETCH_BYTES = 1024
 PREFETCH_STEPS = 4

@@ -1155,7 +1155,8 @@ def register_tiles() -> tuple[tuple[int, int], ...]:
     """The register tiles of `register_tile_choices` that run the `TILE_BENCHMARKS` GEMMs fastest on one
     core (geometric mean of their times), one of each width (vectors), `EXPLORED_TILES` widths, fastest
     first; tiles within `TILE_TOLERANCE` of the fastest count as tied, and of those the one of more
-    accumulators (more FMAs per register loaded) comes first, then of more rows.
+    accumulators comes first (within a width, more FMAs per register loaded; across widths not always:
+    9 x 3 holds 27 accumulators for 12 loads a K step, 6 x 4 24 for 10), then of more rows.
 
     One tile per width, because tiles of one width differ only in rows, and a call's rows often cut
     them alike: where they run over two axes (a convolution's columns x 8 images) the micro-kernel
