@@ -374,6 +374,48 @@ def test_a_last_tile_shorter_than_the_others_is_still_complete_in_its_iteration(
 
 
 @pytest.mark.parametrize("target", ["host", "sw26010"])
+def test_an_output_axis_split_in_two_loops_is_still_zeroed_in_its_tiles(target: str):
+    """A depthwise convolution that overwrites its output, its output rows in tiles of 4 over 10 (the
+    rows' start `r_inner + 4 * r_outer`, stepped by two loops, a last tile of 2), its taps innermost:
+    the two loops step the rows in mixed radix, so distinct iterations still write disjoint tiles, and
+    `init_outputs` zeroes each tile in local memory rather than filling the output first and reading it
+    back (MobileNetV2 block3.1.depthwise at B = 8: a whole pass over the output more, 1.2 - 1.5x the time).
+    Steps that overlap are refused: a scatter's boxes, or a loop stepping the rows by less than the span
+    of another's."""
+    from dataclasses import replace
+
+    from swauto.ir import expr as ex
+    from swauto.ir.nodes import Call, Dma, For
+    from swauto.ir.visitor import walk
+    from swauto.passes.init_outputs import moving_loops
+
+    source = (EXAMPLES / "conv2d_depthwise.sw").read_text().replace("Z += output[", "Z = output[")
+    source = source.replace("split r by {8, 16, Ro}", "split r by {4}")
+    params = {"B": 2, "C": 5, "Ri": 10, "Ci": 6, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1}
+    op = load(source, params)
+    candidate = next(c for c in candidates(op)
+                     if {"r_outer", "r_inner"} <= set(c.order) and c.order[-2:] == ("kr", "kc"))
+    kernel = swauto.compile(source, params=params, target=target, schedule=candidate)
+    nodes = [node for node, _ in walk(kernel.module.body)]
+    assert not [n for n in nodes if isinstance(n, Call) and n.primitive == "fill"], candidate.describe()
+    assert not [n for n in nodes if isinstance(n, Dma) and n.direction == "get" and n.tensor.name == "output"]
+    assert _error(kernel) < 1e-5, candidate.describe()
+
+    macc = next(n for n in walk(op.seed.body) if isinstance(n[0], Call))[0]
+
+    def rows_at(start: ex.Expr, extent: int = 1) -> Call:
+        rows = replace(macc.output, starts=(start, *macc.output.starts[1:]), extents=(extent, *macc.output.extents[1:]))
+        return replace(macc, operands=tuple((role, rows if role == "Z" else access) for role, access in macc.operands))
+
+    outer, inner = For("r_outer", ex.Const(0), ex.Const(3), 1, None), For("r_inner", ex.Const(0), ex.Const(4), 1, None)
+    r_outer, r_inner = ex.Var("r_outer"), ex.Var("r_inner")
+    assert moving_loops([outer, inner], rows_at(r_outer * 4 + r_inner)) == {"r_outer", "r_inner"}
+    assert moving_loops([outer, inner], rows_at(r_outer * 3 + r_inner)) is None  # the 4th row meets the next
+    assert moving_loops([outer, inner], rows_at(r_outer * 8 + r_inner * 2, 2)) == {"r_outer", "r_inner"}
+    assert moving_loops([outer, inner], rows_at(r_outer * 8 + r_inner * 2, 3)) is None  # boxes of 3 rows, 2 apart
+
+
+@pytest.mark.parametrize("target", ["host", "sw26010"])
 def test_a_first_layer_with_bias_and_relu6_joins_sixteen_rows_and_matches_the_reference(target: str):
     """conv2d_bias_relu6.sw (MobileNetV2's first layer: 3 channels, stride 2, as a network runs it): a
     tile of 16 output rows in M with the kernel's taps in K (the first-layer tile; of 20 rows, so a last

@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from swauto.ir import expr as ex
-from swauto.ir.dependence import loop_ranges
 from swauto.ir.nests import loop_nest, map_statements, outermost, rebuild_nest, statements
 from swauto.ir.nodes import Call, For, Module, Stmt
 from swauto.primitives.registry import IDENTITY
@@ -42,34 +41,58 @@ def _fill(loops: list[For], call: Call) -> Stmt:
 
 def moving_loops(loops: list[For], call: Call) -> frozenset[str] | None:
     """The loops that move the output of a sum whose output tiles may each be computed whole inside one
-    iteration of them, no other iteration touching it: each steps one axis of the output of its own by
-    at least the box's largest extent there (a last tile's may be shorter; a scatter, whose boxes
-    overlap, may not). Those iterations complete the tiles where the loops run outside all others
-    (`swauto.ir.nests.outermost`), which only reduce into the tile. None where no order of `loops` does."""
+    iteration of them, no other iteration touching it: each steps one axis of the output of its own, and
+    the loops stepping an axis (a split's outer and inner loop both may) step it in mixed radix, each by
+    at least the box's largest extent there (a last tile's may be shorter) plus the span of those that step
+    it by less (a scatter, whose boxes overlap, may not). Those iterations complete the tiles where the
+    loops run outside all others (`swauto.ir.nests.outermost`), which only reduce into the tile. None
+    where no order of `loops` does."""
     if call.signature.combine != "+":
         return None
     out = call.output
-    ranges = loop_ranges(loops)
-    axes: set[int] = set()
-    moving = set()
+    ranges = _value_ranges(loops)
+    strides = {loop.var: loop.stride for loop in loops}
+    stepping: dict[int, list[str]] = {}  # per axis, the loops stepping it
+    coefficients: dict[str, int] = {}
     for loop in loops:
         stepped = []
         for axis, start in enumerate(out.starts):
             form = ex.linear_form(start)
             if form is None:
                 return None
-            step = form[0].get(loop.var, 0)
-            if step and not (abs(step) >= _largest(out.extents[axis], ranges) and len(form[0]) == 1):
-                return None
-            if step:
+            if step := form[0].get(loop.var, 0):
                 stepped.append(axis)
-        if not stepped:
-            continue
-        if len(stepped) != 1 or stepped[0] in axes:
+                coefficients[loop.var] = step
+        if len(stepped) > 1:
             return None
-        axes.add(stepped[0])
-        moving.add(loop.var)
-    return frozenset(moving)
+        if stepped:
+            stepping.setdefault(stepped[0], []).append(loop.var)
+    for axis, moving in stepping.items():
+        # Two iterations that differ first (by the largest step) in loop v lie at least v's step minus
+        # the spread of the loops stepping by less apart: no less than the extent, so their boxes are apart.
+        reach = _largest(out.extents[axis], ranges)
+        for var in sorted(moving, key=lambda var: abs(coefficients[var]) * strides[var]):
+            if abs(coefficients[var]) * strides[var] < reach:
+                return None
+            if len(moving) > 1:
+                if var not in ranges:
+                    return None
+                first, last = ranges[var]
+                reach += abs(coefficients[var]) * max(0, last - first)
+    return frozenset(var for moving in stepping.values() for var in moving)
+
+
+def _value_ranges(loops: list[For]) -> dict[str, tuple[int, int]]:
+    """The least and greatest value each loop's variable may take, where they can be bounded: a loop whose
+    bounds depend on outer loops' variables (a split's inner loop over a shorter last tile, until
+    `peel_boundaries`) takes the bounds over all of theirs."""
+    ranges: dict[str, tuple[int, int]] = {}
+    for loop in loops:
+        try:
+            ranges[loop.var] = ex.bounds(loop.start, ranges)[0], ex.bounds(loop.stop, ranges)[1] - 1
+        except (ValueError, KeyError):
+            continue
+    return ranges
 
 
 def _largest(extent: int | ex.Expr, ranges: dict[str, tuple[int, int]]) -> float:
