@@ -137,3 +137,15 @@ def test_a_cache_that_cannot_be_written_is_said_once(tmp_path, monkeypatch):
         compile_module(transposed_gemm_module(32, 32, 64, tile_k=32))
     assert len(warned) == 1
     assert not list((tmp_path / "host").iterdir())  # no entry, and no temporary file left behind
+
+
+def test_a_machine_with_other_cache_sizes_never_reuses_a_kernel(monkeypatch):
+    """The same CPU name with another L2 (another guest's slice of the same model): the micro-kernel's
+    prefetches depend on the L2's size (`microkernel.prefetched_rows`), so the kernel is compiled anew."""
+    module = transposed_gemm_module(64, 48, 96, tile_k=32)
+    first = compile_module(module)
+    clear_cache()
+    l1, l2, l3 = isas.cache_sizes()
+    monkeypatch.setattr(isas, "cache_sizes", lambda: (l1, 2 * l2, l3))
+    second = compile_module(module)
+    assert not second.build.from_disk and second.build.key != first.build.key

@@ -1,7 +1,7 @@
 """The on-disk cache of compiled host kernels (object code), shared by every process of a user.
 
 A kernel's key hashes everything its machine code depends on: the IR's fingerprint, the host knobs,
-the buffers' placement (which depends on the caches' sizes), the instruction set, the llvmlite and
+the buffers' placement (which depends on the caches' sizes) and those sizes, the instruction set, the llvmlite and
 LLVM versions, the CPU's name and feature string, and `CODEGEN_VERSION`, a hash of the backend's own
 source, so any change to code generation changes every key. A changed compiler, backend or CPU
 therefore never finds a stale kernel. Files are written atomically and durably, so concurrent

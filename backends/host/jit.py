@@ -69,9 +69,10 @@ def _build(module: Module, isa: isas.Isa, knobs: Knobs) -> HostProgram:
     cpu, _ = isas.host_cpu()
     features = isas.target_features(isa)
     # The plan (buffer layouts, views) depends on the caches' sizes too: it is part of the key.
-    # The functions it has too ('parallel' only where the native thread pool runs).
+    # The functions it has too ('parallel' only where the native thread pool runs). So do the sizes
+    # themselves: the micro-kernel prefetches rows read in a tensor beyond the L2 (`prefetched_rows`).
     placement = repr((sorted(plan.layouts.items()), sorted(plan.offsets.items()), sorted(plan.views.items()),
-                      sorted(plan.symbols), sorted(plan.prepacked.items())))
+                      sorted(plan.symbols), sorted(plan.prepacked.items()), isas.cache_sizes()))
     key = cache.kernel_key(fingerprint(module), repr(knobs) + placement, isa.name, cpu, features)
     object_code = cache.load(key)
     from_disk = object_code is not None
