@@ -1,12 +1,13 @@
 """The on-disk cache of compiled host kernels (object code), shared by every process of a user.
 
-A kernel's key hashes everything its machine code depends on: the IR's fingerprint, the host knobs,
-the buffers' placement (which depends on the caches' sizes) and those sizes, the instruction set, the llvmlite and
-LLVM versions, the CPU's name and feature string, and `CODEGEN_VERSION`, a hash of the backend's own
-source, so any change to code generation changes every key. A changed compiler, backend or CPU
-therefore never finds a stale kernel. Files are written atomically and durably, so concurrent
-processes never read a half-written one; each starts with a header holding its key and checksum, so a
-damaged or foreign file is recompiled and rewritten (with a `CacheWarning`) instead of crashing LLVM.
+A kernel's key hashes everything its machine code depends on: the IR's fingerprint, the host knobs, the
+buffers' placement and the caches' sizes (on which the placement and the micro-kernel's prefetches
+depend), the instruction set, the llvmlite and LLVM versions, the CPU's name and feature string, and
+`CODEGEN_VERSION`, a hash of the backend's own source, so any change to code generation changes every
+key. A changed compiler, backend or CPU therefore never finds a stale kernel. Files are written
+atomically and durably, so concurrent processes never read a half-written one; each starts with a header
+holding its key and checksum, so a damaged or foreign file is recompiled and rewritten (with a
+`CacheWarning`) instead of crashing LLVM.
 """
 
 from __future__ import annotations

@@ -57,6 +57,23 @@ def disjoint_anywhere(starts_a: Sequence[ex.Expr], extents_a: Sequence[int], ran
     return disjoint(starts_a, extents_a, starts_b, extents_b, ranges)
 
 
+def value_ranges(loops: Sequence[For]) -> dict[str, tuple[int, int]]:
+    """As `loop_ranges`, and for a loop whose bounds depend on outer loops' variables (a split's inner
+    loop over a shorter last tile, until `peel_boundaries`) the least and greatest value it takes over
+    all of theirs, where that can be bounded."""
+    ranges: dict[str, tuple[int, int]] = {}
+    for loop in loops:
+        found = loop_range(loop)
+        if found is None:
+            try:
+                found = ex.bounds(loop.start, ranges)[0], ex.bounds(loop.stop, ranges)[1] - 1
+            except (ValueError, KeyError):
+                continue
+        if found[0] <= found[1]:
+            ranges[loop.var] = found
+    return ranges
+
+
 def loop_range(loop: For) -> tuple[int, int] | None:
     """The first and last value `loop.var` takes (None when its bounds are not constant or it never runs)."""
     start, stop = ex.constant_value(loop.start), ex.constant_value(loop.stop)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from swauto.ir import expr as ex
+from swauto.ir.dependence import value_ranges
 from swauto.ir.nests import loop_nest, map_statements, outermost, rebuild_nest, statements
 from swauto.ir.nodes import Call, For, Module, Stmt
 from swauto.primitives.registry import IDENTITY
@@ -50,49 +51,33 @@ def moving_loops(loops: list[For], call: Call) -> frozenset[str] | None:
     if call.signature.combine != "+":
         return None
     out = call.output
-    ranges = _value_ranges(loops)
-    strides = {loop.var: loop.stride for loop in loops}
-    stepping: dict[int, list[str]] = {}  # per axis, the loops stepping it
-    coefficients: dict[str, int] = {}
+    forms = [ex.linear_form(start) for start in out.starts]
+    steps = [form[0] for form in forms if form is not None]  # per axis, each variable's coefficient
+    if len(steps) != len(forms):
+        return None
+    stepping: dict[int, list[For]] = {}  # per axis of the output, the loops stepping it
     for loop in loops:
-        stepped = []
-        for axis, start in enumerate(out.starts):
-            form = ex.linear_form(start)
-            if form is None:
-                return None
-            if step := form[0].get(loop.var, 0):
-                stepped.append(axis)
-                coefficients[loop.var] = step
-        if len(stepped) > 1:
+        axes = [axis for axis, coefficients in enumerate(steps) if coefficients.get(loop.var)]
+        if len(axes) > 1:
             return None
-        if stepped:
-            stepping.setdefault(stepped[0], []).append(loop.var)
-    for axis, moving in stepping.items():
+        if axes:
+            stepping.setdefault(axes[0], []).append(loop)
+    ranges = value_ranges(loops)
+    for axis, stepped in stepping.items():
+        coefficients = steps[axis]
         # Two iterations that differ first (by the largest step) in loop v lie at least v's step minus
         # the spread of the loops stepping by less apart: no less than the extent, so their boxes are apart.
         reach = _largest(out.extents[axis], ranges)
-        for var in sorted(moving, key=lambda var: abs(coefficients[var]) * strides[var]):
-            if abs(coefficients[var]) * strides[var] < reach:
+        for loop in sorted(stepped, key=lambda loop: abs(coefficients[loop.var]) * loop.stride):
+            step = abs(coefficients[loop.var])
+            if step * loop.stride < reach:
                 return None
-            if len(moving) > 1:
-                if var not in ranges:
+            if len(stepped) > 1:
+                if loop.var not in ranges:
                     return None
-                first, last = ranges[var]
-                reach += abs(coefficients[var]) * max(0, last - first)
-    return frozenset(var for moving in stepping.values() for var in moving)
-
-
-def _value_ranges(loops: list[For]) -> dict[str, tuple[int, int]]:
-    """The least and greatest value each loop's variable may take, where they can be bounded: a loop whose
-    bounds depend on outer loops' variables (a split's inner loop over a shorter last tile, until
-    `peel_boundaries`) takes the bounds over all of theirs."""
-    ranges: dict[str, tuple[int, int]] = {}
-    for loop in loops:
-        try:
-            ranges[loop.var] = ex.bounds(loop.start, ranges)[0], ex.bounds(loop.stop, ranges)[1] - 1
-        except (ValueError, KeyError):
-            continue
-    return ranges
+                first, last = ranges[loop.var]
+                reach += step * (last - first)
+    return frozenset(loop.var for stepped in stepping.values() for loop in stepped)
 
 
 def _largest(extent: int | ex.Expr, ranges: dict[str, tuple[int, int]]) -> float:
