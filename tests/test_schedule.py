@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import swauto
-from conftest import assert_golden_stages
+from conftest import ROOT, assert_golden_stages
 from swauto.api import load
 from swauto.errors import Rejected, ScheduleError
 from swauto.ir.nests import loop_nest
@@ -117,6 +117,18 @@ def test_the_host_space_has_micro_kernels_sharing_each_lowering_and_no_double_bu
     assert Candidate.from_json(candidate.to_json()) == candidate and "micro_kernel" in candidate.to_json()
     assert "micro_kernel" not in replace(candidate, micro_kernel=None).to_json()
     assert "micro-kernel 4 rows x 4 vectors" in candidate.describe()
+
+
+def test_an_operator_without_a_gemm_has_one_candidate_per_program():
+    """A register tile shapes only a GEMM's code: a depthwise convolution (maps alone) is not built
+    again in each of the host's micro-kernels, and `count` says so before building it."""
+    op = load(ROOT.joinpath("examples", "conv2d_depthwise.sw").read_text(),
+              {"B": 1, "C": 32, "Ri": 10, "Ci": 10, "stride": 1})
+    host = HostScratchpad(micro_kernels=((6, 4), (4, 4)))
+    space = explore(op, host)
+    assert space.total == count(op, host)[0] == explore(op, HostScratchpad()).total
+    assert {c.micro_kernel for c in space.candidates} == {None}
+    assert not any("micro-kernel" in factor for factor in count(op, host)[1])
 
 
 def test_a_micro_kernel_the_target_lacks_is_refused(gemm_source):
