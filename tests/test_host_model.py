@@ -562,6 +562,22 @@ def test_a_panel_cycled_with_others_comes_from_afar_once_per_call():
     assert compute == pytest.approx(max(streamed, 2 * 64 * 64 * 512 / machine.kernel_flops), rel=0.05)
 
 
+def test_a_panel_the_calls_come_back_to_beyond_their_band_counts_the_panels_of_the_runs_between():
+    """GEMM 1024^3 in calls of 32 x 32 x 256, M > N > K: C's transfers end the band at K, but N moves
+    the panel too, and only M's next iteration comes back to it, after all 128 panels of the packed
+    operand (4 MB) took turns: its first read in a call comes out of L3, not L2. A loop that does
+    not move the panel inside the band keeps the band's count."""
+    tiles = {"M": 32, "N": 32, "K": 256}
+
+    def cycled(order: tuple[str, ...]) -> int:
+        module = _host_gemm({"M": 1024, "N": 1024, "K": 1024}, tiles, order)
+        (call, loops), = ((node, loops) for node, loops in walk(module.body) if isinstance(node, Call))
+        return host_model._cycled_panels(call, loops)
+
+    assert cycled(("M_outer", "N_outer", "K_outer")) == 32 * 4
+    assert cycled(("N_outer", "K_outer", "M_outer")) == 1
+
+
 def test_the_fmas_and_the_panel_stream_overlap_as_the_calibrated_p_norm():
     """A K step's FMAs and its panel's stream out of L2 overlap as calibration measured (`overlap_exponent`):
     where they take about as long, neither hides the other (ResNet-50 res4_1x1a at B = 1 on an Emerald

@@ -1,15 +1,17 @@
 """Measured tuning on the host: run candidates and keep the fastest.
 
 `measure` times every legal candidate; `hybrid` only the host model's `top` best. Each candidate is
-compiled (through the JIT's disk cache), run once to warm up, then timed `runs` times on random
-inputs; its score is the median. The few fastest are then timed again in turns (`IN_TURNS`), which
-rank them: on a machine shared with others, the speed of the whole machine drifts while candidates
-are timed one after another (here the same program ran 10 - 15% apart a few seconds later), so a
-candidate's time alone says as much about when it ran as about the candidate.
+compiled (through the JIT's disk cache), run to warm up, then timed `runs` times, or as many more as
+take `LEAST_SECONDS`, on random inputs; its score is the median. The few fastest are then timed again
+in turns (`IN_TURNS`), which rank them: on a machine shared with others, the speed of the whole
+machine drifts while candidates are timed one after another (here the same program ran 10 - 15%
+apart a few seconds later), so a candidate's time alone says as much about when it ran as about the
+candidate.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
 HYBRID_TOP = 8
 IN_TURNS = 8  # the fastest candidates timed again in turns, which rank them
 ROUNDS = 3  # the turns each of them takes (each a warm-up call and `runs` timed)
+LEAST_SECONDS = 0.03  # what the calls of a candidate timed alone take at least (`median_seconds`)
+MOST_RUNS = 50
 
 
 @dataclass(frozen=True)
@@ -70,8 +74,15 @@ def tune(space: Space, threads: int, machine: Machine, top: int | None = None, r
     return sorted(measured, key=lambda r: r.seconds) + [replace(chosen[i], seconds=alone[i]) for i in rest]
 
 
-def median_seconds(call: Callable[[], object], runs: int) -> float:
-    """The median wall time of `runs` calls of `call`, after one call that warms caches up."""
+def median_seconds(call: Callable[[], object], runs: int, least_seconds: float = LEAST_SECONDS) -> float:
+    """The median wall time of `runs` calls of `call`, or of as many more as take `least_seconds` (at
+    most `MOST_RUNS`), after calls that warm caches up. A short kernel's few calls say little on a
+    shared machine: MobileNetV2 block2.1.depthwise at B = 8 (about 1.4 ms a call), timed 12 times in a
+    row, read 1.27 - 2.01 ms in medians of 3 calls and 1.29 - 1.61 in medians of 30."""
+    started = time.perf_counter()
+    call()
+    warm = time.perf_counter() - started
+    runs = max(runs, min(MOST_RUNS, math.ceil(least_seconds / warm) if warm > 0 else runs))
     return median_seconds_in_turns([call], runs, 1)[0]
 
 
