@@ -1197,6 +1197,30 @@ def test_candidates_timed_in_turns_are_not_ranked_by_when_they_ran(monkeypatch):
     assert in_turns[0] > in_turns[1]
 
 
+def test_a_candidate_timed_alone_runs_calls_for_at_least_least_seconds(monkeypatch):
+    """A short kernel's few calls say little on a shared machine: one timed alone runs as many calls as
+    take `LEAST_SECONDS` (at most `MOST_RUNS`), a long one the runs asked for, each after two warm-ups
+    (the first sizes the runs)."""
+    from swauto.tuner import measure
+
+    clock = [0.0]
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: clock[0])
+
+    def calls_of(seconds: float) -> int:
+        count = [0]
+
+        def call() -> None:
+            clock[0] += seconds
+            count[0] += 1
+
+        assert measure.median_seconds(call, 3) == pytest.approx(seconds)
+        return count[0]
+
+    assert calls_of(measure.LEAST_SECONDS / 10) == 2 + 10
+    assert calls_of(measure.LEAST_SECONDS / 1000) == 2 + measure.MOST_RUNS
+    assert calls_of(measure.LEAST_SECONDS) == 2 + 3
+
+
 def _depthwise(order: str, machine: HostScratchpad):
     """MobileNetV2 block1.1.depthwise at B = 1 (144 channels of 56 x 56) in tiles of 8 rows x 14 columns,
     the loops in `order`, lowered for `machine`: the final IR."""
