@@ -419,9 +419,9 @@ def _cycled_panels(node: Dma | Call, loops: tuple[For, ...]) -> int:
     does not (the loop whose iterations come back to the panel): GEMM 1024^3 in calls of 32 x 32 x 256
     under M > N > K, N and K outside the band (C's transfers sit between them), read every 32 KB panel
     of the packed 4 MB operand from L3 once per M tile and priced it from L2; now priced 13.78 ms, not
-    13.37, the model picks tiles of 64 x 32, which ran 1.16x as fast on one thread (1.19x on two, in
-    tiles of 32 x 128), in turns. (Never lower than the band's count: a module's bound,
-    `least_seconds`, prices nests without transfers, whose band is every loop.)"""
+    13.37, the model picks M tiles of 64 (half the panels' reads), which ran 1.16x as fast on one
+    thread, in turns (on two, N tiles of 128 under N > M > K: 1.19x). (Never below the band's count:
+    the class bounds, `least_seconds`, price nests without transfers, whose bands hold more loops.)"""
     if not isinstance(node, Call) or node.signature.kind != "gemm" or not loops:
         return 1
     from swauto.backends.host.layout import gemm_roles
