@@ -1199,8 +1199,8 @@ def test_candidates_timed_in_turns_are_not_ranked_by_when_they_ran(monkeypatch):
 
 def test_a_candidate_timed_alone_runs_calls_for_at_least_least_seconds(monkeypatch):
     """A short kernel's few calls say little on a shared machine: one timed alone runs as many calls as
-    take `LEAST_SECONDS` (at most `MOST_RUNS`), a long one the runs asked for, each after two warm-ups
-    (the first sizes the runs)."""
+    take `LEAST_SECONDS` (at most `MOST_RUNS`), a long one the runs asked for, each after one warm-up,
+    which sizes the runs."""
     from swauto.tuner import measure
 
     clock = [0.0]
@@ -1216,9 +1216,9 @@ def test_a_candidate_timed_alone_runs_calls_for_at_least_least_seconds(monkeypat
         assert measure.median_seconds(call, 3) == pytest.approx(seconds)
         return count[0]
 
-    assert calls_of(measure.LEAST_SECONDS / 10) == 2 + 10
-    assert calls_of(measure.LEAST_SECONDS / 1000) == 2 + measure.MOST_RUNS
-    assert calls_of(measure.LEAST_SECONDS) == 2 + 3
+    assert calls_of(measure.LEAST_SECONDS / 10) == 1 + 10
+    assert calls_of(measure.LEAST_SECONDS / 1000) == 1 + measure.MOST_RUNS
+    assert calls_of(measure.LEAST_SECONDS) == 1 + 3
 
 
 def _depthwise(order: str, machine: HostScratchpad):

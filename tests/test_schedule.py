@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import swauto
-from conftest import ROOT, assert_golden_stages
+from conftest import EXAMPLES, assert_golden_stages
 from swauto.api import load
 from swauto.errors import Rejected, ScheduleError
 from swauto.ir.nests import loop_nest
@@ -122,7 +122,7 @@ def test_the_host_space_has_micro_kernels_sharing_each_lowering_and_no_double_bu
 def test_an_operator_without_a_gemm_has_one_candidate_per_program():
     """A register tile shapes only a GEMM's code: a depthwise convolution (maps alone) is not built
     again in each of the host's micro-kernels, and `count` says so before building it."""
-    op = load(ROOT.joinpath("examples", "conv2d_depthwise.sw").read_text(),
+    op = load((EXAMPLES / "conv2d_depthwise.sw").read_text(),
               {"B": 1, "C": 32, "Ri": 10, "Ci": 10, "stride": 1})
     host = HostScratchpad(micro_kernels=((6, 4), (4, 4)))
     space = explore(op, host)

@@ -37,7 +37,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from math import prod
 from pathlib import Path
@@ -417,8 +417,9 @@ def _cycled_panels(node: Dma | Call, loops: tuple[For, ...]) -> int:
     real IR, not in its sketch, which has none.) Where every loop of the band moves the panel, the
     runs of loops outside it that all move it too count as well, up to the first that holds one that
     does not (the loop whose iterations come back to the panel): GEMM 1024^3 in calls of 32 x 32 x 256
-    under M > N > K, N and K outside the band (C's transfers sit between them), read every 32 KB panel
-    of the packed 4 MB operand from L3 once per M tile and priced it from L2; now priced 13.78 ms, not
+    under M > N > K, N and K outside the band (C's transfers sit between them), came back to each 32 KB
+    panel only after the whole packed operand (4 MB, twice the L2) had passed, and priced it from the
+    L2; now priced 13.78 ms, not
     13.37, the model picks M tiles of 64 (half the panels' reads), which ran 1.16x as fast on one
     thread, in turns (on two, N tiles of 128 under N > M > K: 1.19x). (Never below the band's count:
     the class bounds, `least_seconds`, price nests without transfers, whose bands hold more loops.)"""
@@ -439,18 +440,24 @@ def _cycled_panels(node: Dma | Call, loops: tuple[For, ...]) -> int:
     if any(loop.var not in moving for loop in band):
         return cycled
     # Every loop of the band moves the panel: the calls come back to it only in an iteration of a loop
-    # further out, after the runs of loops between (loops with no transfer between them, taken as a set,
-    # as the sketches' signatures keep them) cycled theirs.
-    run: list[For] = []
-    for index in range(len(loops) - len(band) - 1, -1, -1):
-        run.append(loops[index])
-        if index and not _holds_transfer(loops[index - 1], loops[index]):
-            continue
+    # further out, after the runs of loops between cycled theirs.
+    for run in _runs(loops[:len(loops) - len(band)]):
         if any(member.var not in moving for member in run):
             break
         cycled *= prod(trip_count(member) for member in run)
-        run = []
     return cycled
+
+
+def _runs(loops: Sequence[For]) -> Iterator[list[For]]:
+    """`loops` (outermost first) in runs, innermost first: loops nested with no transfer between them,
+    which a sketch's signature keeps as sets (`swauto.tuner.sketch`), each run innermost first."""
+    run: list[For] = []
+    for index in range(len(loops) - 1, -1, -1):
+        run.append(loops[index])
+        if index and not _holds_transfer(loops[index - 1], loops[index]):
+            continue  # the run goes on outwards
+        yield run
+        run = []
 
 
 def _revisited_accumulators(gemm: Call, loops: tuple[For, ...], machine: Machine, ordered: bool = True) -> float:
@@ -471,18 +478,12 @@ def _revisited_accumulators(gemm: Call, loops: tuple[For, ...], machine: Machine
     moving = set().union(*(ex.free_vars(start) for start in c.starts))
     swept = tile = 4 * prod(c.extents)
     innermost = _innermost_loop(loops) if ordered else None
-    run: list[For] = []
-    for index in range(len(loops) - 1, -1, -1):
-        loop = loops[index]
-        run.append(loop)
-        if index and not _holds_transfer(loops[index - 1], loop):
-            continue  # the run goes on outwards
+    for run in _runs(loops):
         if any(member.var not in moving for member in run):
             if innermost is not None and any(member is innermost for member in run) and innermost.var in moving:
                 swept *= trip_count(innermost)
             break
         swept *= prod(trip_count(member) for member in run)
-        run = []
     else:
         return 0.0  # every loop moves C: each tile is visited once
     return 0.0 if swept <= machine.l1_bytes // 2 else tile / _level_bandwidth(swept, machine)

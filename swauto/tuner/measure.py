@@ -76,14 +76,13 @@ def tune(space: Space, threads: int, machine: Machine, top: int | None = None, r
 
 def median_seconds(call: Callable[[], object], runs: int, least_seconds: float = LEAST_SECONDS) -> float:
     """The median wall time of `runs` calls of `call`, or of as many more as take `least_seconds` (at
-    most `MOST_RUNS`), after calls that warm caches up. A short kernel's few calls say little on a
-    shared machine: MobileNetV2 block2.1.depthwise at B = 8 (about 1.4 ms a call), timed 12 times in a
-    row, read 1.27 - 2.01 ms in medians of 3 calls and 1.29 - 1.61 in medians of 30."""
-    started = time.perf_counter()
-    call()
-    warm = time.perf_counter() - started
+    most `MOST_RUNS`), after one that warms caches up and tells how long a call takes. A short kernel's
+    few calls say little on a shared machine: MobileNetV2 block2.1.depthwise at B = 8 (about 1.4 ms a
+    call), timed 12 times in a row, read 1.27 - 2.01 ms in medians of 3 calls and 1.29 - 1.61 in
+    medians of 30."""
+    warm = _timed(call, 1)[0]
     runs = max(runs, min(MOST_RUNS, math.ceil(least_seconds / warm) if warm > 0 else runs))
-    return median_seconds_in_turns([call], runs, 1)[0]
+    return statistics.median(_timed(call, runs))
 
 
 def median_seconds_in_turns(calls: Sequence[Callable[[], object]], runs: int, rounds: int,
@@ -99,11 +98,18 @@ def median_seconds_in_turns(calls: Sequence[Callable[[], object]], runs: int, ro
         for function, samples in turns if round_ % 2 == 0 else turns[::-1]:
             ready()
             function()
-            for _ in range(runs):
-                started = time.perf_counter()
-                function()
-                samples.append(time.perf_counter() - started)
+            samples += _timed(function, runs)
     return [statistics.median(samples) for samples in times]
+
+
+def _timed(call: Callable[[], object], runs: int) -> list[float]:
+    """The wall time of each of `runs` calls of `call`."""
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - started)
+    return samples
 
 
 def kernel_call(module: Module, threads: int, knobs: Knobs | None = None) -> Callable[[], object]:

@@ -146,13 +146,14 @@ def explore(op: BoundOperator, machine: LocalMemoryMachine, progress=None,
 
     Double buffering is explored only where DMAs are asynchronous, and only the first vectorized
     dimension the space offers where the machine takes it from C's layout. The machine's micro-kernel choices
-    multiply the space, but they shape only the backend's code: the candidates differing in them
-    alone share one lowering (and one list of stages)."""
+    multiply the space where the operator calls a GEMM (`micro_kernels`), but they shape only the backend's
+    code: the candidates differing in them alone share one lowering (and one list of stages)."""
     _check_size(op, machine, max_candidates)
     space = Space(op)
+    register_tiles = micro_kernels(op, machine)
     points = candidates(op, (False, True) if machine.asynchronous_dma else (False,), vectorized(op, machine))
     for candidate in progress(points) if progress else points:
-        space.legal += _lowered(op, candidate, machine, space)
+        space.legal += _lowered(op, candidate, machine, space, register_tiles)
     if not space.legal:
         raise ScheduleError(_explain_empty(op, space))
     return space
@@ -230,7 +231,7 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
     space = Space(op)
     units = unit_axes(op)
     bufferings = (False, True) if machine.asynchronous_dma else (False,)
-    per_program = len(micro_kernels(op, machine))
+    register_tiles = micro_kernels(op, machine)
     lowered_at: list[tuple[tuple[int, ...], list[tuple[Candidate, Stages]]]] = []
     # Entries (seconds, kind, place, candidate, payload), by kind: a group of classes to bound at their
     # least bound (GROUP, payload its classes); a class to open at its bound (OPEN, payload its orders);
@@ -244,7 +245,7 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
     prices: dict[tuple, float] = {}  # per signature
 
     def add(place: tuple[int, ...], candidate: Candidate) -> bool:
-        entries = _lowered(op, candidate, machine, space)
+        entries = _lowered(op, candidate, machine, space, register_tiles)
         if entries:
             lowered_at.append((place, entries))
         return bool(entries)
@@ -260,7 +261,7 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
                     if rejection.reason == "local memory overflow":
                         heapq.heappush(queue, (math.inf, LOWER, place, candidate, ()))
                     else:
-                        space.rejected[rejection.reason] += per_program
+                        space.rejected[rejection.reason] += len(register_tiles)
                     continue
                 if placement is None:  # no sketch: priced on its real IR like the lowered few
                     add(place, candidate)
@@ -276,7 +277,7 @@ def _explore_ranked(op: BoundOperator, machine: LocalMemoryMachine, model: Sketc
     def bound_class(number: int, first: Candidate, orders: list[tuple[str, ...]]) -> None:
         found_nest = _class_nest(sketcher, first, orders)
         if found_nest is None:  # a primitive constraint: the class's every candidate
-            space.rejected["primitive constraint"] += len(orders) * len(bufferings) * per_program
+            space.rejected["primitive constraint"] += len(orders) * len(bufferings) * len(register_tiles)
             return
         nest, bounded = found_nest
         if nest is None:  # no bound for the class: each of its candidates is priced before any is lowered
@@ -442,18 +443,17 @@ def _program(candidate: Candidate, units: dict[str, frozenset[int]]) -> tuple:
     return _tile_memory(candidate, units), candidate.order, candidate.double_buffer
 
 
-def _lowered(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine,
-             space: Space) -> list[tuple[Candidate, Stages]]:
-    """The candidate lowered, once per micro-kernel it is built in (`micro_kernels`: they share the stages,
-    the tiles shape only the backend's code); none, with the rejection counted in `space`, when it is
-    illegal."""
-    tiles = micro_kernels(op, machine)
+def _lowered(op: BoundOperator, candidate: Candidate, machine: LocalMemoryMachine, space: Space,
+             register_tiles: tuple[tuple[int, int] | None, ...]) -> list[tuple[Candidate, Stages]]:
+    """The candidate lowered, once per micro-kernel of `register_tiles` (`micro_kernels`: they share the
+    stages, the tiles shape only the backend's code); none, with the rejection counted in `space`, when it
+    is illegal."""
     try:
         stages = lower(op, candidate, machine)
     except Rejected as rejection:
-        space.rejected[rejection.reason] += len(tiles)
+        space.rejected[rejection.reason] += len(register_tiles)
         return []
-    return [(replace(candidate, micro_kernel=tile), stages) for tile in tiles]
+    return [(replace(candidate, micro_kernel=tile), stages) for tile in register_tiles]
 
 
 def _explain_empty(op: BoundOperator, space: Space) -> str:
