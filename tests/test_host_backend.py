@@ -27,7 +27,7 @@ from swauto.api import compile as swauto_compile
 from swauto.api import load
 from swauto.backends.host import HostProgram, Knobs, compile_module, layout
 from swauto.backends.host import threads as thread_pools
-from swauto.backends.host.codegen import generate
+from swauto.backends.host.codegen import generate, plan_kernel
 from swauto.backends.host.isa import ISAS, select
 from swauto.backends.host.knobs import default_knobs, register_tile_choices
 from swauto.errors import CodegenError
@@ -489,11 +489,74 @@ def test_tiles_of_cache_resident_tensors_are_views_and_others_copies():
     # The C tile is read and written in place; the vector operand stays packed (a copy).
     assert views[gemm.operand("C").name] == "C" and vector not in views and len(placed[vector].axes[-1].extents) == 2
     assert layout.plan(module, knobs, isa.width, ignored, cache_resident=False)[1] == {}
-    # A zero-filled (boundary) transfer is never a view: its buffer holds zeros the tensor lacks.
+    # A zero-filled transfer whose box stays inside the tensor moves what a plain one does: still a view.
     zero_filled = replace(module, body=Rewrite().rewrite(module.body))
-    views = layout.plan(zero_filled, knobs, isa.width, ignored, cache_resident=True)[1]
-    assert views.get(gemm.operand("C").name) is None
+    assert layout.plan(zero_filled, knobs, isa.width, ignored, cache_resident=True)[1] == views
+    # One whose box may leave it (a boundary tile) is no view where a GEMM reads it: its buffer holds zeros
+    # the tensor lacks, which only maps make up for (`layout.clipped_axes`).
+    leaving = replace(module, body=Rewrite(shift=-1).rewrite(module.body))
+    assert layout.plan(leaving, knobs, isa.width, ignored, cache_resident=True)[1] == {}
 
+
+
+# Maps that read a padded input at stride 1, at odd sizes: their zero-filled input tiles reach outside it.
+PADDED_MAPS = {
+    "conv2d_depthwise": {"B": 3, "C": 37, "Ri": 7, "Ci": 5, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1},
+    "maxpool": {"B": 3, "C": 5, "Ri": 7, "Ci": 6, "K": 3, "stride": 1, "pad": 1},
+}
+
+
+def _clipped_views(kernel) -> dict[str, tuple[int, ...]]:
+    isa = select()
+    return plan_kernel(kernel.module, isa, default_knobs(isa)).clipped
+
+
+@pytest.mark.parametrize("name", sorted(PADDED_MAPS))
+def test_maps_read_a_padded_input_in_place_taking_zeros_outside_it(name):
+    """Input tiles of maps that reach outside a padded tensor (zero-filled gets) are views of the tensor
+    that the maps clip, taking 0 for the elements outside (`layout.clipped_axes`), in part of the space:
+    every sampled candidate, on one thread and on two, computes the reference's result."""
+    params = PADDED_MAPS[name]
+    op = load(EXAMPLES / f"{name}.sw", params)
+    space = explore(op, local_memory_machine("host")).candidates
+    sample = [space[i] for i in np.random.default_rng(0).choice(len(space), 12, replace=False)]
+    rng = np.random.default_rng(1)
+    arrays = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in op.seed.tensors if not t.is_local}
+    if name == "maxpool":  # zeros outside the image: the window's largest value where the input is >= 0
+        arrays["input"] = np.abs(arrays["input"])
+    expected = reference(op, arrays)["output"]
+    clipped = 0
+    for index, candidate in enumerate(sample):
+        kernel = swauto_compile(EXAMPLES / f"{name}.sw", params, target="host", schedule=candidate,
+                                threads=1 + index % 2)
+        views = _clipped_views(kernel)
+        assert all(set(axes) <= {0, 1} for axes in views.values()), views  # rows and columns only
+        clipped += bool(views)
+        result = {key: value.copy() for key, value in arrays.items()}
+        kernel(**result)
+        assert relative_error(result["output"], expected) < 1e-5, candidate.id
+    assert clipped >= 3, f"{clipped} of 12 candidates read the input through a clipped view"
+
+
+def test_a_map_whose_innermost_dimension_crosses_the_padding_reads_a_zero_filled_copy():
+    """Max pooling with its columns fused into N, the innermost dimension of the code a map runs (the
+    validity of a point would change along its vectors): the input tiles stay zero-filled copies."""
+    params = PADDED_MAPS["maxpool"]
+    text = (EXAMPLES / "maxpool.sw").read_text().replace("fuse c.inner into reduce_max.M",
+                                                         "fuse c.inner into reduce_max.N")
+    source = Source("maxpool_columns_in_n.sw", text)
+    op = check(parse(source), source, params)
+    fused = [c for c in explore(op, local_memory_machine("host")).candidates if dict(c.splits)["c"] > 1]
+    assert fused
+    rng = np.random.default_rng(2)
+    arrays = {"input": np.abs(rng.standard_normal(op.seed.tensor("input").shape)).astype(np.float32)}
+    expected = reference(op, arrays)["output"]
+    for candidate in fused[:4]:
+        kernel = swauto_compile(text, params, target="host", schedule=candidate)
+        assert _clipped_views(kernel) == {}
+        result = {**arrays, "output": np.zeros(expected.shape, np.float32)}
+        kernel(**result)
+        assert relative_error(result["output"], expected) < 1e-5, candidate.id
 
 
 def _overwriting_gemm(shape: tuple[int, int, int], tile_k: int) -> tuple[Module, str]:
@@ -623,10 +686,17 @@ def test_calls_of_one_program_from_two_threads_plan_its_steps_one_at_a_time(monk
 
 
 class Rewrite(Rewriter):
-    """Marks every DMA zero-filled."""
+    """Marks every get zero-filled, its tensor box moved by `shift` along the first axis."""
+
+    def __init__(self, shift: int = 0) -> None:
+        self.shift = shift
 
     def rewrite_Dma(self, node: Dma) -> Dma:
-        return replace(node, zero_fill=node.direction == "get")
+        if node.direction != "get":
+            return node
+        first, *rest = node.tensor.starts
+        moved = replace(node.tensor, starts=(first + self.shift, *rest)) if self.shift else node.tensor
+        return replace(node, zero_fill=True, tensor=moved)
 
 
 def test_inputs_are_left_alone_and_code_is_optimised_llvm_ir():

@@ -61,6 +61,9 @@ _COMPARISONS = ("<", "<=", "==", "!=", ">", ">=")
 
 
 
+STARTS_OFFSET = layouts.ALIGN_ELEMENTS  # a clipped view's box starts, after its pointer in the workspace
+
+
 def is_ignored_buffer(buffer: LocalBuffer) -> bool:
     """True for the float64 `*_double` buffers, which only model the SW26010's double-precision
     copies: no statement reads or writes them, so the host allocates nothing for them."""
@@ -78,6 +81,10 @@ class Plan:
     workspace_elements: int
     layouts: dict[str, layouts.Layout]
     views: dict[str, str]  # buffer -> the tensor it is a view of (no workspace, no copies)
+    # The views whose box may leave their tensor, each with the axes it may leave along
+    # (`layout.clipped_axes`): each get records the box's first index per axis in the slot after the
+    # view's pointer (`STARTS_OFFSET` elements on), where the maps reading it find them.
+    clipped: dict[str, tuple[int, ...]]
     prepacked: dict[str, Prepacked]  # buffers pointed at their tiles in arrays filled once (`prepack`)
     arguments: tuple[str, ...]  # the arrays every function takes a pointer to: the tensors, then the prepacked ones
 
@@ -100,14 +107,17 @@ def plan_kernel(module: Module, isa: Isa, knobs: Knobs) -> Plan:
     _check_dtypes(module)
     placed, views = buffer_layouts(module, knobs, isa.width, cache_sizes()[2])
     packed = prepacked(module, views, placed)
+    clipped = layouts.clipped_axes(module, views)
     pointed = (*views, *packed)  # buffers a get points at data elsewhere: no room in the workspace
     buffers = [b.name for b in module.buffers if not is_ignored_buffer(b) and b.name not in pointed]
     offsets, size = layouts.workspace(placed, buffers)
     # A view's pointer lives in the workspace too, so a phase's function sees where an earlier phase
-    # (on the same workspace) pointed it: a stack slot would die with the function that set it.
+    # (on the same workspace) pointed it: a stack slot would die with the function that set it. So do
+    # a clipped view's box starts (an i64 per axis, two elements each).
     for name in pointed:
         offsets[name] = size
-        size += layouts.ALIGN_ELEMENTS
+        size += STARTS_OFFSET + (-(-2 * len(placed[name].axes) // layouts.ALIGN_ELEMENTS) * layouts.ALIGN_ELEMENTS
+                                 if name in clipped else 0)
     try:
         verify(module, "host", asynchronous=False)
     except VerificationError as error:
@@ -125,7 +135,7 @@ def plan_kernel(module: Module, isa: Isa, knobs: Knobs) -> Plan:
     if packed:
         symbols.update(prepack=f"{base}_prepack")
     arguments = tuple(tensor.name for tensor in module.tensors) + tuple(p.argument for p in packed.values())
-    return Plan(segments, symbols, offsets, size, placed, views, packed, arguments)
+    return Plan(segments, symbols, offsets, size, placed, views, clipped, packed, arguments)
 
 
 def phase(kind: str, segment: int) -> str:
@@ -209,7 +219,13 @@ class Lowering(Visitor):
                 home = self.builder.bitcast(self.builder.gep(workspace, [i64(plan.offsets[buffer.name])],
                                                              inbounds=True), pointer.as_pointer())
                 self.builder.store(self.builder.load(home), slot)
-                self._add_storage(Storage(buffer.name, buffer.shape, plan.layouts[buffer.name], slot, shown, home))
+                starts = None
+                if buffer.name in plan.clipped:
+                    starts = self.builder.bitcast(
+                        self.builder.gep(workspace, [i64(plan.offsets[buffer.name] + STARTS_OFFSET)], inbounds=True),
+                        I64.as_pointer())
+                self._add_storage(Storage(buffer.name, buffer.shape, plan.layouts[buffer.name], slot, shown, home,
+                                          plan.clipped.get(buffer.name, ()), starts))
             elif buffer.name not in self.ignored:
                 base = self.builder.gep(workspace, [i64(plan.offsets[buffer.name])], inbounds=True,
                                         name=buffer.name)
@@ -353,12 +369,17 @@ class Lowering(Visitor):
 
     def _point_view(self, dma: Dma, env: Env) -> None:
         """Point the view `dma` moves at the tensor box it moves."""
-        tensor = self.access_storage(dma.tensor)
-        start = self.layout_offset(tensor, [self.expr(s, env) for s in dma.tensor.starts])
-        pointer = self.builder.gep(tensor.base, [start], inbounds=True)
         view = self.storage[dma.buffer.name]
+        tensor = self.access_storage(dma.tensor, allow_outside=bool(view.clipped))
+        starts = [self.expr(s, env) for s in dma.tensor.starts]
+        # A clipped view's box may start outside its tensor: no `inbounds` (the maps reading it move
+        # their addresses of elements outside back in: `primitives.emit_map`).
+        pointer = self.builder.gep(tensor.base, [self.layout_offset(tensor, starts)], inbounds=not view.clipped)
         self.builder.store(pointer, view.base)
         self.builder.store(pointer, view.home)
+        for axis in view.clipped:
+            assert view.starts is not None
+            self.builder.store(starts[axis], self.builder.gep(view.starts, [i64(axis)], inbounds=True))
 
     def _point_at_tile(self, packed: Prepacked, get: Dma, env: Env) -> None:
         """Point the buffer of `packed` at the tile of `get` for the key loops' values in `env`."""

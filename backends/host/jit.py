@@ -72,7 +72,8 @@ def _build(module: Module, isa: isas.Isa, knobs: Knobs) -> HostProgram:
     # The functions it has too ('parallel' only where the native thread pool runs). So do the sizes
     # themselves: the micro-kernel prefetches rows read in a tensor beyond the L2 (`prefetched_rows`).
     placement = repr((sorted(plan.layouts.items()), sorted(plan.offsets.items()), sorted(plan.views.items()),
-                      sorted(plan.symbols), sorted(plan.prepacked.items()), isas.cache_sizes()))
+                      sorted(plan.clipped.items()), sorted(plan.symbols), sorted(plan.prepacked.items()),
+                      isas.cache_sizes()))
     key = cache.kernel_key(fingerprint(module), repr(knobs) + placement, isa.name, cpu, features)
     object_code = cache.load(key)
     from_disk = object_code is not None

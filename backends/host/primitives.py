@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from math import prod
 from typing import TYPE_CHECKING
 
@@ -20,7 +21,7 @@ from llvmlite import ir
 from swauto.errors import CodegenError
 from swauto.ir.analysis import trip_count
 from swauto.ir.expr import Const, free_vars
-from swauto.ir.nodes import Call, For, Seq, Stmt
+from swauto.ir.nodes import Access, Call, For, Seq, Stmt
 from swauto.primitives.elementwise import Scalar
 
 from .layout import innermost_dim
@@ -124,8 +125,11 @@ def emit_map(lw: Lowering, call: Call, env: Env, taps: Sequence[Mapping[str, int
     dims = signature.dims
     builder = lw.builder
     output = operand_map(lw, call.operand("Z"), sizes, env)
-    inputs = [{role: operand_map(lw, access, sizes, {**env, **{var: i64(value) for var, value in tap.items()}})
-               for role, access in call.operands if role != "Z"} for tap in taps]
+    tap_envs = [{**env, **{var: i64(value) for var, value in tap.items()}} for tap in taps]
+    inputs = [{role: operand_map(lw, access, sizes, tap_env) for role, access in call.operands if role != "Z"}
+              for tap_env in tap_envs]
+    clips = [{role: _clip(lw, access, signature.dims[-1], tap_env) for role, access in call.operands
+              if role != "Z"} for tap_env in tap_envs]
 
     # With several taps, the dimension outside the innermost (vectorized) one runs `grouped_points` points
     # at a time: their outputs are loaded first and stored last, so the loads between hold no store and
@@ -146,17 +150,16 @@ def emit_map(lw: Lowering, call: Call, env: Env, taps: Sequence[Mapping[str, int
         targets = [_element(lw, output, index, f"{call.primitive}.Z") for index in group]
         if signature.kind == "reduce":
             for index, target in zip(group, targets, strict=True):
-                source = _element(lw, inputs[0]["X"], index, f"{call.primitive}.X")
-                values = {"x": builder.load(target, align=4), "y": builder.load(source, align=4)}
+                source = _read(lw, inputs[0]["X"], clips[0]["X"], index, f"{call.primitive}.X")
+                values = {"x": builder.load(target, align=4), "y": source}
                 builder.store(_scalar(lw, function, values, call.constant), target, align=4)
             return
         # Z += f(X, Y)
         totals = [_scoped(builder.load(target, align=4), "alias.scope", scope) if signature.combine == "+" else None
                   for target in targets]
-        for operands in inputs:
+        for operands, clipped in zip(inputs, clips, strict=True):
             for at, index in enumerate(group):
-                values = {name: _scoped(builder.load(_element(lw, operands[role], index, f"{call.primitive}.{role}"),
-                                                     align=4), "noalias", scope)
+                values = {name: _read(lw, operands[role], clipped[role], index, f"{call.primitive}.{role}", scope)
                           for name, role in (("x", "X"), ("y", "Y")) if role in operands}
                 if totals[at] is None:
                     totals[at] = _scalar(lw, function, values, call.constant)
@@ -279,10 +282,97 @@ def _scoped(instruction: ir.Instruction, kind: str, scope: ir.MDValue | None) ->
 
 def _element(lw: Lowering, operand: OperandMap, index: dict[str, ir.Value], name: str) -> ir.Value:
     """A pointer to the operand's element at `index` (a value per dimension it carries)."""
+    return lw.builder.gep(operand.storage.base, [_offset(lw, operand, index, name)], inbounds=True)
+
+
+def _offset(lw: Lowering, operand: OperandMap, index: dict[str, ir.Value], name: str) -> ir.Value:
+    """Elements from the operand's storage base to its element at `index`."""
     offset = operand.base
     for dim, table in operand.tables.items():
         offset = lw.builder.add(offset, table_lookup(lw, table, index[dim], f"{name}.{dim}"), flags=_NSW)
-    return lw.builder.gep(operand.storage.base, [offset], inbounds=True)
+    return offset
+
+
+@dataclass(frozen=True)
+class _ClippedAxis:
+    """An axis along which an operand's box in a clipped view may leave the tensor: the tensor index of
+    the box's first element along it, the dimension the axis carries (None: none) with the product of
+    the extents of that dimension's axes inside it and its own extent (its digit of the dimension's
+    index), and the tensor's size along it."""
+
+    first: ir.Value
+    dim: str | None
+    below: int
+    extent: int
+    size: int
+
+
+@dataclass(frozen=True)
+class _Clip:
+    """How to read an operand in a clipped view: its `axes` that may leave the tensor, the call's
+    innermost dimension (which none of them carries), and a constant array of zeros as long as the
+    operand's span along that dimension, read in place of the elements outside the tensor."""
+
+    axes: tuple[_ClippedAxis, ...]
+    innermost: str
+    zeros: ir.Value
+
+
+def _clip(lw: Lowering, access: Access, innermost: str, env: Env) -> _Clip | None:
+    """How to read `access` where its storage is a clipped view (`layout.clipped_axes`); else None."""
+    storage = lw.storage[access.name]
+    if not storage.clipped:
+        return None
+    assert storage.starts is not None and storage.view_of is not None
+    builder = lw.builder
+    extents = access.padded_extents()
+    size = lw.storage[storage.view_of].shape
+    axes = []
+    for axis in storage.clipped:
+        box_start = builder.load(builder.gep(storage.starts, [i64(axis)], inbounds=True))
+        first = builder.add(box_start, lw.expr(access.starts[axis], env), flags=_NSW)
+        dim = access.dims[axis]
+        below = prod(extent for extent, d in zip(extents[axis + 1:], access.dims[axis + 1:], strict=True)
+                     if dim is not None and d == dim)
+        axes.append(_ClippedAxis(first, dim, below, extents[axis], size[axis]))
+    # The span along the innermost dimension: the greatest offset of its table from its first.
+    span = 1 + sum((extent - 1) * storage.layout.axes[axis].strides[0]
+                   for axis, (extent, dim) in enumerate(zip(extents, access.dims, strict=True)) if dim == innermost)
+    zeros = lw.ir_module.globals.get(f"zeros.{span}")
+    if zeros is None:
+        array = ir.ArrayType(F32, span)
+        zeros = ir.GlobalVariable(lw.ir_module, array, f"zeros.{span}")
+        zeros.linkage, zeros.global_constant, zeros.initializer = "internal", True, ir.Constant(array, None)
+        zeros.align = 64
+    return _Clip(tuple(axes), innermost, builder.bitcast(zeros, F32.as_pointer()))
+
+
+def _read(lw: Lowering, operand: OperandMap, clip: _Clip | None, index: dict[str, ir.Value], name: str,
+          scope: ir.MDValue | None = None) -> ir.Value:
+    """The operand's element at `index`; through a clipped view (`clip`), 0 where the element is outside
+    its tensor, as the zero-filled copy the view stands for would hold: the point's address along the
+    innermost dimension then starts from `clip.zeros` instead (whether a point is inside does not change
+    along that dimension, so its loop still reads whole vectors)."""
+    builder = lw.builder
+    if clip is None:
+        return _scoped(builder.load(_element(lw, operand, index, name), align=4), "noalias", scope)
+    inner = operand.tables.get(clip.innermost)
+    outer = OperandMap(operand.storage, operand.base, {d: t for d, t in operand.tables.items() if d != clip.innermost})
+    offset = _offset(lw, outer, index, name)
+    inside: ir.Value = ir.Constant(ir.IntType(1), 1)
+    for axis in clip.axes:
+        at = axis.first
+        if axis.dim is not None:
+            digit = builder.urem(builder.udiv(index[axis.dim], i64(axis.below)), i64(axis.extent))
+            at = builder.add(at, digit, flags=_NSW)
+        inside = builder.and_(inside, builder.icmp_unsigned("<", at, i64(axis.size)))  # 0 <= at < size
+    if inner is not None:
+        offset = builder.add(offset, i64(inner[0]), flags=_NSW)
+    point = builder.select(inside, builder.gep(operand.storage.base, [offset]), clip.zeros)
+    if inner is not None:
+        relative = tuple(value - inner[0] for value in inner)
+        point = builder.gep(point, [table_lookup(lw, relative, index[clip.innermost], f"{name}.{clip.innermost}")])
+    return _scoped(builder.load(point, align=4), "noalias", scope)
 
 
 def _scalar(lw: Lowering, scalar: Scalar, values: dict[str, ir.Value], constant: float | None) -> ir.Value:

@@ -30,6 +30,10 @@ class Storage:
     base: ir.Value  # float* to element 0 (float** to the slot holding it, for a view)
     view_of: str | None = None  # the tensor a view shows
     home: ir.Value | None = None  # a view's float** slot in the workspace
+    # A clipped view (`Plan.clipped`): the axes its box may leave its tensor along, and the i64* slot in
+    # the workspace where its gets record the box's first index along each axis.
+    clipped: tuple[int, ...] = ()
+    starts: ir.Value | None = None
 
 
 def call_function(builder: ir.IRBuilder, name: str, operands: list[ir.Value]) -> ir.Value:
