@@ -146,20 +146,27 @@ def emit_map(lw: Lowering, call: Call, env: Env, taps: Sequence[Mapping[str, int
     scoped = signature.kind != "reduce" and memory(call.operand("Z").name) not in inputs_memory
     scope = _output_scope(lw) if scoped else None  # (a reduction's accesses are left as they were)
 
-    def points(group: list[dict[str, ir.Value]]) -> None:
+    unclipped = [dict.fromkeys(clipped) for clipped in clips]
+    # Where the clips are all one run of one dimension's index, the points inside for every tap and
+    # operand read without tests; only those before and after it test theirs (a depthwise convolution's
+    # tile of 14 columns: the first and last column).
+    run = _inside_run(builder, [clip for clipped in clips for clip in clipped.values() if clip is not None])
+
+    def points(group: list[dict[str, ir.Value]], clipped: bool) -> None:
+        tests = clips if clipped else unclipped
         targets = [_element(lw, output, index, f"{call.primitive}.Z") for index in group]
         if signature.kind == "reduce":
             for index, target in zip(group, targets, strict=True):
-                source = _read(lw, inputs[0]["X"], clips[0]["X"], index, f"{call.primitive}.X")
+                source = _read(lw, inputs[0]["X"], tests[0]["X"], index, f"{call.primitive}.X")
                 values = {"x": builder.load(target, align=4), "y": source}
                 builder.store(_scalar(lw, function, values, call.constant), target, align=4)
             return
         # Z += f(X, Y)
         totals = [_scoped(builder.load(target, align=4), "alias.scope", scope) if signature.combine == "+" else None
                   for target in targets]
-        for operands, clipped in zip(inputs, clips, strict=True):
+        for operands, tested in zip(inputs, tests, strict=True):
             for at, index in enumerate(group):
-                values = {name: _read(lw, operands[role], clipped[role], index, f"{call.primitive}.{role}", scope)
+                values = {name: _read(lw, operands[role], tested[role], index, f"{call.primitive}.{role}", scope)
                           for name, role in (("x", "X"), ("y", "Y")) if role in operands}
                 if totals[at] is None:
                     totals[at] = _scalar(lw, function, values, call.constant)
@@ -169,27 +176,67 @@ def emit_map(lw: Lowering, call: Call, env: Env, taps: Sequence[Mapping[str, int
         for total, target in zip(totals, targets, strict=True):
             _scoped(builder.store(total, target, align=4), "alias.scope", scope)
 
-    def level(depth: int, index: dict[str, ir.Value], group: Sequence[ir.Value] = ()) -> None:
+    def level(depth: int, index: dict[str, ir.Value], group: Sequence[ir.Value] = (), clipped: bool = True) -> None:
         if depth == len(dims):
-            points([{**index, grouped: value} for value in group] if grouped else [index])
+            points([{**index, grouped: value} for value in group] if grouped else [index], clipped)
             return
         dim, size = dims[depth], sizes.get(dim := dims[depth], 1)
+        if clipped and run is not None and dim == run[0]:
+            _, low, high = run
+            for start, stop, tested in ((i64(0), low, True), (low, high, False), (high, i64(size), True)):
+                along(depth, index, group, start, stop, tested)
+            return
         if dim == grouped:
             count = min(grouped_points(lw.isa.registers), size)
             whole = size - size % count
             lw.loop(i64(0), i64(whole), count, f"{call.primitive}.{dim}",
-                    lambda i: level(depth + 1, index, [builder.add(i, i64(k), flags=_NSW) for k in range(count)]))
+                    lambda i: level(depth + 1, index, [builder.add(i, i64(k), flags=_NSW) for k in range(count)],
+                                    clipped))
             if whole < size:
-                level(depth + 1, index, [i64(value) for value in range(whole, size)])
+                level(depth + 1, index, [i64(value) for value in range(whole, size)], clipped)
             return
         # The innermost loop may be unrolled only when shorter than a vector: unrolled whole, a long
         # one leaves LLVM to vectorize the loop around it instead, with gathers (a depthwise conv's
         # [56 x 32] plane, 32 channels innermost: 7.0 ms, 10x the loop vectorized along its lanes).
         lw.loop(i64(0), i64(size), 1, f"{call.primitive}.{dim}",
-                lambda i: level(depth + 1, {**index, dim: i}, group),
+                lambda i: level(depth + 1, {**index, dim: i}, group, clipped),
                 unroll=depth == len(dims) - 1 and size < lw.isa.width)
 
+    def along(depth: int, index: dict[str, ir.Value], group: Sequence[ir.Value], start: ir.Value, stop: ir.Value,
+              clipped: bool) -> None:
+        """Points start .. stop - 1 (run-time bounds) of dimension `dims[depth]`, as `level` runs them."""
+        dim = dims[depth]
+        name = f"{call.primitive}.{dim}.{'tested' if clipped else 'inside'}"
+        if dim != grouped:
+            lw.loop(start, stop, 1, name, lambda i: level(depth + 1, {**index, dim: i}, group, clipped), unroll=False)
+            return
+        count = min(grouped_points(lw.isa.registers), sizes.get(dim, 1))
+        whole = builder.add(start, builder.mul(builder.sdiv(builder.sub(stop, start), i64(count)), i64(count)))
+        lw.loop(start, whole, count, name,
+                lambda i: level(depth + 1, index, [builder.add(i, i64(k), flags=_NSW) for k in range(count)], clipped))
+        lw.loop(whole, stop, 1, f"{name}.rest", lambda i: level(depth + 1, index, [i], clipped), unroll=False)
+
     level(0, {})
+
+
+def _inside_run(builder: ir.IRBuilder, clips: Sequence[_Clip]) -> tuple[str, ir.Value, ir.Value] | None:
+    """(dimension, first, stop): the points whose index along the dimension is first .. stop - 1 are
+    inside the tensor in every one of `clips`, where each clips one run of that dimension alone (None
+    otherwise, or with no clips)."""
+    if not clips or any(clip.whole is not None or clip.digits or len(clip.ranges) != 1 for clip in clips):
+        return None
+    dims = {clip.ranges[0][0] for clip in clips}
+    if len(dims) != 1:
+        return None
+    first: ir.Value | None = None
+    stop: ir.Value | None = None
+    for clip in clips:
+        _, low, count = clip.ranges[0]
+        end = builder.add(low, count)
+        first = low if first is None else _at_least(builder, first, low)
+        stop = end if stop is None else builder.select(builder.icmp_signed("<", end, stop), end, stop)
+    assert first is not None and stop is not None
+    return dims.pop(), first, _at_least(builder, stop, first)
 
 
 def multiply_adds(call: Call) -> bool:
@@ -294,32 +341,27 @@ def _offset(lw: Lowering, operand: OperandMap, index: dict[str, ir.Value], name:
 
 
 @dataclass(frozen=True)
-class _ClippedAxis:
-    """An axis along which an operand's box in a clipped view may leave the tensor: the tensor index of
-    the box's first element along it, the dimension the axis carries (None: none) with the product of
-    the extents of that dimension's axes inside it and its own extent (its digit of the dimension's
-    index), and the tensor's size along it."""
-
-    first: ir.Value
-    dim: str | None
-    below: int
-    extent: int
-    size: int
-
-
-@dataclass(frozen=True)
 class _Clip:
-    """How to read an operand in a clipped view: its `axes` that may leave the tensor, the call's
-    innermost dimension (which none of them carries), and a constant array of zeros as long as the
-    operand's span along that dimension, read in place of the elements outside the tensor."""
+    """How to read an operand in a clipped view (`layout.clipped_axes`). A point is inside the tensor where
+    `whole` holds (the clipped axes that carry no dimension are inside: one test per call), its index along
+    each dimension of `ranges` (dimension, first, count) is in first .. first + count - 1 (a clipped axis
+    outermost among its dimension's: its inside is a range of the index), and along each axis of `digits`
+    (the tensor index of the box's first element there, the dimension it carries, the product of the
+    extents of that dimension's axes inside it, its extent, the tensor's size) its digit of the index
+    lands inside the tensor. `innermost`: the call's innermost dimension (no clipped axis carries it);
+    `zeros`: a constant array of zeros as long as the operand's span along it, read in place of the
+    points outside."""
 
-    axes: tuple[_ClippedAxis, ...]
+    whole: ir.Value | None
+    ranges: tuple[tuple[str, ir.Value, ir.Value], ...]
+    digits: tuple[tuple[ir.Value, str, int, int, int], ...]
     innermost: str
     zeros: ir.Value
 
 
 def _clip(lw: Lowering, access: Access, innermost: str, env: Env) -> _Clip | None:
-    """How to read `access` where its storage is a clipped view (`layout.clipped_axes`); else None."""
+    """How to read `access` where its storage is a clipped view (`layout.clipped_axes`); else None. What
+    varies only with the call (the box's place, the tap) is computed here, once per call, not per point."""
     storage = lw.storage[access.name]
     if not storage.clipped:
         return None
@@ -327,14 +369,31 @@ def _clip(lw: Lowering, access: Access, innermost: str, env: Env) -> _Clip | Non
     builder = lw.builder
     extents = access.padded_extents()
     size = lw.storage[storage.view_of].shape
-    axes = []
+    whole: ir.Value | None = None
+    ranges: dict[str, tuple[ir.Value, ir.Value]] = {}
+    digits = []
     for axis in storage.clipped:
         box_start = builder.load(builder.gep(storage.starts, [i64(axis)], inbounds=True))
         first = builder.add(box_start, lw.expr(access.starts[axis], env), flags=_NSW)
         dim = access.dims[axis]
-        below = prod(extent for extent, d in zip(extents[axis + 1:], access.dims[axis + 1:], strict=True)
-                     if dim is not None and d == dim)
-        axes.append(_ClippedAxis(first, dim, below, extents[axis], size[axis]))
+        if dim is None:  # one element along the axis: inside or not for the whole call
+            inside = builder.icmp_unsigned("<", first, i64(size[axis]))  # 0 <= first < size
+            whole = inside if whole is None else builder.and_(whole, inside)
+            continue
+        carriers = [a for a, d in enumerate(access.dims) if d == dim]
+        below = prod(extents[a] for a in carriers if a > axis)
+        if carriers[0] != axis:
+            digits.append((first, dim, below, extents[axis], size[axis]))
+            continue
+        # Digits 0 .. extent - 1 of the index (index // below, the outermost) are inside where
+        # 0 <= first + digit < size: from -first to size - first - 1, clamped to the extent.
+        low = _clamped(builder, builder.neg(first), extents[axis])
+        high = _clamped(builder, builder.sub(i64(size[axis]), first), extents[axis])
+        ranges[dim] = (builder.mul(low, i64(below)), builder.mul(builder.sub(_at_least(builder, high, low), low),
+                                                                 i64(below)))
+    if whole is not None and ranges:  # folded into one range: no points where it fails
+        dim, (low, count) = next(iter(ranges.items()))
+        ranges[dim], whole = (low, builder.select(whole, count, i64(0))), None
     # The span along the innermost dimension: the greatest offset of its table from its first.
     span = 1 + sum((extent - 1) * storage.layout.axes[axis].strides[0]
                    for axis, (extent, dim) in enumerate(zip(extents, access.dims, strict=True)) if dim == innermost)
@@ -344,7 +403,18 @@ def _clip(lw: Lowering, access: Access, innermost: str, env: Env) -> _Clip | Non
         zeros = ir.GlobalVariable(lw.ir_module, array, f"zeros.{span}")
         zeros.linkage, zeros.global_constant, zeros.initializer = "internal", True, ir.Constant(array, None)
         zeros.align = 64
-    return _Clip(tuple(axes), innermost, builder.bitcast(zeros, F32.as_pointer()))
+    return _Clip(whole, tuple((dim, low, count) for dim, (low, count) in ranges.items()), tuple(digits), innermost,
+                 builder.bitcast(zeros, F32.as_pointer()))
+
+
+def _clamped(builder: ir.IRBuilder, value: ir.Value, high: int) -> ir.Value:
+    """min(max(value, 0), high)."""
+    return _at_least(builder, builder.select(builder.icmp_signed(">", value, i64(high)), i64(high), value), i64(0))
+
+
+def _at_least(builder: ir.IRBuilder, value: ir.Value, low: ir.Value) -> ir.Value:
+    """max(value, low)."""
+    return builder.select(builder.icmp_signed("<", value, low), low, value)
 
 
 def _read(lw: Lowering, operand: OperandMap, clip: _Clip | None, index: dict[str, ir.Value], name: str,
@@ -359,13 +429,15 @@ def _read(lw: Lowering, operand: OperandMap, clip: _Clip | None, index: dict[str
     inner = operand.tables.get(clip.innermost)
     outer = OperandMap(operand.storage, operand.base, {d: t for d, t in operand.tables.items() if d != clip.innermost})
     offset = _offset(lw, outer, index, name)
-    inside: ir.Value = ir.Constant(ir.IntType(1), 1)
-    for axis in clip.axes:
-        at = axis.first
-        if axis.dim is not None:
-            digit = builder.urem(builder.udiv(index[axis.dim], i64(axis.below)), i64(axis.extent))
-            at = builder.add(at, digit, flags=_NSW)
-        inside = builder.and_(inside, builder.icmp_unsigned("<", at, i64(axis.size)))  # 0 <= at < size
+    tests = [] if clip.whole is None else [clip.whole]
+    for dim, low, count in clip.ranges:  # low <= index < low + count
+        tests.append(builder.icmp_unsigned("<", builder.sub(index[dim], low), count))
+    for first, dim, below, extent, size in clip.digits:
+        digit = builder.urem(builder.udiv(index[dim], i64(below)), i64(extent))
+        tests.append(builder.icmp_unsigned("<", builder.add(first, digit, flags=_NSW), i64(size)))  # 0 <= .. < size
+    inside = tests[0]
+    for test in tests[1:]:
+        inside = builder.and_(inside, test)
     if inner is not None:
         offset = builder.add(offset, i64(inner[0]), flags=_NSW)
     point = builder.select(inside, builder.gep(operand.storage.base, [offset]), clip.zeros)
