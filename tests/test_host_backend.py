@@ -30,6 +30,7 @@ from swauto.backends.host import threads as thread_pools
 from swauto.backends.host.codegen import generate, plan_kernel
 from swauto.backends.host.isa import ISAS, select
 from swauto.backends.host.knobs import default_knobs, register_tile_choices
+from swauto.backends.host.primitives import zeroed_sum
 from swauto.errors import CodegenError
 from swauto.frontend.check import BoundOperator, check
 from swauto.frontend.parser import parse
@@ -500,8 +501,10 @@ def test_tiles_of_cache_resident_tensors_are_views_and_others_copies():
 
 
 # Maps that read a padded input at stride 1, at odd sizes: their zero-filled input tiles reach outside it.
+# (Overwriting: the depthwise convolution as PyTorch computes it, its output tiles zeroed, then summed.)
 PADDED_MAPS = {
     "conv2d_depthwise": {"B": 3, "C": 37, "Ri": 7, "Ci": 5, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1},
+    "conv2d_depthwise overwriting": {"B": 2, "C": 21, "Ri": 6, "Ci": 9, "Kr": 3, "Kc": 3, "stride": 1, "pad": 1},
     "maxpool": {"B": 3, "C": 5, "Ri": 7, "Ci": 6, "K": 3, "stride": 1, "pad": 1},
 }
 
@@ -511,31 +514,44 @@ def _clipped_views(kernel) -> dict[str, tuple[int, ...]]:
     return plan_kernel(kernel.module, isa, default_knobs(isa)).clipped
 
 
+def _zeroings_left_out(module) -> int:
+    """The zeroings the host leaves out of `module`, the map after each starting its sums from 0."""
+    return sum(isinstance(zero, Zero) and zeroed_sum(zero, after) is not None
+               for node, _ in walk(module.body) if isinstance(node, Seq)
+               for zero, after in zip(node.stmts, node.stmts[1:], strict=False))
+
+
 @pytest.mark.parametrize("name", sorted(PADDED_MAPS))
 def test_maps_read_a_padded_input_in_place_taking_zeros_outside_it(name):
     """Input tiles of maps that reach outside a padded tensor (zero-filled gets) are views of the tensor
-    that the maps clip, taking 0 for the elements outside (`layout.clipped_axes`), in part of the space:
+    that the maps clip, taking 0 for the elements outside (`layout.clipped_axes`), in part of the space;
+    an output tile zeroed before a map sums into it is not zeroed, the sums starting from 0 (`zeroed_sum`):
     every sampled candidate, on one thread and on two, computes the reference's result."""
     params = PADDED_MAPS[name]
-    op = load(EXAMPLES / f"{name}.sw", params)
+    example, _, variant = name.partition(" ")
+    text = (EXAMPLES / f"{example}.sw").read_text()
+    if variant == "overwriting":
+        text = text.replace("Z += output[", "Z = output[")
+    op = load(text, params)
     space = explore(op, local_memory_machine("host")).candidates
-    sample = [space[i] for i in np.random.default_rng(0).choice(len(space), 12, replace=False)]
+    sample = [space[i] for i in np.random.default_rng(0).choice(len(space), 8, replace=False)]
     rng = np.random.default_rng(1)
     arrays = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in op.seed.tensors if not t.is_local}
-    if name == "maxpool":  # zeros outside the image: the window's largest value where the input is >= 0
+    if example == "maxpool":  # zeros outside the image: the window's largest value where the input is >= 0
         arrays["input"] = np.abs(arrays["input"])
     expected = reference(op, arrays)["output"]
-    clipped = 0
+    clipped = left_out = 0
     for index, candidate in enumerate(sample):
-        kernel = swauto_compile(EXAMPLES / f"{name}.sw", params, target="host", schedule=candidate,
-                                threads=1 + index % 2)
+        kernel = swauto_compile(text, params, target="host", schedule=candidate, threads=1 + index % 2)
         views = _clipped_views(kernel)
         assert all(set(axes) <= {0, 1} for axes in views.values()), views  # rows and columns only
         clipped += bool(views)
+        left_out += _zeroings_left_out(kernel.module) > 0
         result = {key: value.copy() for key, value in arrays.items()}
         kernel(**result)
         assert relative_error(result["output"], expected) < 1e-5, candidate.id
-    assert clipped >= 3, f"{clipped} of 12 candidates read the input through a clipped view"
+    assert clipped >= 3, f"{clipped} of 8 candidates read the input through a clipped view"
+    assert left_out >= 2 if variant == "overwriting" else left_out == 0, left_out
 
 
 def test_a_map_whose_innermost_dimension_crosses_the_padding_reads_a_zero_filled_copy():

@@ -51,7 +51,7 @@ from . import parallel, threads
 from .isa import Isa, cache_sizes
 from .knobs import Knobs
 from .prepack import Prepacked, Section, prepacked
-from .primitives import accumulated_taps, emit_call, emit_map, tap_values
+from .primitives import accumulated_taps, emit_call, emit_map, tap_values, zeroed_sum
 from .values import F32, I64, Env, Storage, i64
 
 # Index arithmetic never overflows i64 for tensors that fit in memory; saying so helps SCEV and the
@@ -287,11 +287,18 @@ class Lowering(Visitor):
                 assert start is not None, f"{child.buffer.name} is a view with no get and no place to point it"
                 pointed.setdefault(start, []).append(child)
         scope = dict(env)
+        filled: tuple[tuple[For, ...], Call] | None = None
         for index, child in enumerate(stmt.stmts):
             for put in pointed.get(index, ()):
                 self._point_view(put, scope)
-            if isinstance(child, Let):
+            if filled is not None:  # the map whose zeroing was left out: its points start from 0
+                emit_map(self, filled[1], scope, tap_values(filled[0]), from_zero=True)
+                filled = None
+            elif isinstance(child, Let):
                 scope[child.var] = self.expr(child.value, scope)
+            elif isinstance(child, Zero) and index + 1 < len(stmt.stmts) \
+                    and (filled := zeroed_sum(child, stmt.stmts[index + 1])) is not None:
+                continue  # (the next statement's map writes every element it zeroes)
             else:
                 self.visit(child, scope)
 
