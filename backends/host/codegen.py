@@ -628,9 +628,9 @@ class Lowering(Visitor):
         the array: ceil(-start / step) up to ceil((size - start) / step), both clamped to 0..extent."""
         builder = self.builder
         step = i64(box.step(axis))
-        lo = self._clamp(builder.neg(self._floor_divmod(start, step, "/")), box.extents[axis])
+        lo = self.clamp(builder.neg(self._floor_divmod(start, step, "/")), box.extents[axis])
         beyond = builder.sub(start, i64(storage.shape[box.walked(axis)]))
-        hi = self._clamp(builder.neg(self._floor_divmod(beyond, step, "/")), box.extents[axis])
+        hi = self.clamp(builder.neg(self._floor_divmod(beyond, step, "/")), box.extents[axis])
         return lo, hi
 
     def _aligned_split(self, box: Access, storage: Storage, axis: int) -> tuple[int, int, int, int, int] | None:
@@ -673,7 +673,7 @@ class Lowering(Visitor):
 
         level(0, {}, kept is None)
 
-    def _clamp(self, value: ir.Value, extent: int) -> ir.Value:
+    def clamp(self, value: ir.Value, extent: int) -> ir.Value:
         """min(max(value, 0), extent)."""
         builder = self.builder
         low = builder.select(builder.icmp_signed("<", value, i64(0)), i64(0), value)

@@ -229,9 +229,9 @@ def emit_map(lw: Lowering, call: Call, env: Env, taps: Sequence[Mapping[str, int
         """The points of dimension `dims[depth]` (`size` of them) as `level` runs them, each group (or point)
         wholly in `low` .. `high` - 1 without tests, the others with them. The groups keep their
         compile-time starts, so LLVM still folds their offsets and shares the loads of neighbouring points'
-        taps: groups from `low` on had doubled a depthwise tile's loads and its compile time (0.7 to 2.3 s),
-        and the points of a group across the edge tested one at a time had made B = 1 tiles of a whole
-        row (one group, always across) 1.3 - 1.6x as slow as copies."""
+        taps: groups from `low` on had doubled a depthwise tile's loads and its compile time (0.5 to 2.3 s),
+        and the points of a group across the edge tested one at a time had made the picks' B = 1 tiles of
+        a whole row (one group, always across) take 1.3 - 1.6x the former picks' time."""
         dim = dims[depth]
         name = f"{call.primitive}.{dim}"
 
@@ -429,8 +429,8 @@ def _clip(lw: Lowering, access: Access, innermost: str, env: Env) -> _Clip | Non
             continue
         # Digits 0 .. extent - 1 of the index (index // below, the outermost) are inside where
         # 0 <= first + digit < size: from -first to size - first - 1, clamped to the extent.
-        low = _clamped(builder, builder.neg(first), extents[axis])
-        high = _clamped(builder, builder.sub(i64(size[axis]), first), extents[axis])
+        low = lw.clamp(builder.neg(first), extents[axis])
+        high = lw.clamp(builder.sub(i64(size[axis]), first), extents[axis])
         ranges[dim] = (builder.mul(low, i64(below)), builder.mul(builder.sub(_at_least(builder, high, low), low),
                                                                  i64(below)))
     if whole is not None and ranges:  # folded into one range: no points where it fails
@@ -447,11 +447,6 @@ def _clip(lw: Lowering, access: Access, innermost: str, env: Env) -> _Clip | Non
         zeros.align = 64
     return _Clip(whole, tuple((dim, low, count) for dim, (low, count) in ranges.items()), tuple(digits), innermost,
                  builder.bitcast(zeros, F32.as_pointer()))
-
-
-def _clamped(builder: ir.IRBuilder, value: ir.Value, high: int) -> ir.Value:
-    """min(max(value, 0), high)."""
-    return _at_least(builder, builder.select(builder.icmp_signed(">", value, i64(high)), i64(high), value), i64(0))
 
 
 def _at_least(builder: ir.IRBuilder, value: ir.Value, low: ir.Value) -> ir.Value:
