@@ -1259,3 +1259,36 @@ def test_the_model_charges_a_maps_buffer_beyond_half_the_l2_its_bytes_read_back(
     tiled = _depthwise(PER_TILE, scratchpad)
     assert _input_tile(whole) == (58, 58, 144, 1) and _input_tile(tiled) == (10, 16, 144, 1)
     assert host_model.estimate(tiled, 1, machine).seconds < host_model.estimate(whole, 1, machine).seconds
+
+
+def _wide_depthwise(channels: int):
+    """MobileNetV2 block4.1.depthwise at B = 8 (576 channels of 14 x 14, channels innermost in input and
+    output), the whole image per tile and `channels` of them per call: the final IR for the host."""
+    op = load((EXAMPLES / "conv2d_depthwise.sw").read_text(),
+              {"B": 8, "C": 576, "Ri": 14, "Ci": 14, "Kr": 3, "Kc": 3, "stride": 1, "pad_r": 1, "pad_c": 1})
+    order = ("r_outer", "c_outer", "r_inner", "N_outer", "kr", "kc") if channels < 576 else \
+        ("r_outer", "c_outer", "N_outer", "r_inner", "kr", "kc")
+    candidate = Candidate((("N", channels), ("c", 14), ("r", 14)), order, "",
+                          (("input", (0, 1, 3, 2)), ("output", (0, 1, 3, 2))))
+    return lower(op, candidate, HostScratchpad(ldm_bytes=8 << 20, cache_bytes=1 << 20))[-1][1]  # a 2 MiB L2's
+
+
+def test_a_map_reading_a_view_beyond_the_l2_in_short_runs_pays_a_restart_per_run(monkeypatch):
+    """The whole padded input of the wide depthwise layer is one view of the tensor (in L3 here); a call
+    of 32 channels reads each pixel's 128 B of it, 2304 B apart, which no prefetcher follows: measured
+    in turns on the Emerald Rapids guest, 2.0 - 3.6 ms, against 1.2 with all 576 channels per call (one
+    run per row of pixels); priced 0.66 and 0.87 ms without the runs' restarts. Each call's runs restart
+    (its output tile's too, written in place here), the taps' calls once: they read the lines the first
+    tap brought."""
+    narrow, wide = _wide_depthwise(32), _wide_depthwise(576)
+    machine = quiet_machine()
+    shapes = {array.name: array.shape for array in (*narrow.tensors, *narrow.buffers)}
+    views = {"input_tile": "input", "weight_tile": "weight", "output_tile": "output"}
+    call = next(node for node, _ in walk(narrow.body) if isinstance(node, Call))
+    assert host_model._view_runs(call, views, shapes) == 14 * 8 + 1 + 14 * 8  # a run per pixel, the taps' weights one
+    priced = [host_model.estimate(module, 1, machine).seconds for module in (narrow, wide)]
+    monkeypatch.setattr(host_model, "_view_runs", lambda *args: 0)
+    unrestarted = [host_model.estimate(module, 1, machine).seconds for module in (narrow, wide)]
+    calls = 14 * (576 // 32)  # rows x channel tiles, each its 9 taps' calls
+    assert priced[0] - unrestarted[0] == pytest.approx(calls * (2 * 14 * 8 + 1) * machine.l3_restart_seconds)
+    assert priced[1] - unrestarted[1] == pytest.approx(14 * 3 * machine.l3_restart_seconds)  # a run per row each
