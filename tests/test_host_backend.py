@@ -456,6 +456,45 @@ def test_row_tiles_keep_to_the_rows_of_two_axes_where_half_the_rows_or_more_allo
     assert aligned_rows([[column * 1000 + image for column in range(3) for image in range(7)]], 21, 5) == 5  # none
 
 
+def test_a_one_vector_tile_of_rows_read_in_place_keeps_to_one_run_of_them():
+    """`rows_of_one_run`: 16 columns x 8 images read in place, consecutive within a column: a one-vector
+    tile of 24 rows (three columns) takes 8 (one); runs shorter than 8 rows, rows not consecutive, and
+    tiles within one run already keep theirs."""
+    from swauto.backends.host.microkernel import rows_of_one_run
+
+    def columns_by_images(images: int) -> list[int]:
+        return [column * 256 + image for column in range(16) for image in range(images)]
+
+    assert rows_of_one_run([columns_by_images(8), list(range(128))], 128, 24) == 8
+    assert rows_of_one_run([columns_by_images(8)], 128, 8) == 8
+    assert rows_of_one_run([columns_by_images(4)], 64, 24) == 24  # 4 accumulators would not hide the latency
+    assert rows_of_one_run([list(range(0, 256, 2))], 128, 24) == 24
+    assert rows_of_one_run([list(range(128))], 128, 24) == 24
+
+
+def test_a_one_vector_convolution_at_batch_8_read_in_place_computes_the_reference():
+    """MobileNetV2 block0.0.project's shape, smaller: 32 -> 16 channels (one vector), B = 8 innermost in
+    the input, 4 columns per call and 2 in the last (32 and 16 rows: tiles of one column's 8 images,
+    `rows_of_one_run`)."""
+    params = {"B": 8, "Ni": 32, "No": 16, "Ri": 6, "Ci": 6, "Kr": 1, "Kc": 1, "stride": 1, "pad": 0}
+    op = load(EXAMPLES / "conv2d.sw", params)
+    candidate = Candidate((("K", 32), ("N", 16), ("cCo", 4), ("cRo", 1)),
+                          ("cKr", "cKc", "N_outer", "K_outer", "cRo_outer", "cCo_outer"), "M",
+                          (("input", (0, 1, 2, 3)), ("output", (0, 1, 3, 2)), ("weight", (0, 1, 3, 2))))
+    module = lower(op, candidate, local_memory_machine("host"))[-1][1]
+    program = compile_module(module)
+    assert program.plan.views.get("input_tile") == "input"  # the broadcast rows read in place
+    rng = np.random.default_rng(5)
+    declared = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in op.seed.tensors}
+    expected = reference(op, {name: array.copy() for name, array in declared.items()})
+    arrays = {t.name: np.ascontiguousarray(declared[t.name].transpose(t.layout or range(len(t.shape))))
+              for t in module.tensors}
+    program.run(arrays)
+    output = next(t for t in module.tensors if t.name == "output")
+    result = arrays["output"].transpose(np.argsort(output.layout)) if output.layout else arrays["output"]
+    assert relative_error(result, expected["output"]) <= TOLERANCE
+
+
 def test_the_micro_kernel_vectorizes_cs_innermost_axis_longer_than_one():
     def box(name: str, extents: tuple[int, ...], dims: tuple[str, ...]) -> Access:
         return Access(name, tuple(Const(0) for _ in extents), extents, dims)

@@ -11,6 +11,8 @@ from swauto.machine import HOST_MICRO_KERNELS
 
 from .isa import Isa
 
+MIN_ACCUMULATORS = 8  # what hides an FMA's latency on two pipes
+
 
 @dataclass(frozen=True)
 class Knobs:
@@ -66,5 +68,5 @@ def register_tile_choices(isa: Isa) -> tuple[Knobs, ...]:
     tiles = {Knobs(*tile) for tile in HOST_MICRO_KERNELS[isa.name]}
     for vectors in range(2, 6):
         most = (isa.registers - vectors - 1) // vectors
-        tiles |= {Knobs(rows, vectors) for rows in (most, (most + 1) // 2) if rows * vectors >= 8}
+        tiles |= {Knobs(rows, vectors) for rows in (most, (most + 1) // 2) if rows * vectors >= MIN_ACCUMULATORS}
     return tuple(sorted((tile for tile in tiles if tile.fits(isa)), key=lambda tile: (tile.vectors, tile.rows)))
