@@ -1356,6 +1356,19 @@ def _depthwise_taps() -> tuple[BoundOperator, Module]:
     raise AssertionError("no candidate runs the kernel taps innermost")
 
 
+def test_a_zeroing_stays_where_the_map_after_it_reads_the_zeroed_array():
+    """`zeroed_sum` leaves a zeroing out only where the map after it reads nothing of the zeroed array:
+    a map whose input is its own output would read the zeros the left-out zeroing no longer writes."""
+    _, module = _depthwise_taps()
+    call = next(node for node, _ in walk(module.body) if isinstance(node, Call) and node.signature.kind == "map")
+    output = call.operand("Z")
+    zero = Zero(output)
+    assert zeroed_sum(zero, call) == ((), call)
+    reading = replace(call, operands=tuple((role, replace(access, name=output.name) if role == "X" else access)
+                                           for role, access in call.operands))
+    assert zeroed_sum(zero, reading) is None
+
+
 def test_a_nest_that_only_accumulates_into_a_map_runs_inside_each_point(empty_cache_dir, monkeypatch):
     """A depthwise convolution's 3 x 3 taps around `macc` form one nest that `accumulated_taps` finds
     (Z does not move with kr and kc); run inside each point, each output element adds the same
