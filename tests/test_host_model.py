@@ -665,7 +665,8 @@ def test_broadcast_rows_in_place_stream_at_the_panel_rate_not_at_the_rate_of_c_t
     machine = replace(quiet_machine(), output_views=False)  # C tiles copied: the only view is the rows
     module = _host_gemm({"M": 1024, "N": 1024, "K": 1024}, {"M": 256, "N": 256, "K": 256},
                         ("N_outer", "M_outer", "K_outer"))
-    views = buffer_layouts(module, machine.knobs(None), machine.vector_lanes, machine.l3_bytes)[1]
+    views = buffer_layouts(module, machine.knobs(None), machine.vector_lanes, machine.l3_bytes,
+                           (machine.l2_bytes, 16))[1]
     (gemm,) = (node for node, _ in walk(module.body) if isinstance(node, Call))
     assert set(views) == {gemm.operand("A").name}  # vectorized N: A's rows are broadcast
     slow_views = replace(machine, **{f"{level}_view_bandwidth": 1e8 for level in ("l2", "l3", "dram")})

@@ -48,7 +48,7 @@ from swauto.ir.visitor import Visitor
 
 from . import layout as layouts
 from . import parallel, threads
-from .isa import Isa, cache_sizes
+from .isa import Isa, cache_sizes, l2_ways
 from .knobs import Knobs
 from .prepack import Prepacked, Section, prepacked
 from .primitives import accumulated_taps, emit_call, emit_map, tap_values, zeroed_sum
@@ -89,14 +89,14 @@ class Plan:
     arguments: tuple[str, ...]  # the arrays every function takes a pointer to: the tensors, then the prepacked ones
 
 
-def buffer_layouts(module: Module, knobs: Knobs, width: int, l3_bytes: int
+def buffer_layouts(module: Module, knobs: Knobs, width: int, l3_bytes: int, l2: tuple[int, int]
                    ) -> tuple[dict[str, layouts.Layout], dict[str, str]]:
     """`layouts.plan` of `module` as the backend takes it (and the host model asks it): the float64
     copies left out (`is_ignored_buffer`), tiles held in place only where the tensors fit half of an
-    L3 of `l3_bytes` (they stay cache-resident)."""
+    L3 of `l3_bytes` (they stay cache-resident), in an L2 of `l2` (bytes, ways)."""
     ignored = frozenset(b.name for b in module.buffers if is_ignored_buffer(b))
     tensor_bytes = sum(4 * prod(tensor.shape) for tensor in module.tensors)
-    return layouts.plan(module, knobs, width, ignored, tensor_bytes <= l3_bytes // 2)
+    return layouts.plan(module, knobs, width, ignored, tensor_bytes <= l3_bytes // 2, l2)
 
 
 def plan_kernel(module: Module, isa: Isa, knobs: Knobs) -> Plan:
@@ -105,7 +105,7 @@ def plan_kernel(module: Module, isa: Isa, knobs: Knobs) -> Plan:
     Raises `CodegenError` for non-float32 data, and for IR the verifier refuses (a bug in swauto).
     """
     _check_dtypes(module)
-    placed, views = buffer_layouts(module, knobs, isa.width, cache_sizes()[2])
+    placed, views = buffer_layouts(module, knobs, isa.width, cache_sizes()[2], (cache_sizes()[1], l2_ways()))
     packed = prepacked(module, views, placed)
     clipped = layouts.clipped_axes(module, views)
     pointed = (*views, *packed)  # buffers a get points at data elsewhere: no room in the workspace

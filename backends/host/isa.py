@@ -102,6 +102,21 @@ def target_features(isa: Isa) -> str:
 def cache_sizes() -> tuple[int, int, int]:
     """Per-core L1d and L2, and the L3, in bytes (from Linux's sysfs; Zen 4 sizes elsewhere)."""
     sizes = {1: 32 << 10, 2: 1 << 20, 3: 32 << 20}
+    sizes.update({level: size for level, (size, _) in _sysfs_caches().items()})
+    return sizes[1], sizes[2], sizes[3]
+
+
+@cache
+def l2_ways() -> int:
+    """The L2's associativity: how many lines one of its sets holds (from Linux's sysfs; a Zen 4's 8
+    elsewhere)."""
+    return _sysfs_caches().get(2, (0, 0))[1] or 8
+
+
+def _sysfs_caches() -> dict[int, tuple[int, int]]:
+    """Per data cache level of core 0: (bytes, ways; 0 where sysfs does not say), as Linux's sysfs describes
+    them (no level it lacks)."""
+    found = {}
     for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
         try:
             if (index / "type").read_text().strip() == "Instruction":
@@ -109,7 +124,11 @@ def cache_sizes() -> tuple[int, int, int]:
             level = int((index / "level").read_text())
             text = (index / "size").read_text().strip()
             scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
-            sizes[level] = int(text.rstrip("KMG")) * scale
+            size = int(text.rstrip("KMG")) * scale
         except (OSError, ValueError):
             continue
-    return sizes[1], sizes[2], sizes[3]
+        try:
+            found[level] = (size, int((index / "ways_of_associativity").read_text()))
+        except (OSError, ValueError):
+            found[level] = (size, 0)
+    return found

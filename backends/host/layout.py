@@ -25,7 +25,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from math import gcd, prod
+
+import numpy as np
 
 from swauto.ir.analysis import trip_count
 from swauto.ir.dependence import value_ranges
@@ -35,6 +38,7 @@ from swauto.ir.visitor import walk
 
 from .knobs import Knobs
 
+CACHE_LINE_BYTES = 64
 ALIGN_ELEMENTS = 16  # 64 bytes of float32: every buffer starts on a cache line
 # Rows a multiple of 512 bytes apart share an eighth of the L1's sets (or fewer): a padded row moves them off.
 SET_ALIASING_ELEMENTS = 128
@@ -139,7 +143,7 @@ def gemm_roles(gemm: Call) -> dict[str, tuple[str, Access]]:
 
 
 def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
-         cache_resident: bool) -> tuple[dict[str, Layout], dict[str, str]]:
+         cache_resident: bool, l2: tuple[int, int] | None = None) -> tuple[dict[str, Layout], dict[str, str]]:
     """A layout for every buffer of `module` not in `ignored`, and for every tensor (row-major); and
     the buffers that are views, each with the tensor it shows.
 
@@ -151,7 +155,8 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
     while a copy streams: measured 79 against 91 GFLOPS for GEMM 32768 x 256 x 128; in cache, 109 against 90
     for 4096 x 64 x 64), a GEMM's C tile whose register tiles' rows share L1 sets there only with
     `knobs.output_views` (`_output_rows_share_sets`: on a Zen 3, copies of such C tiles, rows 4 KiB apart, ran
-    GEMMs 2 - 17% faster than views). Else it is row-major (padded).
+    GEMMs 2 - 17% faster than views), and not a broadcast operand whose rows come back from an L2 of `l2`
+    (bytes, ways) that cannot hold them there (`_rows_overflow_l2_sets`). Else it is row-major (padded).
     """
     uses = _uses(module, knobs, width)
     moves = _moves(module)
@@ -169,7 +174,8 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
         elif cache_resident and (view := _view(module, buffer.name, buffer.shape, moves)) is not None \
                 and _lanes_contiguous(accumulating := moves.gemms.get(buffer.name, ()), view[1]) \
                 and (knobs.output_views or not _output_rows_share_sets(accumulating, view[1])) \
-                and not _broadcast_rows_share_sets(moves.broadcasts.get(buffer.name, ()), view[1]):
+                and not _broadcast_rows_share_sets(moves.broadcasts.get(buffer.name, ()), view[1]) \
+                and not _rows_overflow_l2_sets(view[1], moves.operands.get(buffer.name, ()), knobs, width, l2):
             views[buffer.name], layouts[buffer.name] = view[0], view[1]
         else:
             layouts[buffer.name] = row_major(buffer.shape, pad=True)
@@ -280,6 +286,53 @@ def _broadcast_rows_share_sets(accesses: Sequence[Access], layout: Layout) -> bo
     they are fetched again for every row tile. A view of a convolution's weight [K = 96 channels, N = 256]
     at B = 8 has its rows 1 KiB apart (4 of 64 sets): AlexNet conv2 ran 124 ms on it, 101 on a padded copy."""
     return any(_steps_a_multiple_apart(access, "K", layout, SET_ALIASING_ELEMENTS) for access in accesses)
+
+
+def _rows_overflow_l2_sets(layout: Layout, reads: Sequence[tuple[Call, Access]], knobs: Knobs, width: int,
+                           l2: tuple[int, int] | None) -> bool:
+    """Whether a view of `layout` that a GEMM reads (`reads`) as its broadcast operand over more than one
+    column tile of `knobs`, so that the call's rows come back once per column tile, has more of those rows'
+    lines in one set of an L2 of `l2` (bytes, ways) than the set holds: they then come back from the L3.
+    Rows a power of two apart in a large tensor fall in few sets (its addresses are the physical ones within
+    a huge page, which NumPy asks for on large arrays). GEMM 2048^3 on one thread, in turns, on an Intel
+    Xeon (2 MiB L2 of 16 ways): calls of 512 rows x K = 128 read in place (rows 8 KiB apart, 32 lines in
+    each set they use) ran at 93 - 101 GFLOPS, 126 - 131 with the rows 8256 bytes apart, 123 - 128 copied;
+    256 x 512 in place (16 lines a set) at 138 - 145."""
+    if l2 is None:
+        return False
+    size, ways = l2
+    strides = tuple(axis.strides[0] for axis in layout.axes)
+    return any(lines_per_set(access.bounding_box().spans(), strides, size // ways // CACHE_LINE_BYTES) > ways
+               for call, access in reads
+               if call.signature.kind == "gemm" and gemm_roles(call)["broadcast"][1] is access
+               and dict(call.sizes)[vector_dim(call)] > knobs.vectors * width)
+
+
+@cache
+def lines_per_set(extents: tuple[int, ...], strides: tuple[int, ...], sets: int) -> int:
+    """The most cache lines of a block of float32 `extents` laid out with `strides` (elements) that fall in
+    one set of a cache of `sets` sets (line-aligned: the block's first byte on a line's; a line two rows
+    share counted for each)."""
+    # Rows: the last axis where its elements are contiguous, else single elements.
+    contiguous = strides[-1] == 1
+    run = 4 * (extents[-1] if contiguous else 1)
+    axes = len(extents) - contiguous
+    rows = [(extent, stride) for extent, stride in zip(extents[:axes], strides[:axes], strict=True) if extent > 1]
+    starts = np.zeros(1, dtype=np.int64)
+    for extent, stride in rows:
+        starts = np.add.outer(starts, 4 * stride * np.arange(extent, dtype=np.int64)).ravel()
+    first = starts // CACHE_LINE_BYTES
+    lines = (starts + run - 1) // CACHE_LINE_BYTES - first + 1
+    # Each row's lines wrap around the sets: whole turns add to every set, the rest to a range of them.
+    begin, rest = first % sets, lines % sets
+    count = np.zeros(sets + 1, dtype=np.int64)
+    end = begin + rest
+    inside = end <= sets
+    np.add.at(count, begin, 1)
+    np.add.at(count, np.where(inside, end, sets), -1)
+    np.add.at(count, np.zeros(int((~inside).sum()), dtype=np.int64), 1)
+    np.add.at(count, end[~inside] - sets, -1)
+    return int(np.cumsum(count[:sets]).max() + (lines // sets).sum())
 
 
 def _steps_a_multiple_apart(access: Access, dim: str, layout: Layout, elements: int) -> bool:

@@ -212,6 +212,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     (`_revisited_accumulators`), no transfer's runs started anew (`_restarted_runs`): a bound over every
     order of a nest's loops."""
     from swauto.backends.host.codegen import buffer_layouts
+    from swauto.backends.host.isa import l2_ways
     from swauto.backends.host.layout import written_in_place
     from swauto.backends.host.parallel import segments
     from swauto.backends.host.primitives import taps_around
@@ -224,7 +225,8 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     # transfers copy nothing, the micro-kernel reads and writes their bytes where they are, at the
     # measured rate of tiles in place. Views are made only where the tensors are cache-resident: elsewhere
     # the plan is not asked for (it is most of an estimate's time).
-    views = buffer_layouts(module, machine.knobs(tile), machine.vector_lanes, machine.l3_bytes)[1] \
+    views = buffer_layouts(module, machine.knobs(tile), machine.vector_lanes, machine.l3_bytes,
+                           (machine.l2_bytes, l2_ways()))[1] \
         if _cache_resident(module, machine) else {}
     # Buffers of a constant's tiles arranged once (`backends/host/prepack`): their gets copy nothing either,
     # and the micro-kernel streams each tile in from where the arrays live, as it streams a panel.
