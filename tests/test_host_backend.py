@@ -1461,12 +1461,13 @@ def test_lines_per_set_counts_what_a_line_by_line_walk_counts(rows, run, pitch_l
     assert layout.lines_per_set(extents, strides, sets) == count.max()
 
 
-def test_broadcast_rows_that_overflow_their_l2_sets_are_copied_not_viewed():
-    """GEMM 2048^3 in calls of 512 rows x K = 128 x N = 512: read in place, the rows (8 KiB apart) put 32
-    lines in each L2 set they use, where an L2 of 16 ways holds 16, and every column tile would read them
-    again from L3 (93 - 101 GFLOPS on an Intel Xeon, 123 - 128 copied). They are copied; calls of 128 rows
-    (8 lines a set) read them in place, and so do calls narrow enough for one column tile, which read them
-    once."""
+def test_boxes_gemms_come_back_to_that_overflow_their_l2_sets_are_copied_not_viewed():
+    """GEMM 2048^3 in calls of 512 rows x K = 128 x N = 512: read in place, the broadcast rows (8 KiB apart)
+    put 32 lines in each L2 set they use, where an L2 of 16 ways holds 16, and every column tile would read
+    them again from L3 (93 - 101 GFLOPS on an Intel Xeon, 123 - 128 copied); so would the C tile, which
+    each of the 16 calls loads and stores. Both are copied. Calls of 128 rows (8 lines a set) keep both in
+    place, and so do calls narrow enough for one column tile, which read their rows once; a C tile one
+    call fills whole is not come back to."""
     isa = select()
     knobs = Knobs(*HOST_MICRO_KERNELS[isa.name][0])
 
@@ -1479,6 +1480,7 @@ def test_broadcast_rows_that_overflow_their_l2_sets_are_copied_not_viewed():
                        local_memory_machine("host"))[-1][1]
         return layout.plan(module, knobs, isa.width, frozenset(), True, (2 << 20, 16))[1]
 
-    assert "A_tile" not in views({"M": 512, "N": 512, "K": 128})
-    assert views({"M": 128, "N": 512, "K": 128})["A_tile"] == "A"
+    assert not {"A_tile", "C_tile"} & views({"M": 512, "N": 512, "K": 128}).keys()
+    assert views({"M": 128, "N": 512, "K": 128}) == {"A_tile": "A", "C_tile": "C"}
     assert views({"M": 512, "N": knobs.vectors * isa.width, "K": 128})["A_tile"] == "A"
+    assert views({"M": 512, "N": 128, "K": 2048})["C_tile"] == "C"

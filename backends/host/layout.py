@@ -155,14 +155,15 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
     while a copy streams: measured 79 against 91 GFLOPS for GEMM 32768 x 256 x 128; in cache, 109 against 90
     for 4096 x 64 x 64), a GEMM's C tile whose register tiles' rows share L1 sets there only with
     `knobs.output_views` (`_output_rows_share_sets`: on a Zen 3, copies of such C tiles, rows 4 KiB apart, ran
-    GEMMs 2 - 17% faster than views), and not a broadcast operand whose rows come back from an L2 of `l2`
-    (bytes, ways) that cannot hold them there (`_rows_overflow_l2_sets`). Else it is row-major (padded).
+    GEMMs 2 - 17% faster than views), and not a box GEMMs come back to (`_returning_boxes`) that an L2 of
+    `l2` (bytes, ways) cannot hold in its sets (`_rows_overflow_l2_sets`). Else it is row-major (padded).
     """
     uses = _uses(module, knobs, width)
     moves = _moves(module)
     in_place = read_in_place(module, knobs, width, cache_resident, uses, moves)
     layouts = {tensor.name: row_major(tensor.shape) for tensor in module.tensors}
     views: dict[str, str] = {}
+    returning = _returning_boxes(module, knobs, width, moves) if cache_resident and l2 is not None else {}
     for buffer in module.buffers:
         if buffer.name in ignored:
             continue
@@ -175,7 +176,7 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
                 and _lanes_contiguous(accumulating := moves.gemms.get(buffer.name, ()), view[1]) \
                 and (knobs.output_views or not _output_rows_share_sets(accumulating, view[1])) \
                 and not _broadcast_rows_share_sets(moves.broadcasts.get(buffer.name, ()), view[1]) \
-                and not _rows_overflow_l2_sets(view[1], moves.operands.get(buffer.name, ()), knobs, width, l2):
+                and not _rows_overflow_l2_sets(returning.get(buffer.name, ()), view[1], l2):
             views[buffer.name], layouts[buffer.name] = view[0], view[1]
         else:
             layouts[buffer.name] = row_major(buffer.shape, pad=True)
@@ -226,24 +227,25 @@ def read_in_place(module: Module, knobs: Knobs, width: int, cache_resident: bool
     return frozenset(found)
 
 
-def _kept_for_several_calls(module: Module) -> set[str]:
-    """The vector operands GEMMs read more often than transfers fill them: a tile kept for several calls.
-    In place, its rows are a tensor's rows apart, which the caches keep badly; packed, it is one block
-    (ResNet-50 res5_1x1b at B = 1: a 512 x 256 weight tile rows 8 KiB apart, read by 14 calls of 4 pixels
-    each, 2.2-2.7 ms in place, where its 112 calls alone take 0.73 ms on a packed panel)."""
+def _kept_for_several_calls(module: Module, role: str = "vector") -> set[str]:
+    """The GEMMs' operands of `role` ("vector" or "C") that GEMMs use more often than transfers fill them: a
+    tile kept for several calls. In place, its rows are a tensor's rows apart, which the caches keep badly;
+    packed, a vector operand is one block (ResNet-50 res5_1x1b at B = 1: a 512 x 256 weight tile rows 8 KiB
+    apart, read by 14 calls of 4 pixels each, 2.2-2.7 ms in place, where its 112 calls alone take 0.73 ms on
+    a packed panel)."""
     gemms = [(node, loops) for node, loops in walk(module.body)
              if isinstance(node, Call) and node.signature.kind == "gemm"]
     gets: Counter[str] = Counter()
-    reads: Counter[str] = Counter()
+    uses: Counter[str] = Counter()
     try:
         for node, loops in walk(module.body):
             if isinstance(node, Dma) and node.direction == "get":
                 gets[node.buffer.name] += prod(trip_count(loop) for loop in loops)
         for gemm, loops in gemms:
-            reads[gemm_roles(gemm)["vector"][1].name] += prod(trip_count(loop) for loop in loops)
-    except (KeyError, ValueError):  # loop bounds that vary: every tile taken as read again
-        return {gemm_roles(gemm)["vector"][1].name for gemm, _ in gemms}
-    return {name for name, count in reads.items() if count > gets[name]}
+            uses[gemm_roles(gemm)[role][1].name] += prod(trip_count(loop) for loop in loops)
+    except (KeyError, ValueError):  # loop bounds that vary: every tile taken as used again
+        return {gemm_roles(gemm)[role][1].name for gemm, _ in gemms}
+    return {name for name, count in uses.items() if count > gets[name]}
 
 
 def one_row_tile(gemm: Call, knobs: Knobs) -> bool:
@@ -288,24 +290,38 @@ def _broadcast_rows_share_sets(accesses: Sequence[Access], layout: Layout) -> bo
     return any(_steps_a_multiple_apart(access, "K", layout, SET_ALIASING_ELEMENTS) for access in accesses)
 
 
-def _rows_overflow_l2_sets(layout: Layout, reads: Sequence[tuple[Call, Access]], knobs: Knobs, width: int,
-                           l2: tuple[int, int] | None) -> bool:
-    """Whether a view of `layout` that a GEMM reads (`reads`) as its broadcast operand over more than one
-    column tile of `knobs`, so that the call's rows come back once per column tile, has more of those rows'
-    lines in one set of an L2 of `l2` (bytes, ways) than the set holds: they then come back from the L3.
-    Rows a power of two apart in a large tensor fall in few sets (its addresses are the physical ones within
-    a huge page, which NumPy asks for on large arrays). GEMM 2048^3 on one thread, in turns, on an Intel
-    Xeon (2 MiB L2 of 16 ways): calls of 512 rows x K = 128 read in place (rows 8 KiB apart, 32 lines in
-    each set they use) ran at 93 - 101 GFLOPS, 126 - 131 with the rows 8256 bytes apart, 123 - 128 copied;
-    256 x 512 in place (16 lines a set) at 138 - 145."""
+def _rows_overflow_l2_sets(accesses: Sequence[Access], layout: Layout, l2: tuple[int, int] | None) -> bool:
+    """Whether any of `accesses` (of a view of `layout`) has more of its lines in one set of an L2 of `l2`
+    (bytes, ways) than the set holds: a box that comes back then comes back from the L3. Rows a power of
+    two apart in a large tensor fall in few sets (its addresses are the physical ones within a huge page,
+    which NumPy asks for on large arrays). GEMM 2048^3 on one thread on an Intel Xeon (2 MiB L2 of 16
+    ways), in turns: calls of 512 rows x K = 128 x N = 512 with the broadcast rows in place (8 KiB apart,
+    32 lines in each set they use, read again by every column tile) ran at 93 - 101 GFLOPS, 126 - 131 with
+    the rows 8256 bytes apart, 123 - 128 copied; 256 x 512 in place (16 lines a set) at 138 - 145. Calls of
+    512 x 128 x 256 accumulating into C tiles in place (32 lines a set, loaded and stored by each of 16
+    calls) ran at 129 - 138 GFLOPS, 143 - 148 with the tiles copied (on two threads 258 against 285)."""
     if l2 is None:
         return False
     size, ways = l2
     strides = tuple(axis.strides[0] for axis in layout.axes)
-    return any(lines_per_set(access.bounding_box().spans(), strides, size // ways // CACHE_LINE_BYTES) > ways
-               for call, access in reads
-               if call.signature.kind == "gemm" and gemm_roles(call)["broadcast"][1] is access
-               and dict(call.sizes)[vector_dim(call)] > knobs.vectors * width)
+    sets = size // ways // CACHE_LINE_BYTES
+    return any(lines_per_set(access.bounding_box().spans(), strides, sets) > ways for access in accesses)
+
+
+def _returning_boxes(module: Module, knobs: Knobs, width: int, moves: _Moves) -> dict[str, list[Access]]:
+    """Per buffer, the boxes of it GEMMs come back to from the caches: a broadcast operand's rows read
+    over more than one column tile of `knobs` (each column tile reads them again), a C tile several calls
+    accumulate into (`_kept_for_several_calls`: each loads and stores it)."""
+    accumulated = _kept_for_several_calls(module, "C")
+    boxes: dict[str, list[Access]] = {}
+    for name, reads in moves.operands.items():
+        for call, access in reads:
+            if call.signature.kind == "gemm" and gemm_roles(call)["broadcast"][1] is access \
+                    and dict(call.sizes)[vector_dim(call)] > knobs.vectors * width:
+                boxes.setdefault(name, []).append(access)
+    for name in accumulated:
+        boxes.setdefault(name, []).extend(gemm.output for gemm in moves.gemms.get(name, ()))
+    return boxes
 
 
 @cache
