@@ -41,8 +41,7 @@ def estimate(stages: Stages, threads: int, micro_kernel: tuple[int, int] | None 
     module = before_double_buffering(stages)
     dma_bytes, flops = traffic(module)
     host = host_model.estimate(module, threads, host_model.machine(), tile=micro_kernel)
-    return Estimate(dma_bytes, flops, min(host.traffic, host.seconds), host.seconds, transfers=host.copies,
-                    calls=host.calls)
+    return Estimate(dma_bytes, flops, min(host.traffic, host.seconds), host.seconds, transfers=host.copies)
 
 
 def sketch_model(threads: int) -> SketchModel:

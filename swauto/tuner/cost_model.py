@@ -41,7 +41,6 @@ class Estimate:
     compute_seconds: float
     overlapped: bool = True  # double buffered: transfers hide behind compute
     transfers: int = 0  # transfers one run issues (the SW26010's DMAs, the host's copies)
-    calls: int = 0  # primitive calls one run makes (counted by the host's model)
 
     @property
     def seconds(self) -> float:

@@ -182,8 +182,7 @@ _PLAUSIBLE: dict[str, tuple[float, float]] = {
 @dataclass(frozen=True)
 class HostEstimate:
     """Predicted seconds of one call: `compute` (micro-kernels), `traffic` (packing copies and C tile
-    loads), and `seconds`, their wall time on the threads; `copies`: the copies one call makes, `calls`:
-    the primitive calls it makes (each with a cost of its own the model does not time: `by_model`)."""
+    loads), and `seconds`, their wall time on the threads; `copies`: the copies one call makes."""
 
     flops: int
     copy_bytes: int
@@ -191,7 +190,6 @@ class HostEstimate:
     traffic: float
     seconds: float
     copies: int = 0
-    calls: int = 0
 
 
 def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str, float] | None = None,
@@ -296,7 +294,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     total_compute = total_traffic = seconds = 0.0
     # With 'after' alongside: the paths it joins (above), and the traffic of both.
     others_path = group_alone = after_alone = joint_traffic = 0.0
-    flops = copy_bytes = copies = calls = 0
+    flops = copy_bytes = copies = 0
     shapes = {array.name: array.shape for array in (*module.tensors, *module.buffers)}
     for node, loops in nodes:
         # A call guarded against tiles of padding (`guard_padding`) runs only where its guards hold.
@@ -313,7 +311,6 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
                 _panel_bandwidth(footprint, machine) if node.buffer.name in streamed else \
                 view_bandwidth if node.buffer.name in read_views else copied
         taps = taps_around(node, loops) if isinstance(node, Call) else 1
-        calls += trips if isinstance(node, Call) else 0
         node_flops, node_bytes, compute, traffic = _node_cost(node, machine, bandwidth, tile, shapes, taps,
                                                               _cycled_panels(node, loops))
         if isinstance(node, Dma) and bandwidth == level:  # a plain copy: what comes back may come from nearer
@@ -362,7 +359,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     if alongside is not None:
         seconds += max(others_path, alongside.own * group_alone + after_alone, joint_traffic * alongside.joint)
     seconds += forks * machine.parallel_call_seconds
-    return HostEstimate(flops, copy_bytes, total_compute, total_traffic, seconds, copies, calls)
+    return HostEstimate(flops, copy_bytes, total_compute, total_traffic, seconds, copies)
 
 
 @dataclass(frozen=True)

@@ -47,13 +47,13 @@ class Measured:
 
 def rank_by_model(space: Space, threads: int, machine: Machine) -> list[Measured]:
     """Legal candidates, fastest predicted first, as the model tuner orders them (`by_model`: near-ties
-    by fewer copies, then fewer calls; ties keep the space's order); none is run."""
+    by fewer copies; ties keep the space's order); none is run."""
     ranked = []
     for stages, candidates in space.lowerings():
         predicted = per_micro_kernel(candidates, lambda tile, m=stages[-1][1]: estimate(m, threads, machine, tile=tile),
                                      TILE_TOLERANCE)
         ranked.extend(Measured(c, stages, predicted[c.micro_kernel], float("inf")) for c in candidates)
-    return by_model(ranked, lambda r: r.predicted.seconds, lambda r: (r.predicted.copies, r.predicted.calls))
+    return by_model(ranked, lambda r: r.predicted.seconds, lambda r: r.predicted.copies)
 
 
 def tune(space: Space, threads: int, machine: Machine, top: int | None = None, runs: int = 3) -> list[Measured]:

@@ -29,7 +29,7 @@ class Ranked:
 
 def rank(space: Space, target: str, threads: int = 1) -> list[Ranked]:
     """Legal candidates, cheapest predicted first (among those within `RESOLUTION` of the cheapest, the
-    fewest transfers first, then the fewest calls); ties keep the space's stable order."""
+    fewest transfers first); ties keep the space's stable order."""
     ranked = []
     tolerance = targets.get(target).micro_kernel_tolerance
     for stages, candidates in space.lowerings():
@@ -38,21 +38,19 @@ def rank(space: Space, target: str, threads: int = 1) -> list[Ranked]:
     # Among equally fast candidates prefer the one that moves less data, then the one that computes
     # less: it leaves more headroom (where the transfers bound both, the faster compute still shortens
     # the pipeline's fill and drain, which the model does not time).
-    return by_model(ranked, lambda r: r.estimate.seconds, lambda r: (r.estimate.transfers, r.estimate.calls),
+    return by_model(ranked, lambda r: r.estimate.seconds, lambda r: r.estimate.transfers,
                     then=lambda r: (r.estimate.dma_bytes, r.estimate.compute_seconds))
 
 
-def by_model(items: list[T], seconds: Callable[[T], float], transfers: Callable[[T], tuple[int, ...]],
+def by_model(items: list[T], seconds: Callable[[T], float], transfers: Callable[[T], int],
              then: Callable[[T], tuple] = lambda _: ()) -> list[T]:
     """`items` cheapest first by `seconds`, then by `then`; closer than the model's resolution to the
-    cheapest, the one that issues the fewest `transfers` comes first (a tuple: the transfers, then the
-    calls). Each transfer's and call's costs the model does not time add up: on the SW26010 how a
-    transfer queues behind the others in the one memory controller (YOLOv2 conv3 at B = 1: two loop orders
-    the model rates 0.004% apart, of which the one issuing a third fewer transfers runs 3% faster); on the
-    host a copy's and a call's own cost (GEMM 128 x 4096 x 512 on one thread: tiles of 32 x 32 priced as
-    tiles of 128 x 1024, 1153 copies against 13, 99.8 against 104.4 GFLOPS; MobileNetV2 block2.0.project
-    at B = 1, 144 -> 32 channels at 28^2, one copy each: 196 calls of 4 pixels priced as 28 calls of 28,
-    0.049 against 0.036 - 0.042 ms on an Intel Xeon)."""
+    cheapest, the one that issues the fewest `transfers` comes first. Each transfer's costs the model
+    does not time add up: on the SW26010 how it queues behind the others in the one memory controller
+    (YOLOv2 conv3 at B = 1: two loop orders the model rates 0.004% apart, of which the one issuing a
+    third fewer transfers runs 3% faster); on the host a copy's and the calls'
+    own cost (GEMM 128 x 4096 x 512 on one thread: tiles of 32 x 32 priced as tiles of 128 x 1024,
+    1153 copies against 13, 99.8 against 104.4 GFLOPS)."""
     ordered = sorted(items, key=lambda item: (seconds(item), *then(item)))
     if ordered:
         limit = seconds(ordered[0]) * (1 + RESOLUTION)
