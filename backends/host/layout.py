@@ -10,8 +10,10 @@ tensor box is a *view* of the tensor in place, its DMAs mere pointer moves (no c
 out, a C tile the calls overwrite written where it lies, no copy of the broadcast operand), unless a
 GEMM's C tile would have its lanes apart there, or its register tiles' rows in a few L1 sets where
 calibration found such tiles faster copied, or a broadcast operand's K steps would be a multiple of
-512 bytes apart (lines in a few L1 sets). The others are row-major with the rows padded off multiples
-of 512 bytes, which keeps strided rows from sharing L1 sets.
+512 bytes apart (lines in a few L1 sets), or a box the GEMMs come back to (broadcast rows each column tile
+reads again, a C tile several calls accumulate into) would put more lines in one L2 set than it has ways.
+The others are row-major with the rows padded off multiples of 512 bytes, which keeps strided rows from
+sharing L1 sets.
 
 A zero-filled get whose box may reach outside its tensor (a tile of a padded input at the image's
 edge) is a view too where only maps and reductions read it: they take 0 for the elements outside
