@@ -1445,13 +1445,14 @@ def test_a_nest_whose_output_moves_with_it_is_not_run_inside_the_points():
 
 
 @settings(max_examples=60, deadline=None)
-@given(rows=st.integers(1, 40), run=st.integers(1, 300), pitch_lines=st.integers(0, 80), pitch_extra=st.integers(0, 15),
+@given(rows=st.integers(1, 40), run=st.integers(2, 300), pitch_lines=st.integers(0, 80), pitch_extra=st.integers(0, 15),
        planes=st.integers(1, 3), sets=st.sampled_from([4, 16, 64]))
 def test_lines_per_set_counts_what_a_line_by_line_walk_counts(rows, run, pitch_lines, pitch_extra, planes, sets):
     """`layout.lines_per_set` (rows wrapped around the sets at once) against every line of the block placed
     one by one: blocks of `planes` x `rows` rows of `run` floats, rows any number of floats apart."""
     pitch = max(run, 16 * pitch_lines + pitch_extra)
-    extents, strides = (planes, rows, run), (rows * pitch, pitch, 1)
+    # Planes a line beyond their rows; a last axis of 1 has no rows of its own.
+    extents, strides = (planes, rows, run, 1), (rows * pitch + 16, pitch, 1, 0)
     count = np.zeros(sets, dtype=int)
     for plane in range(planes):
         for row in range(rows):

@@ -331,11 +331,11 @@ def lines_per_set(extents: tuple[int, ...], strides: tuple[int, ...], sets: int)
     """The most cache lines of a block of float32 `extents` laid out with `strides` (elements) that fall in
     one set of a cache of `sets` sets (line-aligned: the block's first byte on a line's; a line two rows
     share counted for each)."""
-    # Rows: the last axis where its elements are contiguous, else single elements.
-    contiguous = strides[-1] == 1
-    run = 4 * (extents[-1] if contiguous else 1)
-    axes = len(extents) - contiguous
-    rows = [(extent, stride) for extent, stride in zip(extents[:axes], strides[:axes], strict=True) if extent > 1]
+    # Rows: the last axis longer than 1 where its elements are contiguous, else single elements.
+    axes = [(extent, stride) for extent, stride in zip(extents, strides, strict=True) if extent > 1] or [(1, 1)]
+    contiguous = axes[-1][1] == 1
+    run = 4 * (axes[-1][0] if contiguous else 1)
+    rows = axes[:-1] if contiguous else axes
     starts = np.zeros(1, dtype=np.int64)
     for extent, stride in rows:
         starts = np.add.outer(starts, 4 * stride * np.arange(extent, dtype=np.int64)).ravel()
