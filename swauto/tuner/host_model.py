@@ -225,9 +225,8 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     # transfers copy nothing, the micro-kernel reads and writes their bytes where they are, at the
     # measured rate of tiles in place. Views are made only where the tensors are cache-resident: elsewhere
     # the plan is not asked for (it is most of an estimate's time).
-    views = buffer_layouts(module, machine.knobs(tile), machine.vector_lanes, machine.l3_bytes,
-                           (machine.l2_bytes, l2_ways()))[1] \
-        if _cache_resident(module, machine) else {}
+    placed, views = buffer_layouts(module, machine.knobs(tile), machine.vector_lanes, machine.l3_bytes,
+                                   (machine.l2_bytes, l2_ways())) if _cache_resident(module, machine) else ({}, {})
     # Buffers of a constant's tiles arranged once (`backends/host/prepack`): their gets copy nothing either,
     # and the micro-kernel streams each tile in from where the arrays live, as it streams a panel.
     packed = _prepacked(module, views)
@@ -311,14 +310,16 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
                 _panel_bandwidth(footprint, machine) if node.buffer.name in streamed else \
                 view_bandwidth if node.buffer.name in read_views else copied
         taps = taps_around(node, loops) if isinstance(node, Call) else 1
+        crowded = isinstance(node, Call) and node.signature.kind == "gemm" \
+            and _crowds_l2_sets(node, placed, views, machine, tile)
         node_flops, node_bytes, compute, traffic = _node_cost(node, machine, bandwidth, tile, shapes, taps,
-                                                              _cycled_panels(node, loops))
+                                                              _cycled_panels(node, loops), crowded)
         if isinstance(node, Dma) and bandwidth == level:  # a plain copy: what comes back may come from nearer
             traffic *= _revisited_share(node, loops, machine, level)
         if isinstance(node, Call) and node.signature.kind == "map" and restart:
             traffic += _view_runs(node, views, shapes) / taps * restart
         if isinstance(node, Call) and node.signature.kind == "gemm":
-            traffic += _revisited_accumulators(node, loops, machine, ordered)
+            traffic += _revisited_accumulators(node, loops, machine, ordered, crowded and node.output.name in views)
             if ordered:
                 traffic += _fetched_broadcast(node, loops, machine, module)
             if node.output.name in writers:
@@ -464,7 +465,8 @@ def _runs(loops: Sequence[For]) -> Iterator[list[For]]:
         run = []
 
 
-def _revisited_accumulators(gemm: Call, loops: tuple[For, ...], machine: Machine, ordered: bool = True) -> float:
+def _revisited_accumulators(gemm: Call, loops: tuple[For, ...], machine: Machine, ordered: bool = True,
+                            crowded: bool = False) -> float:
     """Seconds one execution of `gemm` spends bringing its C tile back (loaded before the K loop, stored
     after it, around the FMAs, not under them) from the cache level it fell to since the last execution
     on the same tile. A loop that does not move C revisits the tile every iteration, after the loops
@@ -477,7 +479,8 @@ def _revisited_accumulators(gemm: Call, loops: tuple[For, ...], machine: Machine
     runs; priced alike without this). Within half the L1 the tile's trip is the micro-kernel's own cost
     (`accumulator_seconds`); beyond, it moves at the copy bandwidth of the level the sweep fits (GEMM
     1024^3 in C tiles of 32 x 64, K tiles of 128: measured 120 GFLOPS with the K loop outside the
-    others, 151 with it innermost, where each tile stays in L1; priced alike without this)."""
+    others, 151 with it innermost, where each tile stays in L1; priced alike without this). A tile in place
+    whose call `crowded` its L2 sets (`_crowds_l2_sets`) comes back from the L3."""
     c = gemm.operand("C")
     moving = set().union(*(ex.free_vars(start) for start in c.starts))
     swept = tile = 4 * prod(c.extents)
@@ -490,7 +493,38 @@ def _revisited_accumulators(gemm: Call, loops: tuple[For, ...], machine: Machine
         swept *= prod(trip_count(member) for member in run)
     else:
         return 0.0  # every loop moves C: each tile is visited once
-    return 0.0 if swept <= machine.l1_bytes // 2 else tile / _level_bandwidth(swept, machine)
+    if swept <= machine.l1_bytes // 2:
+        return 0.0
+    return tile / (min(machine.l3_bandwidth, _level_bandwidth(swept, machine)) if crowded
+                   else _level_bandwidth(swept, machine))
+
+
+def _crowds_l2_sets(gemm: Call, placed: Mapping[str, Any], views: Mapping[str, str], machine: Machine,
+                    tile: tuple[int, int]) -> bool:
+    """Whether a GEMM's boxes the call comes back to put more lines in one L2 set, together, than it has
+    ways (`backends/host/layout.lines_per_set`, each box at its worst set, as if those coincided): its
+    broadcast rows read in place (each column tile reads them again), its C tile in place (the next call
+    loads it), and its vector panel (packed: spread over every set). Each alone may fit (`layout` copies a
+    box that does not). GEMM 2048^3 on one thread on an Intel Xeon (2 MiB L2 of 16 ways), calls of 256 x
+    512 x 256, rows and C tile 16 lines a set each: 123 - 125 GFLOPS with the tensors' rows 8 KiB apart,
+    131 - 142 with them 8256 bytes apart; calls of 32 x 512 x 512 (2 lines a set) 142 - 149 and 136 - 150."""
+    if not views:
+        return False
+    from swauto.backends.host.isa import l2_ways
+    from swauto.backends.host.layout import gemm_roles, lines_per_set
+
+    ways = l2_ways()
+    sets = machine.l2_bytes // ways // CACHE_LINE_BYTES
+    roles = gemm_roles(gemm)
+    sizes = dict(gemm.sizes)
+    lines = 0
+    for role in ("broadcast", "C"):
+        access = roles[role][1]
+        if access.name in views and (role == "C" or sizes[roles["vector"][0]] > tile[1] * machine.vector_lanes):
+            strides = tuple(axis.strides[0] for axis in placed[access.name].axes)
+            lines += lines_per_set(access.bounding_box().spans(), strides, sets)
+    panel = 4 * sizes["K"] * sizes[roles["vector"][0]]
+    return lines + -(-panel // (sets * CACHE_LINE_BYTES)) > ways
 
 
 def _revisited_share(dma: Dma, loops: tuple[For, ...], machine: Machine, level: float) -> float:
@@ -668,7 +702,7 @@ def _statements(body: Stmt) -> list[Stmt]:
 
 def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile: tuple[int, int],
                shapes: Mapping[str, tuple[int, ...]] | None = None, taps: int = 1,
-               cycled: int = 1) -> tuple[int, int, float, float]:
+               cycled: int = 1, crowded: bool = False) -> tuple[int, int, float, float]:
     """(flops, copied bytes, compute seconds, traffic seconds) of one execution of `node`: a copy, a
     GEMM on register tiles of `tile` (rows, vectors), or a map or reduction on tiles in the caches
     (its operands' bytes at a map's measured bandwidth on tiles in L1 where they fit it, else on tiles
@@ -677,7 +711,8 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
     FMA slot, or one per slot where its lanes are not contiguous in memory: a lower bound where it
     calls a libm function). A copy whose rows in the tensor are shorter than a cache line moves a line
     per row. `shapes`: the arrays' (`whole_vectors`). `cycled`: a GEMM's vector panels that take turns
-    in the cache (`_cycled_panels`)."""
+    in the cache (`_cycled_panels`). `crowded`: a GEMM whose boxes crowd its L2 sets (`_crowds_l2_sets`), its
+    broadcast rows read again from the L3."""
     from swauto.backends.host.primitives import contiguous_lanes, multiply_adds
 
     if isinstance(node, Dma):
@@ -754,12 +789,13 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
     # pick, 512 broadcast rows x K = 256, priced 74.3 GFLOPS, ran at 54.5 - 61.1; 256 rows x K = 128, priced
     # 68.8, at 58.9 - 73.6; the pick / the best of the sample at 1024^3 60.7 / 74.7, 2048^3 on two threads
     # 101.6 / 131.9).
-    rows = -(-slots // vectors) * broadcast / _panel_bandwidth(broadcast, machine)
+    rows = -(-slots // vectors) * broadcast / (machine.l3_panel_bandwidth if crowded
+                                                else _panel_bandwidth(broadcast, machine))
     # The streams overlap the FMAs as calibration measured (`overlapped`): not wholly where both take about
     # as long (ResNet-50 res4_1x1a at B = 1, calls of 4 rows against a 512 KB weight panel in L2: priced
     # 1.42 ms as if the stream hid under the FMAs; calls of 28 and 252 rows priced 1.44 ran 1.11 - 1.19x as
     # fast in turns, in two runs: 1.64 and 2.33 ms against 1.33 - 2.12).
-    if broadcast <= machine.l2_bytes // 4:
+    if broadcast <= machine.l2_bytes // 4 and not crowded:
         return node.flops, 0, overlapped(compute, streamed + rows, machine.overlap_exponent), 0.0
     return node.flops, 0, overlapped(compute, streamed, machine.overlap_exponent) + rows, 0.0
 
