@@ -504,10 +504,11 @@ def _crowds_l2_sets(gemm: Call, placed: Mapping[str, Any], views: Mapping[str, s
     """Whether a GEMM's boxes the call comes back to put more lines in one L2 set, together, than it has
     ways (`backends/host/layout.lines_per_set`, each box at its worst set, as if those coincided): its
     broadcast rows read in place (each column tile reads them again), its C tile in place (the next call
-    loads it), and its vector panel (packed: spread over every set). Each alone may fit (`layout` copies a
-    box that does not). GEMM 2048^3 on one thread on an Intel Xeon (2 MiB L2 of 16 ways), calls of 256 x
-    512 x 256, rows and C tile 16 lines a set each: 123 - 125 GFLOPS with the tensors' rows 8 KiB apart,
-    131 - 142 with them 8256 bytes apart; calls of 32 x 512 x 512 (2 lines a set) 142 - 149 and 136 - 150."""
+    loads it), and its vector panel (packed: spread over every set), where spread over every set they would
+    fit. Each alone may fit (`layout` copies a box that does not). GEMM 2048^3 on one thread on an Intel
+    Xeon (2 MiB L2 of 16 ways), calls of 256 x 512 x 256, rows and C tile 16 lines a set each: 123 - 125
+    GFLOPS with the tensors' rows 8 KiB apart, 131 - 142 with them 8256 bytes apart; calls of 32 x 512 x
+    512 (2 lines a set) 142 - 149 and 136 - 150."""
     if not views:
         return False
     from swauto.backends.host.isa import l2_ways
@@ -517,14 +518,19 @@ def _crowds_l2_sets(gemm: Call, placed: Mapping[str, Any], views: Mapping[str, s
     sets = machine.l2_bytes // ways // CACHE_LINE_BYTES
     roles = gemm_roles(gemm)
     sizes = dict(gemm.sizes)
-    lines = 0
+    def spread(size: int) -> int:  # lines a set where `size` bytes spread over every set
+        return -(-size // (sets * CACHE_LINE_BYTES))
+
+    panel = spread(4 * sizes["K"] * sizes[roles["vector"][0]])
+    worst, even = panel, panel
     for role in ("broadcast", "C"):
         access = roles[role][1]
         if access.name in views and (role == "C" or sizes[roles["vector"][0]] > tile[1] * machine.vector_lanes):
             strides = tuple(axis.strides[0] for axis in placed[access.name].axes)
-            lines += lines_per_set(access.bounding_box().spans(), strides, sets)
-    panel = 4 * sizes["K"] * sizes[roles["vector"][0]]
-    return lines + -(-panel // (sets * CACHE_LINE_BYTES)) > ways
+            worst += lines_per_set(access.bounding_box().spans(), strides, sets)
+            even += spread(4 * prod(access.bounding_box().spans()))
+    # Only where the sets, not the size, are what overflows: boxes beyond the L2 are priced from where they fit.
+    return worst > ways >= even
 
 
 def _revisited_share(dma: Dma, loops: tuple[For, ...], machine: Machine, level: float) -> float:
