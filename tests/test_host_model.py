@@ -1313,10 +1313,9 @@ def test_a_gemm_whose_boxes_crowd_their_l2_sets_together_is_priced_from_the_l3(m
         (call,) = (node for node, _ in walk(module.body) if isinstance(node, Call))
         flag = host_model._crowds_l2_sets(call, placed, views, machine, machine.register_tiles[0])
         priced = host_model.estimate(module, 1, machine).seconds
-        monkeypatch.setattr(host_model, "_crowds_l2_sets", lambda *_: False)
-        uncrowded = host_model.estimate(module, 1, machine).seconds
-        monkeypatch.undo()
-        monkeypatch.setattr("swauto.backends.host.isa.l2_ways", lambda: 16)
+        with monkeypatch.context() as uncrowded_model:
+            uncrowded_model.setattr(host_model, "_crowds_l2_sets", lambda *_: False)
+            uncrowded = host_model.estimate(module, 1, machine).seconds
         return flag, priced, uncrowded
 
     flag, priced, uncrowded = crowded({"M": 256, "N": 512, "K": 256}, ("N_outer", "M_outer", "K_outer"))

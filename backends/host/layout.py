@@ -41,7 +41,7 @@ from swauto.ir.visitor import walk
 from .knobs import Knobs
 
 CACHE_LINE_BYTES = 64
-ALIGN_ELEMENTS = 16  # 64 bytes of float32: every buffer starts on a cache line
+ALIGN_ELEMENTS = CACHE_LINE_BYTES // 4  # float32s: every buffer starts on a cache line
 # Rows a multiple of 512 bytes apart share an eighth of the L1's sets (or fewer): a padded row moves them off.
 SET_ALIASING_ELEMENTS = 128
 # A register tile's rows of C (6 on a Zen 3) a multiple of 2 KiB apart share two groups of L1 sets or one.
@@ -162,10 +162,11 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
     """
     uses = _uses(module, knobs, width)
     moves = _moves(module)
-    in_place = read_in_place(module, knobs, width, cache_resident, uses, moves)
+    kept = _kept_for_several_calls(module) if cache_resident else {"vector": set(), "C": set()}
+    in_place = read_in_place(module, knobs, width, cache_resident, uses, moves, kept)
     layouts = {tensor.name: row_major(tensor.shape) for tensor in module.tensors}
     views: dict[str, str] = {}
-    returning = _returning_boxes(module, knobs, width, moves) if cache_resident and l2 is not None else {}
+    returning = _returning_boxes(knobs, width, moves, kept["C"]) if cache_resident and l2 is not None else {}
     for buffer in module.buffers:
         if buffer.name in ignored:
             continue
@@ -205,8 +206,8 @@ def _uses(module: Module, knobs: Knobs, width: int) -> _Uses:
     return uses
 
 
-def read_in_place(module: Module, knobs: Knobs, width: int, cache_resident: bool,
-                  uses: _Uses | None = None, moves: _Moves | None = None) -> frozenset[str]:
+def read_in_place(module: Module, knobs: Knobs, width: int, cache_resident: bool, uses: _Uses | None = None,
+                  moves: _Moves | None = None, kept: Mapping[str, set[str]] | None = None) -> frozenset[str]:
     """The vector operands `plan` could pack that it leaves in place as views, because packing would not
     pay (every GEMM reading them has `one_row_tile`, and no tile is kept for several calls) and their lanes
     are contiguous in the tensor: their transfers copy nothing (the host model charges the micro-kernel's
@@ -217,7 +218,7 @@ def read_in_place(module: Module, knobs: Knobs, width: int, cache_resident: bool
     moves = _moves(module) if moves is None else moves
     reread = {gemm_roles(node)["vector"][1].name for node, _ in walk(module.body)
               if isinstance(node, Call) and node.signature.kind == "gemm" and not one_row_tile(node, knobs)}
-    reread |= _kept_for_several_calls(module)
+    reread |= (_kept_for_several_calls(module) if kept is None else kept)["vector"]
     found = set()
     for buffer in module.buffers:
         use = uses.get(buffer.name, set())
@@ -229,25 +230,26 @@ def read_in_place(module: Module, knobs: Knobs, width: int, cache_resident: bool
     return frozenset(found)
 
 
-def _kept_for_several_calls(module: Module, role: str = "vector") -> set[str]:
-    """The GEMMs' operands of `role` ("vector" or "C") that GEMMs use more often than transfers fill them: a
-    tile kept for several calls. In place, its rows are a tensor's rows apart, which the caches keep badly;
-    packed, a vector operand is one block (ResNet-50 res5_1x1b at B = 1: a 512 x 256 weight tile rows 8 KiB
-    apart, read by 14 calls of 4 pixels each, 2.2-2.7 ms in place, where its 112 calls alone take 0.73 ms on
-    a packed panel)."""
-    gemms = [(node, loops) for node, loops in walk(module.body)
-             if isinstance(node, Call) and node.signature.kind == "gemm"]
+def _kept_for_several_calls(module: Module) -> dict[str, set[str]]:
+    """Per role of a GEMM's operand ("vector", "C"), the buffers GEMMs use in it more often than transfers
+    fill them: a tile kept for several calls. In place, a vector operand's rows are a tensor's rows apart,
+    which the caches keep badly; packed, it is one block (ResNet-50 res5_1x1b at B = 1: a 512 x 256 weight
+    tile rows 8 KiB apart, read by 14 calls of 4 pixels each, 2.2-2.7 ms in place, where its 112 calls alone
+    take 0.73 ms on a packed panel)."""
     gets: Counter[str] = Counter()
-    uses: Counter[str] = Counter()
+    uses: dict[str, Counter[str]] = {"vector": Counter(), "C": Counter()}
     try:
         for node, loops in walk(module.body):
             if isinstance(node, Dma) and node.direction == "get":
                 gets[node.buffer.name] += prod(trip_count(loop) for loop in loops)
-        for gemm, loops in gemms:
-            uses[gemm_roles(gemm)[role][1].name] += prod(trip_count(loop) for loop in loops)
+            elif isinstance(node, Call) and node.signature.kind == "gemm":
+                roles, trips = gemm_roles(node), prod(trip_count(loop) for loop in loops)
+                for role, counts in uses.items():
+                    counts[roles[role][1].name] += trips
     except (KeyError, ValueError):  # loop bounds that vary: every tile taken as used again
-        return {gemm_roles(gemm)[role][1].name for gemm, _ in gemms}
-    return {name for name, count in uses.items() if count > gets[name]}
+        gemms = [node for node, _ in walk(module.body) if isinstance(node, Call) and node.signature.kind == "gemm"]
+        return {role: {gemm_roles(gemm)[role][1].name for gemm in gemms} for role in uses}
+    return {role: {name for name, count in counts.items() if count > gets[name]} for role, counts in uses.items()}
 
 
 def one_row_tile(gemm: Call, knobs: Knobs) -> bool:
@@ -299,31 +301,38 @@ def _rows_overflow_l2_sets(accesses: Sequence[Access], layout: Layout, l2: tuple
     which NumPy asks for on large arrays). GEMM 2048^3 on one thread on an Intel Xeon (2 MiB L2 of 16
     ways), in turns: calls of 512 rows x K = 128 x N = 512 with the broadcast rows in place (8 KiB apart,
     32 lines in each set they use, read again by every column tile) ran at 93 - 101 GFLOPS, 126 - 131 with
-    the rows 8256 bytes apart, 123 - 128 copied; 256 x 512 in place (16 lines a set) at 138 - 145. Calls of
-    512 x 128 x 256 accumulating into C tiles in place (32 lines a set, loaded and stored by each of 16
-    calls) ran at 129 - 138 GFLOPS, 143 - 148 with the tiles copied (on two threads 258 against 285)."""
-    if l2 is None:
-        return False
-    size, ways = l2
-    strides = tuple(axis.strides[0] for axis in layout.axes)
-    sets = size // ways // CACHE_LINE_BYTES
-    return any(lines_per_set(access.bounding_box().spans(), strides, sets) > ways for access in accesses)
+    the rows 8256 bytes apart, 123 - 128 copied; 256 rows x K = 512 in place (16 lines a set) at 138 - 145.
+    Calls of 512 x 128 x 256 accumulating into C tiles in place (32 lines a set, loaded and stored by each
+    of 16 calls) ran at 129 - 138 GFLOPS, 143 - 148 with the tiles copied (on two threads 258 against 285)."""
+    return l2 is not None and any(box_lines_per_set(access, layout, l2) > l2[1] for access in accesses)
 
 
-def _returning_boxes(module: Module, knobs: Knobs, width: int, moves: _Moves) -> dict[str, list[Access]]:
-    """Per buffer, the boxes of it GEMMs come back to from the caches: a broadcast operand's rows read
-    over more than one column tile of `knobs` (each column tile reads them again), a C tile several calls
-    accumulate into (`_kept_for_several_calls`: each loads and stores it)."""
-    accumulated = _kept_for_several_calls(module, "C")
+def _returning_boxes(knobs: Knobs, width: int, moves: _Moves, accumulated: set[str]) -> dict[str, list[Access]]:
+    """Per buffer, the boxes of it GEMMs come back to from the caches: a broadcast operand's rows each column
+    tile of `knobs` reads again (`rereads_rows`), a C tile several calls accumulate into (`accumulated`: each
+    loads and stores it)."""
     boxes: dict[str, list[Access]] = {}
     for name, reads in moves.operands.items():
         for call, access in reads:
             if call.signature.kind == "gemm" and gemm_roles(call)["broadcast"][1] is access \
-                    and dict(call.sizes)[vector_dim(call)] > knobs.vectors * width:
+                    and rereads_rows(call, knobs.vectors, width):
                 boxes.setdefault(name, []).append(access)
     for name in accumulated:
         boxes.setdefault(name, []).extend(gemm.output for gemm in moves.gemms.get(name, ()))
     return boxes
+
+
+def rereads_rows(gemm: Call, vectors: int, width: int) -> bool:
+    """Whether the micro-kernel reads `gemm`'s broadcast rows again: its vectorized dimension takes more than
+    one column tile of `vectors` vectors of `width` lanes, and every column tile reads all the rows."""
+    return dict(gemm.sizes)[vector_dim(gemm)] > vectors * width
+
+
+def box_lines_per_set(access: Access, layout: Layout, l2: tuple[int, int]) -> int:
+    """`lines_per_set` of `access`'s box in a buffer of `layout`, in a cache of `l2` (bytes, ways)."""
+    size, ways = l2
+    return lines_per_set(access.bounding_box().spans(), tuple(axis.strides[0] for axis in layout.axes),
+                         size // ways // CACHE_LINE_BYTES)
 
 
 @cache

@@ -54,6 +54,7 @@ from swauto.tuner.quiet import QUIET_FRACTION, WAIT_SECONDS, QuietCore
 
 if TYPE_CHECKING:
     from swauto.backends.host.knobs import Knobs
+    from swauto.backends.host.layout import Layout
 
 _log = logging.getLogger(__name__)
 CALIBRATION_FILE = "host_machine.json"
@@ -495,11 +496,11 @@ def _revisited_accumulators(gemm: Call, loops: tuple[For, ...], machine: Machine
         return 0.0  # every loop moves C: each tile is visited once
     if swept <= machine.l1_bytes // 2:
         return 0.0
-    return tile / (min(machine.l3_bandwidth, _level_bandwidth(swept, machine)) if crowded
-                   else _level_bandwidth(swept, machine))
+    bandwidth = _level_bandwidth(swept, machine)
+    return tile / (min(bandwidth, machine.l3_bandwidth) if crowded else bandwidth)
 
 
-def _crowds_l2_sets(gemm: Call, placed: Mapping[str, Any], views: Mapping[str, str], machine: Machine,
+def _crowds_l2_sets(gemm: Call, placed: Mapping[str, Layout], views: Mapping[str, str], machine: Machine,
                     tile: tuple[int, int]) -> bool:
     """Whether a GEMM's boxes the call comes back to put more lines in one L2 set, together, than it has
     ways (`backends/host/layout.lines_per_set`, each box at its worst set, as if those coincided): its
@@ -512,25 +513,20 @@ def _crowds_l2_sets(gemm: Call, placed: Mapping[str, Any], views: Mapping[str, s
     if not views:
         return False
     from swauto.backends.host.isa import l2_ways
-    from swauto.backends.host.layout import gemm_roles, lines_per_set
+    from swauto.backends.host.layout import box_lines_per_set, gemm_roles, rereads_rows
 
-    ways = l2_ways()
-    sets = machine.l2_bytes // ways // CACHE_LINE_BYTES
+    l2 = (machine.l2_bytes, l2_ways())
+    set_bytes = machine.l2_bytes // l2[1]  # what fills one line of every set
     roles = gemm_roles(gemm)
-    sizes = dict(gemm.sizes)
-    def spread(size: int) -> int:  # lines a set where `size` bytes spread over every set
-        return -(-size // (sets * CACHE_LINE_BYTES))
-
-    panel = spread(4 * sizes["K"] * sizes[roles["vector"][0]])
-    worst, even = panel, panel
-    for role in ("broadcast", "C"):
-        access = roles[role][1]
-        if access.name in views and (role == "C" or sizes[roles["vector"][0]] > tile[1] * machine.vector_lanes):
-            strides = tuple(axis.strides[0] for axis in placed[access.name].axes)
-            worst += lines_per_set(access.bounding_box().spans(), strides, sets)
-            even += spread(4 * prod(access.bounding_box().spans()))
+    dim, _ = roles["vector"]
+    worst = even = -(-4 * dict(gemm.sizes)["K"] * dict(gemm.sizes)[dim] // set_bytes)  # the panel, spread
+    boxes = [roles["C"][1]] + ([roles["broadcast"][1]] if rereads_rows(gemm, tile[1], machine.vector_lanes) else [])
+    for access in boxes:
+        if access.name in views:
+            worst += box_lines_per_set(access, placed[access.name], l2)
+            even += -(-4 * prod(access.bounding_box().spans()) // set_bytes)
     # Only where the sets, not the size, are what overflows: boxes beyond the L2 are priced from where they fit.
-    return worst > ways >= even
+    return worst > l2[1] >= even
 
 
 def _revisited_share(dma: Dma, loops: tuple[For, ...], machine: Machine, level: float) -> float:
