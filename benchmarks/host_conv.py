@@ -2,6 +2,7 @@
 
     python benchmarks/host_conv.py [--batch 1 32] [--threads 1 2] [--kernel 3] [--models resnet50 vgg16]
                                    [--all] [--repeat 5] [--limit N] [--implicit-only] [--weights-per-call]
+                                   [--name host_conv]
 
 The operator is examples/conv2d.sw; for a 3 x 3 layer at stride 1, `swauto.choose` takes it,
 examples/conv2d_winograd.sw (F(2x2, 3x3)) or examples/conv2d_winograd4.sw (F(4x4, 3x3)), whichever
@@ -26,7 +27,8 @@ algorithm is chosen on a call's time after it; with `--weights-per-call`, every 
 again. PyTorch's plain conv2d is its fastest path here: its inference path with weights prepared once
 (`torch.jit.freeze`, `optimize_for_inference`: a constant MKLDNN weight) ran 7 - 11% slower on three
 VGG16 and ResNet layers.
-Prints the machine and the date; writes benchmarks/results/host_conv.{csv,md,png}.
+Prints the machine and the date; writes benchmarks/results/host_conv.{csv,md,png} (`--name` replaces
+"host_conv", so that the runs of each batch size keep their own tables).
 """
 
 from __future__ import annotations
@@ -162,6 +164,7 @@ def main() -> None:
                         help="the implicit convolution everywhere (no choice of Winograd's)")
     parser.add_argument("--weights-per-call", action="store_true",
                         help="transform the weights at every call (not once, as constants)")
+    parser.add_argument("--name", default="host_conv", help="the results files' name")
     args = parser.parse_args()
     steady_allocator()
     import torch
@@ -190,7 +193,7 @@ def main() -> None:
                            + f"; swauto at {statistics.median(r['swauto_peak_pct'] for r in runs):.0f}% of the peak "
                              "measured in the same turns (median)")
             print(summary[-1])
-    write_tables("host_conv", FIELDS, rows, "conv2d on the host: swauto against PyTorch", "  \n".join(summary))
+    write_tables(args.name, FIELDS, rows, "conv2d on the host: swauto against PyTorch", "  \n".join(summary))
     try:
         import matplotlib
 
@@ -206,7 +209,7 @@ def main() -> None:
     axis.set_ylabel("swauto / PyTorch (higher is faster)")
     axis.set_title("conv2d on the host")
     figure.tight_layout()
-    figure.savefig(RESULTS / "host_conv.png", dpi=120)
+    figure.savefig(RESULTS / f"{args.name}.png", dpi=120)
 
 
 if __name__ == "__main__":

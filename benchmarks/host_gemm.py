@@ -1,6 +1,7 @@
 """swauto's host GEMM against numpy.matmul (OpenBLAS) and torch.matmul (when installed), side by side.
 
     python benchmarks/host_gemm.py [--shapes 1024 2048x64x64 ...] [--threads 1 2] [--repeat 5] [--tuner model]
+                                   [--name host_gemm]
 
 A shape is `S` (S x S x S) or `MxNxK`; the operator is examples/gemm.sw with tile sizes from 32 to
 512 (1024 for M and N).
@@ -15,7 +16,8 @@ swauto's percent of it (the ratios and the percent are medians of each turn's ow
 the tuning time and the compile time. The libraries' thread counts are set with threadpoolctl when
 available, else through the environment (`OPENBLAS_NUM_THREADS`), which this script sets before importing
 NumPy for every run. Prints the machine and the date, and writes
-benchmarks/results/host_gemm.{csv,md} and, with matplotlib (the `bench` extra), host_gemm.png.
+benchmarks/results/host_gemm.{csv,md} and, with matplotlib (the `bench` extra), host_gemm.png (`--name`
+replaces "host_gemm", so that a run of a few shapes does not overwrite the table of all).
 """
 
 from __future__ import annotations
@@ -123,6 +125,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--tuner", default="model", choices=("model", "measure", "hybrid"))
+    parser.add_argument("--name", default="host_gemm", help="the results files' name")
     parser.add_argument("--child", nargs=3, metavar=("SHAPE", "THREADS", "REPEAT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -146,13 +149,14 @@ def main() -> None:
                   f"  swauto/torch {row['swauto_vs_torch'] or '-'}  peak {row['peak_gflops']:7.1f}"
                   f" ({row['swauto_peak_pct']:.1f}%)  tuning {row['tuning_s']:.2f} s"
                   f"  ({row['candidate']})", flush=True)
-    write_results(rows, header, f"python benchmarks/host_gemm.py {' '.join(sys.argv[1:])}".strip())
+    write_results(rows, header, f"python benchmarks/host_gemm.py {' '.join(sys.argv[1:])}".strip(), args.name)
 
 
-def write_results(rows: list[dict], header: str, command: str) -> None:
-    """CSV, Markdown table and (with matplotlib) a bar chart of GFLOPS per shape and thread count."""
+def write_results(rows: list[dict], header: str, command: str, name: str) -> None:
+    """CSV, Markdown table and (with matplotlib) a bar chart of GFLOPS per shape and thread count, as
+    results/`name`.{csv,md,png}."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    with open(RESULTS / "host_gemm.csv", "w", newline="") as handle:
+    with open(RESULTS / f"{name}.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=FIELDS)
         writer.writeheader()
         writer.writerows(rows)
@@ -166,7 +170,7 @@ def write_results(rows: list[dict], header: str, command: str) -> None:
               f"| {r['swauto_vs_numpy']} | {r['swauto_vs_torch'] or '-'} | {r['peak_gflops']} | {r['swauto_peak_pct']} "
               f"| {r['tuning_s']} | {r['candidate']} |"
               for r in rows]
-    (RESULTS / "host_gemm.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / f"{name}.md").write_text("\n".join(lines) + "\n")
     try:
         import matplotlib
 
@@ -188,7 +192,7 @@ def write_results(rows: list[dict], header: str, command: str) -> None:
     axes.set_title(f"GEMM float32 — {header}", fontsize=8)
     axes.legend()
     figure.tight_layout()
-    figure.savefig(RESULTS / "host_gemm.png", dpi=120)
+    figure.savefig(RESULTS / f"{name}.png", dpi=120)
 
 
 if __name__ == "__main__":
