@@ -1472,11 +1472,11 @@ def test_boxes_gemms_come_back_to_that_overflow_their_l2_sets_are_copied_not_vie
     isa = select()
     knobs = Knobs(*HOST_MICRO_KERNELS[isa.name][0])
 
-    def views(tiles: dict[str, int]) -> dict[str, str]:
+    def views(tiles: dict[str, int], k: int = 2048) -> dict[str, str]:
         text = GEMM_SW.read_text()
         for dim, tile in tiles.items():
             text = text.replace(f"split gemm.{dim} by {{", f"split gemm.{dim} by {{{tile}, ")
-        module = lower(load(text, {"M": 2048, "N": 2048, "K": 2048}),
+        module = lower(load(text, {"M": 2048, "N": 2048, "K": k}),
                        Candidate(tuple(tiles.items()), ("N_outer", "M_outer", "K_outer"), "M"),
                        local_memory_machine("host"))[-1][1]
         return layout.plan(module, knobs, isa.width, frozenset(), True, (2 << 20, 16))[1]
@@ -1484,4 +1484,5 @@ def test_boxes_gemms_come_back_to_that_overflow_their_l2_sets_are_copied_not_vie
     assert not {"A_tile", "C_tile"} & views({"M": 512, "N": 512, "K": 128}).keys()
     assert views({"M": 128, "N": 512, "K": 128}) == {"A_tile": "A", "C_tile": "C"}
     assert views({"M": 512, "N": knobs.vectors * isa.width, "K": 128})["A_tile"] == "A"
-    assert views({"M": 512, "N": 128, "K": 2048})["C_tile"] == "C"
+    # (K = 512 whole: the host's local memory, a share of this machine's caches, may not hold K = 2048.)
+    assert views({"M": 512, "N": 128, "K": 512}, k=512)["C_tile"] == "C"
