@@ -1308,10 +1308,10 @@ def test_a_gemm_whose_boxes_crowd_their_l2_sets_together_is_priced_from_the_l3(m
 
     def crowded(tiles: dict[str, int], order: tuple[str, ...]) -> tuple[bool, float, float]:
         module = _host_gemm(params, tiles, order)
-        placed, views = buffer_layouts(module, machine.knobs(None), machine.vector_lanes, machine.l3_bytes,
-                                       (machine.l2_bytes, 16))
+        l2 = (machine.l2_bytes, 16)
+        placed, views = buffer_layouts(module, machine.knobs(None), machine.vector_lanes, machine.l3_bytes, l2)
         (call,) = (node for node, _ in walk(module.body) if isinstance(node, Call))
-        flag = host_model._crowds_l2_sets(call, placed, views, machine, machine.register_tiles[0])
+        flag = host_model._crowds_l2_sets(call, placed, views, l2, machine, machine.register_tiles[0])
         priced = host_model.estimate(module, 1, machine).seconds
         with monkeypatch.context() as uncrowded_model:
             uncrowded_model.setattr(host_model, "_crowds_l2_sets", lambda *_: False)

@@ -105,7 +105,8 @@ def plan_kernel(module: Module, isa: Isa, knobs: Knobs) -> Plan:
     Raises `CodegenError` for non-float32 data, and for IR the verifier refuses (a bug in swauto).
     """
     _check_dtypes(module)
-    placed, views = buffer_layouts(module, knobs, isa.width, cache_sizes()[2], (cache_sizes()[1], l2_ways()))
+    _, l2_bytes, l3_bytes = cache_sizes()
+    placed, views = buffer_layouts(module, knobs, isa.width, l3_bytes, (l2_bytes, l2_ways()))
     packed = prepacked(module, views, placed)
     clipped = layouts.clipped_axes(module, views)
     pointed = (*views, *packed)  # buffers a get points at data elsewhere: no room in the workspace

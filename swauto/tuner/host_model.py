@@ -226,8 +226,9 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     # transfers copy nothing, the micro-kernel reads and writes their bytes where they are, at the
     # measured rate of tiles in place. Views are made only where the tensors are cache-resident: elsewhere
     # the plan is not asked for (it is most of an estimate's time).
-    placed, views = buffer_layouts(module, machine.knobs(tile), machine.vector_lanes, machine.l3_bytes,
-                                   (machine.l2_bytes, l2_ways())) if _cache_resident(module, machine) else ({}, {})
+    l2 = (machine.l2_bytes, l2_ways())
+    placed, views = buffer_layouts(module, machine.knobs(tile), machine.vector_lanes, machine.l3_bytes, l2) \
+        if _cache_resident(module, machine) else ({}, {})
     # Buffers of a constant's tiles arranged once (`backends/host/prepack`): their gets copy nothing either,
     # and the micro-kernel streams each tile in from where the arrays live, as it streams a panel.
     packed = _prepacked(module, views)
@@ -312,7 +313,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
                 view_bandwidth if node.buffer.name in read_views else copied
         taps = taps_around(node, loops) if isinstance(node, Call) else 1
         crowded = isinstance(node, Call) and node.signature.kind == "gemm" \
-            and _crowds_l2_sets(node, placed, views, machine, tile)
+            and _crowds_l2_sets(node, placed, views, l2, machine, tile)
         node_flops, node_bytes, compute, traffic = _node_cost(node, machine, bandwidth, tile, shapes, taps,
                                                               _cycled_panels(node, loops), crowded)
         if isinstance(node, Dma) and bandwidth == level:  # a plain copy: what comes back may come from nearer
@@ -500,23 +501,21 @@ def _revisited_accumulators(gemm: Call, loops: tuple[For, ...], machine: Machine
     return tile / (min(bandwidth, machine.l3_bandwidth) if crowded else bandwidth)
 
 
-def _crowds_l2_sets(gemm: Call, placed: Mapping[str, Layout], views: Mapping[str, str], machine: Machine,
-                    tile: tuple[int, int]) -> bool:
-    """Whether a GEMM's boxes the call comes back to put more lines in one L2 set, together, than it has
-    ways (`backends/host/layout.lines_per_set`, each box at its worst set, as if those coincided): its
-    broadcast rows read in place (each column tile reads them again), its C tile in place (the next call
-    loads it), and its vector panel (packed: spread over every set), where spread over every set they would
-    fit. Each alone may fit (`layout` copies a box that does not). GEMM 2048^3 on one thread on an Intel
-    Xeon (2 MiB L2 of 16 ways), calls of 256 x 512 x 256, rows and C tile 16 lines a set each: 123 - 125
-    GFLOPS with the tensors' rows 8 KiB apart, 131 - 142 with them 8256 bytes apart; calls of 32 x 512 x
-    512 (2 lines a set) 142 - 149 and 136 - 150."""
+def _crowds_l2_sets(gemm: Call, placed: Mapping[str, Layout], views: Mapping[str, str], l2: tuple[int, int],
+                    machine: Machine, tile: tuple[int, int]) -> bool:
+    """Whether a GEMM's boxes the call comes back to put more lines in one set of an L2 of `l2` (bytes,
+    ways), together, than it has ways (`backends/host/layout.lines_per_set`, each box at its worst set, as
+    if those coincided): its broadcast rows read in place (each column tile reads them again), its C tile
+    in place (the next call loads it), and its vector panel (packed: spread over every set), where spread
+    over every set they would fit. Each alone may fit (`layout` copies a box that does not). GEMM 2048^3
+    on one thread on an Intel Xeon (2 MiB L2 of 16 ways), calls of 256 x 512 x 256, rows and C tile 16
+    lines a set each: 123 - 125 GFLOPS with the tensors' rows 8 KiB apart, 131 - 142 with them 8256 bytes
+    apart; calls of 32 x 512 x 512 (2 lines a set) 142 - 149 and 136 - 150."""
     if not views:
         return False
-    from swauto.backends.host.isa import l2_ways
     from swauto.backends.host.layout import box_lines_per_set, gemm_roles, rereads_rows
 
-    l2 = (machine.l2_bytes, l2_ways())
-    set_bytes = machine.l2_bytes // l2[1]  # what fills one line of every set
+    set_bytes = l2[0] // l2[1]  # what fills one line of every set
     roles = gemm_roles(gemm)
     dim, _ = roles["vector"]
     worst = even = -(-4 * dict(gemm.sizes)["K"] * dict(gemm.sizes)[dim] // set_bytes)  # the panel, spread
