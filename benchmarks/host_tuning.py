@@ -6,7 +6,7 @@ and how much faster is it than measuring?
                                      [--name host_tuning]
 
 A GEMM (`S` for S x S x S, or `MxNxK`) has the space benchmarks/host_gemm.py tunes (examples/gemm.sw
-with tiles from 32 to 512, 1024 for M and N). For each operator: the model tuner's time (building the
+with tiles from 32 to 1024, 2048 for K). For each operator: the model tuner's time (building the
 space is reported apart: both tuners need it)
 and pick; every candidate's measured time (the black box: `--tuner measure`); the model's pick divided
 by the best measured (1.00 = the model found the best), and the hybrid tuner's (the model's best 8,

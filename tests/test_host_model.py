@@ -562,6 +562,25 @@ def test_a_panel_cycled_with_others_comes_from_afar_once_per_call():
     assert compute == pytest.approx(max(streamed, 2 * 64 * 64 * 512 / machine.kernel_flops), rel=0.05)
 
 
+def test_a_column_slice_within_half_the_l2_is_read_again_from_l2():
+    """The row tiles after a call's first read a column tile's slice of the vector panel again from L2
+    where it fits in half of it: nothing else streams past meanwhile but their broadcast rows (GEMM 2048^3
+    in calls of 128 x 256 x 2048 on a Zen 5 of 1 MiB of L2: 512 KB slices, priced 97 ms from L3, ran
+    81). A slice beyond half comes from L3."""
+    module = _host_gemm({"M": 2048, "N": 2048, "K": 2048}, {"M": 128, "N": 256, "K": 2048},
+                        ("K_outer", "N_outer", "M_outer"))
+    (call, _), = ((node, loops) for node, loops in walk(module.body) if isinstance(node, Call))
+
+    def compute(l2_bytes: int) -> float:
+        machine = replace(quiet_machine(), register_tiles=((6, 4),), l2_bytes=l2_bytes)
+        return host_model._node_cost(call, machine, machine.l3_bandwidth, (6, 4))[2]
+
+    slice_bytes = 4 * 2048 * 64  # K x 4 vectors of 16
+    # Panel (2 MiB) and broadcast rows (1 MiB) lie beyond a quarter of each L2: only the slice's rate differs.
+    assert compute(2 * slice_bytes) == pytest.approx(compute(4 * slice_bytes))
+    assert compute(2 * slice_bytes - 4096) > 1.2 * compute(2 * slice_bytes)
+
+
 def test_a_panel_the_calls_come_back_to_beyond_their_band_counts_the_panels_of_the_runs_between():
     """GEMM 1024^3 in calls of 32 x 32 x 256, M > N > K: C's transfers end the band at K, but N moves
     the panel too, and only M's next iteration comes back to it, after all 128 panels of the packed

@@ -782,9 +782,11 @@ def _node_cost(node: Dma | Call, machine: Machine, source_bandwidth: float, tile
     panel = 4 * sizes["K"] * sizes[v]
     column_slice = 4 * sizes["K"] * min(sizes[v], vectors * width)
     broadcast = 4 * sizes["K"] * sizes[u]
+    # A slice stays in L2 up to half of it: while the row tiles re-read it, only their broadcast rows
+    # stream past (GEMM 2048^3 in calls of 128 x 256 x 2048, 512 KB slices: priced 97 ms from L3, ran 81).
     streamed = (panel / _panel_bandwidth(panel * cycled, machine)
                 + (-(-sizes[u] // knobs.rows_for(min(slots, vectors), isa)) - 1) * panel
-                / _panel_bandwidth(column_slice, machine))
+                / _panel_bandwidth(column_slice, machine, l2_share=2))
     # The broadcast rows stream under the FMAs from L2; a block beyond a quarter of it comes from L3 at every
     # column tile, and the micro-kernel waits for it (GEMM 2048^3 on one thread, 40 candidates in turns: the
     # pick, 512 broadcast rows x K = 256, priced 74.3 GFLOPS, ran at 54.5 - 61.1; 256 rows x K = 128, priced
@@ -817,13 +819,13 @@ def k_step_seconds(rows: int, vectors: int, lanes: int, kernel_flops: float, lat
     return max(rows * vectors, latency_accumulators, (rows + vectors) * load_slots) * 2 * lanes / kernel_flops
 
 
-def _panel_bandwidth(footprint: int, machine: Machine) -> float:
+def _panel_bandwidth(footprint: int, machine: Machine, l2_share: int = 4) -> float:
     """The rate the micro-kernel streams an operand in at from where `footprint` bytes fit: infinite
-    from L1 (its loads are the K step's own, priced there), else from L2 within the quarter of it the
-    rate was measured on, else from L3."""
+    from L1 (its loads are the K step's own, priced there), else from L2 within 1 / `l2_share` of it
+    (the rate was measured on a quarter), else from L3."""
     if footprint <= machine.l1_bytes:
         return math.inf
-    return machine.l2_panel_bandwidth if footprint <= machine.l2_bytes // 4 else machine.l3_panel_bandwidth
+    return machine.l2_panel_bandwidth if footprint <= machine.l2_bytes // l2_share else machine.l3_panel_bandwidth
 
 
 def _default_tile() -> tuple[int, int]:
