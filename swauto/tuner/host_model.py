@@ -640,9 +640,8 @@ def _restarted_runs(box: Access, shape: tuple[int, ...], loops: tuple[For, ...])
     innermost loop of more than one trip (`_innermost_loop`) moves along them, by at most their length,
     streams on; one it moves to other rows or back, or a box of more runs, starts every run anew, each
     waiting for its first lines (`Machine.l3_restart_seconds`); and one it moves along its runs
-    restarts them where that loop starts over (one execution of its trips). The innermost loop alone
-    decides, which the sketches' signatures name for each run of loops that holds transfers
-    (`swauto.tuner.sketch`). YOLOv2 conv1 at B = 1, C tiles of 16 image rows x 8
+    restarts them where that loop starts over (one execution of its trips). The innermost loop alone decides, which the sketches' signatures name for each run of loops
+    that holds transfers (`swauto.tuner.sketch`). YOLOv2 conv1 at B = 1, C tiles of 16 image rows x 8
     columns (16 runs of 1 KB in a 22 MB output): 8.2 - 9.1 ms with the rows' loop innermost around the
     output's transfers, 5.0 - 6.4 with the columns' (medians, in turns); priced alike without this."""
     loop = _innermost_loop(loops)
