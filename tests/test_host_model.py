@@ -894,7 +894,7 @@ def test_near_ties_on_the_host_rank_by_fewer_copies(monkeypatch):
     copies against 13 and ran at 99.8 against 104.4 GFLOPS). (A made-up calibration: near ties
     depend on the machine's constants.)"""
     monkeypatch.setattr(host_model, "machine", lambda cache_dir=None: quiet_machine())
-    space = explore(load(GEMM_SW, {"M": 512, "N": 512, "K": 512}), local_memory_machine("host"))
+    space = explore(load(GEMM_SW, {"M": 1024, "N": 1024, "K": 1024}), local_memory_machine("host"))
     ranked = rank_by_model(space, 1, host_model.machine())
     near = ranked[:_near_ties(ranked)]
     copies = [r.predicted.copies for r in near]
@@ -1132,24 +1132,19 @@ def test_in_place_rates_are_what_the_tiles_moved_and_the_restarted_runs_take(mon
     0.5 ms beyond): the views' rate is C's bytes read and written over the first, never faster beyond a
     level than within it; a restarted run costs the difference over the difference of restarted runs
     (beyond the L3 raised to the L3's cost), and nothing where a disturbed reading made restarting faster."""
-    extra = iter([1e-3, 0.5e-3])
-
-    def fake_best(functions, runs):  # the views' order of 1 KB runs; then restarting and going on in 128 bytes
-        return [0.01] if len(functions) == 1 else [0.01, 0.02 + next(extra), 0.02]
-
-    monkeypatch.setattr(host_model, "_interleaved_best", fake_best)
+    extra = iter([0.0, 1e-3, 0.5e-3])
+    monkeypatch.setattr(host_model, "_interleaved_best", lambda functions, runs: [0.01 + next(extra), 0.01])
     machine = quiet_machine()
     rates = host_model._in_place_rates(machine.l2_bytes, machine.l3_reach)
     rows = [max(1, size // (4 * host_model.RESTART_COLUMNS * 16)) * 16
             for size in (machine.l2_bytes // 4, 4 * machine.l2_bytes, 2 * machine.l3_reach)]
     assert rates["l2_view_bandwidth"] == pytest.approx(8 * rows[0] * host_model.RESTART_COLUMNS / 0.01)
     assert rates["dram_view_bandwidth"] == rates["l3_view_bandwidth"] == rates["l2_view_bandwidth"]
-    columns = host_model.RESTART_COLUMNS // host_model.RESTART_SHORT_COLUMNS
+    columns = host_model.RESTART_COLUMNS // 256
     restarts = rows[1] // 16 * columns * 2 * (16 - 16 / columns)
     assert rates["l3_restart_seconds"] == pytest.approx(1e-3 / restarts, rel=0.01)  # C's restarts, and A's and B's
     assert rates["dram_restart_seconds"] == rates["l3_restart_seconds"]
-    monkeypatch.setattr(host_model, "_interleaved_best",
-                        lambda functions, runs: [0.01] if len(functions) == 1 else [0.01, 0.02, 0.03])
+    monkeypatch.setattr(host_model, "_interleaved_best", lambda functions, runs: [0.01, 0.02])
     rates = host_model._in_place_rates(machine.l2_bytes, machine.l3_reach)
     assert rates["l3_restart_seconds"] == rates["dram_restart_seconds"] == 0.0
 

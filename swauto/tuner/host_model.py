@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 CALIBRATION_FILE = "host_machine.json"
 CACHE_LINE_BYTES = 64
-CALIBRATION_VERSION = 23  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
+CALIBRATION_VERSION = 22  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
 # 9: the FMA latency and the loads of a K step, measured on panels in L1; 10: a map's bandwidth on tiles in L1;
 # 11: a panel's stream out of L2 and L3 into the micro-kernel, the loads of a K step clear of the FMA latency;
 # 12: the micro-kernel's rates timed in interleaved rounds (stored ones were up to 30% low), copies with
@@ -71,7 +71,7 @@ CALIBRATION_VERSION = 23  # 6: the FMA peak, best-of-runs timings; 7: register t
 # ranked by their times alone; 19: timings taken while the core reads quiet (`tuner/quiet`), register tiles
 # within the tolerance ranked by FMAs per load; 20: a transposing copy timed as the backend makes it (in-register
 # transposes), not NumPy's; 21: how a K step's FMAs and its panel stream overlap; 22: register tiles of
-# different widths explored; 23: a restarted run's cost timed on runs of 128 bytes (on 1 KB runs it hid)
+# different widths explored
 
 
 @dataclass(frozen=True)
@@ -626,21 +626,14 @@ def _run_axis(extents: tuple[int, ...], shape: tuple[int, ...]) -> int | None:
     return next((a for a in reversed(range(len(extents))) if extents[a] != shape[a]), None)
 
 
-# How many runs of a box moved along them the prefetchers carry on from one execution to the next: GEMM
-# 6 x 4096 x 512 on a Zen 5 (B in L3, copied in boxes of K x 32 columns, moved along its 128-byte runs by
-# the N loop) took 0.9 ns more per run than in boxes of 128 columns where the boxes had 32 - 128 runs,
-# 2.4 ns (a restart's cost) where they had 256 and 512.
-FOLLOWED_RUNS = 128
-
-
 def _restarted_runs(box: Access, shape: tuple[int, ...], loops: tuple[For, ...]) -> float:
     """How many runs of `box` (its elements contiguous in its row-major array of `shape`) an execution
     inside `loops` starts where no run of the execution before ended, on average. The hardware
-    prefetchers follow a run from line to line, so a box of at most `FOLLOWED_RUNS` runs that the
-    innermost loop of more than one trip (`_innermost_loop`) moves along them, by at most their length,
-    streams on; one it moves to other rows or back, or a box of more runs, starts every run anew, each
-    waiting for its first lines (`Machine.l3_restart_seconds`); and one it moves along its runs
-    restarts them where that loop starts over (one execution of its trips). The innermost loop alone decides, which the sketches' signatures name for each run of loops
+    prefetchers follow a run from line to line, so a box that the innermost loop of more than one trip
+    (`_innermost_loop`) moves along its runs, by at most their length, streams on; one it moves to other
+    rows or back starts every run anew, each waiting for its first lines (`Machine.l3_restart_seconds`);
+    and one it moves along its runs restarts them where that loop starts over (one execution of its
+    trips). The innermost loop alone decides, which the sketches' signatures name for each run of loops
     that holds transfers (`swauto.tuner.sketch`). YOLOv2 conv1 at B = 1, C tiles of 16 image rows x 8
     columns (16 runs of 1 KB in a 22 MB output): 8.2 - 9.1 ms with the rows' loop innermost around the
     output's transfers, 5.0 - 6.4 with the columns' (medians, in turns); priced alike without this."""
@@ -661,8 +654,7 @@ def _restarted_runs(box: Access, shape: tuple[int, ...], loops: tuple[For, ...])
         moves.append(form[0].get(loop.var, 0) * loop.stride)
     if not any(moves):
         return 0.0  # the box stays where it was: its lines are in the cache
-    if runs <= FOLLOWED_RUNS and 0 < moves[axis] <= extents[axis] \
-            and not any(move for a, move in enumerate(moves) if a != axis):
+    if 0 < moves[axis] <= extents[axis] and not any(move for a, move in enumerate(moves) if a != axis):
         return runs / trip_count(loop)  # along its runs: anew only where the loop starts over
     return runs
 
@@ -1351,57 +1343,49 @@ def _tile_benchmark_arrays() -> dict[str, np.ndarray]:
 
 
 # GEMMs of K = 1 (C += A B: each C tile read and written in place, almost nothing else) whose C tiles,
-# 16 rows of 1 KB (the views' rate) or of 128 bytes (a restart's cost), follow each other down C's columns,
-# or along its rows.
+# 16 rows of 1 KB, follow each other down C's columns, or along its rows.
 RESTART_TILES = (("M", 16), ("N", 256), ("K", 1))
 RESTART_ORDERS = (("K_outer", "N_outer", "M_outer"), ("K_outer", "M_outer", "N_outer"))  # runs restart, go on
 RESTART_COLUMNS = 2048
-# A restart's cost is timed on runs this many columns long: on a Zen 5, whose prefetchers fetch the next
-# 1 KB run's lines before the tile's loads miss them, C tiles of 1 KB runs timed no cost at all in L3,
-# tiles of 128 and 256 bytes 3.1 - 6.0 ns a restart, and a GEMM's B copied in boxes of 32 columns (128-byte
-# runs) took 2.4 ns more per run than in boxes of 128 (GEMM 6 x 4096 x 512, B 8 MiB in L3).
-RESTART_SHORT_COLUMNS = 32
 
 
-def restart_modules(rows: int, columns: int = RESTART_TILES[1][1]) -> list[Module]:
-    """The host IR of the GEMM C += A B, C of `rows` x `RESTART_COLUMNS`, K = 1, in `RESTART_TILES` (C tiles
-    `columns` wide), in each of the `RESTART_ORDERS`: its C tiles' transfers restart their runs at every
-    execution, or where the columns' loop starts over."""
+def restart_modules(rows: int) -> list[Module]:
+    """The host IR of the GEMM C += A B, C of `rows` x `RESTART_COLUMNS`, K = 1, in `RESTART_TILES`, in each
+    of the `RESTART_ORDERS`: its C tiles' transfers restart their runs at every execution, or where the
+    columns' loop starts over."""
     from swauto.api import load
     from swauto.machine import HostScratchpad
     from swauto.pipeline import lower
     from swauto.schedule.candidate import Candidate
 
-    tiles = (RESTART_TILES[0], ("N", columns), RESTART_TILES[2])
     text = TILE_BENCHMARK_GEMM
-    for name, (_, size) in zip(("TM", "TN", "TK"), tiles, strict=True):
+    for name, (_, size) in zip(("TM", "TN", "TK"), RESTART_TILES, strict=True):
         text = text.replace(name, str(size))
     op = load(text, {"M": rows, "N": RESTART_COLUMNS, "K": RESTART_TILES[2][1]})
-    return [lower(op, Candidate(tiles, order, "M"), HostScratchpad())[-1][1] for order in RESTART_ORDERS]
+    return [lower(op, Candidate(RESTART_TILES, order, "M"), HostScratchpad())[-1][1] for order in RESTART_ORDERS]
 
 
 def _in_place_rates(l2: int, reach: int) -> dict[str, float]:
     """The `restart_modules` with C in L2 (a quarter of it), in L3 (four times the L2, within half the
     L3's reach) and beyond the reach (twice it), timed in interleaved rounds: `*_view_bandwidth`, the
     bytes of C read and written in place over the time of the order whose runs go on (the K = 1 GEMM
-    does little else); `l3_restart_seconds` and `dram_restart_seconds`, in tiles of
-    `RESTART_SHORT_COLUMNS`, the difference of the two orders' times over the difference of their
-    restarted runs as the model counts them (`_restarted_runs`). Nothing is faster beyond a level than
-    within it."""
+    does little else); `l3_restart_seconds` and `dram_restart_seconds`, the difference of the two
+    orders' times over the difference of their restarted runs as the model counts them
+    (`_restarted_runs`). Nothing is faster beyond a level than within it."""
     from swauto.backends.host import compile_module
 
     rates = {}
     for level, c_bytes in (("l2", l2 // 4), ("l3", min(4 * l2, reach // 2)), ("dram", 2 * reach)):
         rows = max(1, c_bytes // (4 * RESTART_COLUMNS * 16)) * 16
-        modules = restart_modules(rows)[1:] + (restart_modules(rows, RESTART_SHORT_COLUMNS) if level != "l2" else [])
+        modules = restart_modules(rows)
         arrays = {tensor.name: np.ones(tensor.shape, np.float32) for tensor in modules[0].tensors}
         programs = [compile_module(module) for module in modules]
         seconds = _interleaved_best([lambda p=p, a=arrays: p.run(a, threads=1) for p in programs], runs=2)
-        rates[f"{level}_view_bandwidth"] = 2 * 4 * rows * RESTART_COLUMNS / seconds[0]
+        restarts = [sum(_trips(loops) * _restarted_runs(node.tensor, module.tensor(node.tensor.name).shape, loops)
+                        for node, loops in walk(module.body) if isinstance(node, Dma)) for module in modules]
+        rates[f"{level}_view_bandwidth"] = 2 * 4 * rows * RESTART_COLUMNS / seconds[1]
         if level != "l2":
-            restarts = [sum(_trips(loops) * _restarted_runs(node.tensor, module.tensor(node.tensor.name).shape, loops)
-                            for node, loops in walk(module.body) if isinstance(node, Dma)) for module in modules[1:]]
-            rates[f"{level}_restart_seconds"] = max(0.0, (seconds[1] - seconds[2]) / (restarts[0] - restarts[1]))
+            rates[f"{level}_restart_seconds"] = max(0.0, (seconds[0] - seconds[1]) / (restarts[0] - restarts[1]))
     rates["l3_view_bandwidth"] = min(rates["l3_view_bandwidth"], rates["l2_view_bandwidth"])
     rates["dram_view_bandwidth"] = min(rates["dram_view_bandwidth"], rates["l3_view_bandwidth"])
     rates["dram_restart_seconds"] = max(rates["dram_restart_seconds"], rates["l3_restart_seconds"])
