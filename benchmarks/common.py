@@ -202,6 +202,22 @@ def steady_allocator() -> None:
 WARMUP = 3  # untimed calls of each function first
 
 
+# On a shared guest another tenant sometimes holds a core for seconds: a two-thread run then measured
+# every implementation at one core's speed (GEMM 512^3: the probe read 238.9 GFLOPS of two cores' 490).
+BUSY_FRACTION = 0.75
+RUNS = 3
+
+
+def probed_run(run: Callable[[], dict], peak: float) -> dict:
+    """`run`'s row (the probe's reading in `peak_gflops`), run again while the probe reads below
+    `BUSY_FRACTION` of `peak` (GFLOPS calibration measured on the cores it ran on), up to `RUNS` times in
+    all: the row of the highest reading, with how many runs it took (`runs`)."""
+    rows = [run()]
+    while len(rows) < RUNS and rows[-1]["peak_gflops"] < BUSY_FRACTION * peak:
+        rows.append(run())
+    return {**max(rows, key=lambda row: row["peak_gflops"]), "runs": len(rows)}
+
+
 def settle(threads: int) -> float:
     """How long each turn of `median_seconds` on `threads` threads runs its function before the timed
     call: 0.2 s on more than one (a library's idle workers spin for about 0.1 s after a call and take the

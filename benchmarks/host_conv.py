@@ -18,7 +18,9 @@ GFLOPS, percent of the FMA peak that many cores gave in the same turns (`host_mo
 shared machine, not always the peak calibration measured; both count every tap's flops, the padding's
 too, which neither computes: on small padded images either may pass 100%), the ratio swauto / PyTorch
 (this percent and the ratio are medians of each turn's own: `common.paired_ratio`),
-and the tuning and compile time. swauto runs on arrays already in the layouts its kernel wants
+and the tuning and compile time (a layer whose probe read well below the calibrated peak of its cores,
+another tenant holding one, is measured again: `common.probed_run`, `runs`). swauto runs on arrays
+already in the layouts its kernel wants
 (`Kernel.run_arranged`): a framework would hand them over that way, and PyTorch likewise gets its own
 NCHW arrays; the conversion swauto would need from NCHW is timed apart (`layout_s`). The weights are
 constants (`swauto.compile(constants=["weight"])`), as in inference: what depends on them alone
@@ -47,6 +49,7 @@ from common import (
     header,
     layer_shapes,
     paired_ratio,
+    probed_run,
     steady_allocator,
     turn_seconds,
     write_tables,
@@ -55,12 +58,13 @@ from common import (
 
 import swauto
 from swauto.models.layers import arranged
+from swauto.tuner.host_model import machine
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"
 EXAMPLES = ROOT / "examples"
 FIELDS = ["model", "layer", "batch", "threads", "swauto_threads", "gflop", "algorithm", "swauto_gflops", "torch_gflops",
-          "swauto_vs_torch", "peak_gflops", "swauto_peak_pct", "layout_s", "prepare_s", "tuning_s", "candidate"]
+          "swauto_vs_torch", "peak_gflops", "swauto_peak_pct", "layout_s", "prepare_s", "tuning_s", "candidate", "runs"]
 
 
 def layers(path: Path, kernel: int | None, models: list[str] | None) -> list[dict[str, str]]:
@@ -174,8 +178,10 @@ def main() -> None:
     print(header() + f"  torch {torch.__version__}  medians of {args.repeat}")
     rows = []
     jobs = [(layer, b, t) for layer in chosen for b in args.batch for t in args.threads]
+    peak = machine().peak_flops / 1e9
     for layer, batch, threads in tqdm(jobs, desc="layers", unit=" runs"):
-        row = measure(layer, batch, threads, args.repeat, not args.implicit_only, not args.weights_per_call)
+        row = probed_run(lambda layer=layer, batch=batch, threads=threads: measure(
+            layer, batch, threads, args.repeat, not args.implicit_only, not args.weights_per_call), threads * peak)
         rows.append(row)
         tqdm.write(f"{row['model']:9} {row['layer']:10} B={batch:<3} t={threads}  swauto {row['swauto_gflops']:7.1f}  "
                    f"torch {row['torch_gflops']:7.1f}  ratio {row['swauto_vs_torch']:.2f}  {row['algorithm']} "

@@ -13,9 +13,9 @@ the next: `common.turn_seconds`), GFLOPS
 and the ratios to swauto, the FMA peak of the cores in those same turns (`host_model.peak_probe`: on a
 shared machine the peak a calibration measured once may not be what the cores give during the run) and
 swauto's percent of it (the ratios and the percent are medians of each turn's own: `common.paired_ratio`),
-the tuning time and the compile time. A run whose probe read less than `BUSY_FRACTION` of the peak
-calibration measured on that many cores (another tenant held a core) is run again, up to `RUNS` times in
-all, and the run of the highest probe kept (`runs` says how many it took). The libraries' thread counts
+the tuning time and the compile time. A run whose probe read well below the peak calibration measured
+on that many cores (another tenant held a core) is run again (`common.probed_run`; `runs` says how many
+it took). The libraries' thread counts
 are set with threadpoolctl when available, else through the environment (`OPENBLAS_NUM_THREADS`), which
 this script sets before importing NumPy for every run. Prints the machine and the date, and writes
 benchmarks/results/host_gemm.{csv,md} and, with matplotlib (the `bench` extra), host_gemm.png (`--name`
@@ -34,18 +34,15 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
+
+from common import probed_run  # benchmarks/ is on the path when run as a script
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 DEFAULT_SHAPES = ["128", "256", "512", "1024", "2048", "4096", "4096x64x64", "32768x256x128", "128x4096x512"]
 FIELDS = ["shape", "threads", "swauto_threads", "candidate", "swauto_gflops", "numpy_gflops", "torch_gflops",
           "swauto_vs_numpy", "swauto_vs_torch", "peak_gflops", "swauto_peak_pct", "tuning_s", "compile_s", "runs"]
-# On a shared guest another tenant sometimes holds a core for seconds: a two-thread run then measured
-# every implementation at one core's speed (GEMM 512^3: the probe read 238.9 GFLOPS of two cores' 490).
-BUSY_FRACTION = 0.75
-RUNS = 3
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -116,15 +113,6 @@ def run_one(shape: tuple[int, int, int], threads: int, repeat: int, tuner: str) 
     return row
 
 
-def probed_run(run: Callable[[], dict], floor: float) -> dict:
-    """`run`'s row (its probe in `peak_gflops`), run again while the probe reads below `floor`, up to `RUNS`
-    times in all: the row of the highest probe, with how many runs it took."""
-    rows = [run()]
-    while len(rows) < RUNS and rows[-1]["peak_gflops"] < floor:
-        rows.append(run())
-    return {**max(rows, key=lambda row: row["peak_gflops"]), "runs": len(rows)}
-
-
 def machine_line() -> str:
     import numpy as np
 
@@ -167,7 +155,7 @@ def main() -> None:
                        str(args.repeat)]
             row = probed_run(lambda command=command, env=env: json.loads(subprocess.run(
                 command, env=env, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]),
-                BUSY_FRACTION * threads * peak)
+                threads * peak)
             rows.append(row)
             print(f"{row['shape']:>16} t={threads}  swauto {row['swauto_gflops']:7.1f}"
                   f"  numpy {row['numpy_gflops']:7.1f}"
