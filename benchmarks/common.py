@@ -208,12 +208,15 @@ BUSY_FRACTION = 0.75
 RUNS = 3
 
 
-def probed_run(run: Callable[[], dict], peak: float) -> dict:
+def probed_run(run: Callable[[], dict], threads: int) -> dict:
     """`run`'s row (the probe's reading in `peak_gflops`), run again while the probe reads below
-    `BUSY_FRACTION` of `peak` (GFLOPS calibration measured on the cores it ran on), up to `RUNS` times in
-    all: the row of the highest reading, with how many runs it took (`runs`)."""
+    `BUSY_FRACTION` of the FMA peak calibration measured on `threads` cores, up to `RUNS` times in all:
+    the row of the highest reading, with how many runs it took (`runs`)."""
+    from swauto.tuner.host_model import machine
+
+    floor = BUSY_FRACTION * threads * machine().peak_flops / 1e9
     rows = [run()]
-    while len(rows) < RUNS and rows[-1]["peak_gflops"] < BUSY_FRACTION * peak:
+    while len(rows) < RUNS and rows[-1]["peak_gflops"] < floor:
         rows.append(run())
     return {**max(rows, key=lambda row: row["peak_gflops"]), "runs": len(rows)}
 

@@ -58,7 +58,6 @@ from common import (
 
 import swauto
 from swauto.models.layers import arranged
-from swauto.tuner.host_model import machine
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ROOT.parent / "shared" / "workloads" / "cnn_conv_layers.csv"
@@ -178,10 +177,9 @@ def main() -> None:
     print(header() + f"  torch {torch.__version__}  medians of {args.repeat}")
     rows = []
     jobs = [(layer, b, t) for layer in chosen for b in args.batch for t in args.threads]
-    peak = machine().peak_flops / 1e9
     for layer, batch, threads in tqdm(jobs, desc="layers", unit=" runs"):
         row = probed_run(lambda layer=layer, batch=batch, threads=threads: measure(
-            layer, batch, threads, args.repeat, not args.implicit_only, not args.weights_per_call), threads * peak)
+            layer, batch, threads, args.repeat, not args.implicit_only, not args.weights_per_call), threads)
         rows.append(row)
         tqdm.write(f"{row['model']:9} {row['layer']:10} B={batch:<3} t={threads}  swauto {row['swauto_gflops']:7.1f}  "
                    f"torch {row['torch_gflops']:7.1f}  ratio {row['swauto_vs_torch']:.2f}  {row['algorithm']} "

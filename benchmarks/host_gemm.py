@@ -15,11 +15,11 @@ shared machine the peak a calibration measured once may not be what the cores gi
 swauto's percent of it (the ratios and the percent are medians of each turn's own: `common.paired_ratio`),
 the tuning time and the compile time. A run whose probe read well below the peak calibration measured
 on that many cores (another tenant held a core) is run again (`common.probed_run`; `runs` says how many
-it took). The libraries' thread counts
-are set with threadpoolctl when available, else through the environment (`OPENBLAS_NUM_THREADS`), which
-this script sets before importing NumPy for every run. Prints the machine and the date, and writes
-benchmarks/results/host_gemm.{csv,md} and, with matplotlib (the `bench` extra), host_gemm.png (`--name`
-replaces "host_gemm", so that a run of a few shapes does not overwrite the table of all).
+it took). The libraries' thread counts are set with threadpoolctl when available, else through the
+environment (`OPENBLAS_NUM_THREADS`), which this script sets before importing NumPy for every run.
+Prints the machine and the date, and writes benchmarks/results/host_gemm.{csv,md} and, with matplotlib
+(the `bench` extra), host_gemm.png (`--name` replaces "host_gemm", so that a run of a few shapes does
+not overwrite the table of all).
 """
 
 from __future__ import annotations
@@ -54,9 +54,10 @@ def gemm_source(m: int, n: int, k: int) -> str:
     """examples/gemm.sw with tile sizes down to 32 (skinny shapes have dimensions below its 128) and up
     to 1024, 2048 for K: a wide C tile reads the other operand fewer times from DRAM (GEMM 2048^3 102 ->
     105 GFLOPS on a Zen 3), a deep one revisits C less often (GEMM 2048^3 on a Zen 5, one thread, in
-    turns: calls of K = 512 at 81.7 - 86.1% of the peak, K = 1024 and 2048 at 86.2 - 89.3%). C = A B, as
-    the peers compute it (`out=`): the example adds into C, which reads C too (GEMM 32768 x 256 x 128,
-    one thread, the model's best 6 in turns: 71 - 75% of the peak adding, 77 - 79% overwriting)."""
+    turns: the K = 512 pick at 81.7 - 86.1% of the peak, the K = 1024 one at 86.2 - 89.0%, calls of K =
+    2048 at 86.2 - 89.3%). C = A B, as the peers compute it (`out=`): the example adds into C, which
+    reads C too (GEMM 32768 x 256 x 128, one thread, calls of K = 128 in turns: 69.8 - 74.6% of the peak
+    adding, 75.4 - 78.5% overwriting)."""
     text = (ROOT / "examples" / "gemm.sw").read_text().replace("C += C", "C = C")
     for dim, size in (("M", m), ("N", n), ("K", k)):
         largest = 2048 if dim == "K" else 1024
@@ -141,11 +142,8 @@ def main() -> None:
         shape, threads, repeat = args.child
         print(json.dumps(run_one(parse_shape(shape), int(threads), int(repeat), args.tuner)))
         return
-    from swauto.tuner.host_model import machine
-
     header = machine_line()
     print(header)
-    peak = machine().peak_flops / 1e9  # one core's, as calibration measured it
     rows = []
     for text in args.shapes:
         for threads in args.threads:
@@ -153,9 +151,12 @@ def main() -> None:
                    "MKL_NUM_THREADS": str(threads)}
             command = [sys.executable, __file__, "--tuner", args.tuner, "--child", text, str(threads),
                        str(args.repeat)]
-            row = probed_run(lambda command=command, env=env: json.loads(subprocess.run(
-                command, env=env, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]),
-                threads * peak)
+
+            def child(command: list[str] = command, env: dict[str, str] = env) -> dict:
+                result = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+                return json.loads(result.stdout.strip().splitlines()[-1])
+
+            row = probed_run(child, threads)
             rows.append(row)
             print(f"{row['shape']:>16} t={threads}  swauto {row['swauto_gflops']:7.1f}"
                   f"  numpy {row['numpy_gflops']:7.1f}"

@@ -6,7 +6,7 @@ import importlib
 import shutil
 import subprocess
 import sys
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,32 +19,34 @@ from swauto.reference import reference
 CONV = {"B": 2, "Ni": 5, "No": 8, "Ri": 6, "Ci": 6}
 
 
-@pytest.fixture(scope="module")
-def host_conv() -> ModuleType:
-    """benchmarks/host_conv.py, imported with benchmarks/ on the path only meanwhile (a folder of scripts,
+def _benchmark(name: str) -> ModuleType:
+    """benchmarks/`name`.py, imported with benchmarks/ on the path only meanwhile (a folder of scripts,
     not a package: its coverage.py would hide the coverage package from the rest of the session)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.syspath_prepend(str(ROOT / "benchmarks"))
-        return importlib.import_module("host_conv")
+        return importlib.import_module(name)
+
+
+@pytest.fixture(scope="module")
+def host_conv() -> ModuleType:
+    return _benchmark("host_conv")
 
 
 @pytest.fixture(scope="module")
 def host_gemm() -> ModuleType:
-    """benchmarks/host_gemm.py, imported as `host_conv` is."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(ROOT / "benchmarks"))
-        return importlib.import_module("host_gemm")
+    return _benchmark("host_gemm")
 
 
-def test_a_benchmark_runs_again_where_a_busy_core_held_its_probe_down(host_gemm):
+def test_a_benchmark_runs_again_where_a_busy_core_held_its_probe_down(monkeypatch):
     """`common.probed_run` (the GEMM and conv benchmarks'): a run whose probe read below `BUSY_FRACTION` of
-    the cores' peak is run again, up to `RUNS` in all, and the row of the highest probe kept with how many
-    runs it took; a quiet first run is the only one."""
-    common = sys.modules["common"]  # imported by host_gemm
-    probes = iter([240.0, 470.0, 480.0])
-    assert common.probed_run(lambda: {"peak_gflops": next(probes)}, 500.0) == {"peak_gflops": 470.0, "runs": 2}
-    assert common.probed_run(lambda: {"peak_gflops": 240.0}, 500.0)["runs"] == common.RUNS
-    assert common.probed_run(lambda: {"peak_gflops": 480.0}, 500.0)["runs"] == 1
+    the peak calibration measured on its cores is run again, up to `RUNS` in all, and the row of the
+    highest probe kept with how many runs it took; a quiet first run is the only one."""
+    common = _benchmark("common")
+    monkeypatch.setattr("swauto.tuner.host_model.machine", lambda: SimpleNamespace(peak_flops=250e9))
+    probes = iter([240.0, 470.0, 480.0])  # two cores: 500 GFLOPS calibrated
+    assert common.probed_run(lambda: {"peak_gflops": next(probes)}, 2) == {"peak_gflops": 470.0, "runs": 2}
+    assert common.probed_run(lambda: {"peak_gflops": 240.0}, 2)["runs"] == common.RUNS
+    assert common.probed_run(lambda: {"peak_gflops": 480.0}, 2)["runs"] == 1
 
 
 def test_the_gemm_benchmark_computes_c_as_its_peers_do(host_gemm):
