@@ -27,7 +27,7 @@ from swauto.api import compile as swauto_compile
 from swauto.api import load
 from swauto.backends.host import HostProgram, Knobs, compile_module, layout
 from swauto.backends.host import threads as thread_pools
-from swauto.backends.host.codegen import generate, plan_kernel
+from swauto.backends.host.codegen import buffer_layouts, generate, plan_kernel
 from swauto.backends.host.isa import ISAS, select
 from swauto.backends.host.knobs import default_knobs, register_tile_choices
 from swauto.backends.host.primitives import zeroed_sum
@@ -700,6 +700,36 @@ def test_an_overwritten_output_tile_is_written_in_place_before_its_put(tile_k):
     assert layout.plan(add, knobs, isa.width, frozenset(), cache_resident=True)[1] == {"x_tile": "x", "y_tile": "y"}
 
 
+def test_tiles_of_tensors_beyond_the_l3_are_views_only_where_calibration_measured_them_faster(monkeypatch):
+    """Beyond half the L3 the plan holds tiles in place only with `Knobs.dram_views` (calibration measured GEMMs
+    whose tensors pass the L3 faster so: `Machine.dram_views`), then as it would in cache; a kernel compiled
+    through `swauto.compile` follows the calibration, the model prices the same views, and the product is right."""
+    op = load(GEMM_SW, {"M": 256, "N": 256, "K": 256})
+    module = lower(op, Candidate((("K", 128), ("M", 128), ("N", 128)), ("K_outer", "M_outer", "N_outer"), "M"),
+                   local_memory_machine("host"))[-1][1]
+    l2 = (1 << 20, 16)
+    small_l3 = 64 << 10  # the tensors (768 KiB; the kernel's below, about 400) beyond half of it
+
+    def views(dram_views: bool, l3: int) -> dict[str, str]:
+        return buffer_layouts(module, Knobs(4, 2, dram_views=dram_views), 8, l3, l2)[1]
+
+    assert views(False, small_l3) == {}
+    assert views(True, small_l3) == views(False, 64 << 20) != {}
+    import swauto.backends.host.codegen as codegen
+
+    monkeypatch.setattr(codegen, "cache_sizes", lambda: (48 << 10, 1 << 20, small_l3))
+    for dram_views in (False, True):
+        calibration = replace(host_model.machine(), dram_views=dram_views, l3_bytes=small_l3)
+        monkeypatch.setattr(host_model, "machine", lambda cache_dir=None, calibration=calibration: calibration)
+        kernel = swauto_compile(GEMM_SW, {"M": 96, "N": 512, "K": 64}, target="host", threads=1)
+        assert kernel.program.knobs.dram_views is dram_views
+        assert bool(kernel.program.plan.views) is dram_views
+        arrays = gemm_inputs(96, 512, 64)
+        expected = gemm_reference(arrays)
+        kernel(**arrays)
+        assert relative_error(arrays["C"], expected) <= TOLERANCE
+
+
 def test_without_output_views_c_tiles_whose_rows_share_l1_sets_are_copies_and_the_others_views(monkeypatch):
     """Where calibration measured GEMMs faster with their C tiles copied in and out than in place
     (`Machine.output_views` false: a Zen 3), the plan copies, padded, C tiles whose register tiles' rows
@@ -724,8 +754,8 @@ def test_without_output_views_c_tiles_whose_rows_share_l1_sets_are_copies_and_th
     assert plan(apart, False)[1] == plan(apart, True)[1] == {c_tile: "C", broadcast: "A"}
     copying = replace(host_model.machine(), output_views=False)
     # What every caller compiles a candidate with: its tile (or the ISA's default) and the calibration's choice.
-    assert copying.knobs((4, 3)) == Knobs(4, 3, False)
-    assert copying.knobs(None) == replace(default_knobs(select()), output_views=False)
+    assert copying.knobs((4, 3)) == Knobs(4, 3, False, copying.dram_views)
+    assert copying.knobs(None) == replace(default_knobs(select()), output_views=False, dram_views=copying.dram_views)
     monkeypatch.setattr(host_model, "machine", lambda cache_dir=None: copying)
     kernel = swauto_compile(GEMM_SW, {"M": 96, "N": 512, "K": 64}, target="host", threads=1)
     assert kernel.program.knobs.output_views is False

@@ -53,7 +53,7 @@ def quiet_machine(cpu: str = "test-cpu") -> host_model.Machine:
         register_tiles=((4, 2), (6, 2)),  # AVX2's defaults: they fit every instruction set's registers
         parallel_call_seconds=2e-6, l3_restart_seconds=1e-8, dram_restart_seconds=3e-8,
         l2_view_bandwidth=40e9, l3_view_bandwidth=30e9, dram_view_bandwidth=25e9, l2_stream_bandwidth=60e9,
-        l3_stream_bandwidth=40e9, dram_stream_bandwidth=12e9, output_views=True)
+        l3_stream_bandwidth=40e9, dram_stream_bandwidth=12e9, output_views=True, dram_views=False)
 
 
 @pytest.fixture
@@ -185,7 +185,7 @@ def test_a_calibration_of_another_cpu_or_version_is_measured_again_silently(tmp_
 
 @pytest.mark.parametrize("field, value", [("kernel_flops", 0.0), ("peak_flops", float("nan")),
                                           ("l2_bytes", -1), ("latency_accumulators", float("inf")),
-                                          ("output_views", 1)])
+                                          ("output_views", 1), ("dram_views", None)])
 def test_a_machine_never_holds_a_constant_no_cpu_could_have(field, value):
     with pytest.raises(ValueError, match=field):
         replace(quiet_machine(), **{field: value})
@@ -215,6 +215,7 @@ def _fake_measurements(monkeypatch, kernel_rates: list[float], peak: float = 120
     monkeypatch.setattr(host_model, "_copy_bandwidth", lambda size, threads=1: 10e9)
     monkeypatch.setattr(host_model, "_transpose_bandwidth", lambda size: 3e9)
     monkeypatch.setattr(host_model, "output_views", lambda tile: True)
+    monkeypatch.setattr(host_model, "dram_views", lambda tile, l3: False)
     return handed
 
 

@@ -92,11 +92,17 @@ class Plan:
 def buffer_layouts(module: Module, knobs: Knobs, width: int, l3_bytes: int, l2: tuple[int, int]
                    ) -> tuple[dict[str, layouts.Layout], dict[str, str]]:
     """`layouts.plan` of `module` as the backend takes it (and the host model asks it): the float64
-    copies left out (`is_ignored_buffer`), tiles held in place only where the tensors fit half of an
-    L3 of `l3_bytes` (they stay cache-resident), in an L2 of `l2` (bytes, ways)."""
+    copies left out (`is_ignored_buffer`), tiles held in place where the tensors fit half of an L3 of
+    `l3_bytes` (they stay cache-resident) or, beyond it, where calibration measured tiles in place faster
+    there than copies (`knobs.dram_views`), in an L2 of `l2` (bytes, ways)."""
     ignored = frozenset(b.name for b in module.buffers if is_ignored_buffer(b))
-    tensor_bytes = sum(4 * prod(tensor.shape) for tensor in module.tensors)
-    return layouts.plan(module, knobs, width, ignored, tensor_bytes <= l3_bytes // 2, l2)
+    return layouts.plan(module, knobs, width, ignored, in_place_allowed(module, l3_bytes, knobs.dram_views), l2)
+
+
+def in_place_allowed(module: Module, l3_bytes: int, dram_views: bool) -> bool:
+    """Whether `layouts.plan` may hold `module`'s tiles in place (as views of its tensors): where the tensors
+    fit half of an L3 of `l3_bytes`, or anywhere with `dram_views`."""
+    return dram_views or sum(4 * prod(tensor.shape) for tensor in module.tensors) <= l3_bytes // 2
 
 
 def plan_kernel(module: Module, isa: Isa, knobs: Knobs) -> Plan:

@@ -17,13 +17,15 @@ MIN_ACCUMULATORS = 8  # what hides an FMA's latency on two pipes
 @dataclass(frozen=True)
 class Knobs:
     """A register tile of `rows` broadcast elements by `vectors` vectors: rows * vectors accumulators;
-    and whether GEMMs may read and write in place (views of cache-resident tensors: `layout.plan`) C tiles
-    whose register tiles' rows share L1 sets there (`output_views`), or copy those in and out, whichever
-    calibration measured faster on this machine (`host_model.Machine.output_views`)."""
+    whether GEMMs may read and write in place (views of cache-resident tensors: `layout.plan`) C tiles
+    whose register tiles' rows share L1 sets there (`output_views`), or copy those in and out; and whether
+    tiles are views of tensors beyond the L3 too (`dram_views`), or copies there; each as calibration
+    measured faster on this machine (`host_model.Machine.output_views`, `.dram_views`)."""
 
     rows: int
     vectors: int
     output_views: bool = True
+    dram_views: bool = False
 
     def fits(self, isa: Isa) -> bool:
         """True when the accumulators fit the registers `accumulator_registers` leaves them."""

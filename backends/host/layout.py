@@ -5,9 +5,10 @@ GEMM lowering both read the layout from here, so they agree): a buffer a GEMM re
 operand is *packed* in micro-panels (the packed dimension split by the micro-kernel's width, the panel
 index outermost, K next, the panel's lanes innermost), so the micro-kernel streams it contiguously.
 The broadcast operand is not packed: its rows stream as well in place, and packing it would be a
-transposing copy. When the tensors are cache-resident, a buffer that would hold a plain copy of one
-tensor box is a *view* of the tensor in place, its DMAs mere pointer moves (no copy of C tiles in and
-out, a C tile the calls overwrite written where it lies, no copy of the broadcast operand), unless a
+transposing copy. When the tensors are cache-resident (or beyond the L3, where calibration measured
+views faster there: `Knobs.dram_views`), a buffer that would hold a plain copy of one tensor box is a
+*view* of the tensor in place, its DMAs mere pointer moves (no copy of C tiles in and out, a C tile the
+calls overwrite written where it lies, no copy of the broadcast operand), unless a
 GEMM's C tile would have its lanes apart there, or its register tiles' rows in a few L1 sets where
 calibration found such tiles faster copied, or a broadcast operand's K steps would be a multiple of
 512 bytes apart (lines in a few L1 sets), or a box the GEMMs come back to (broadcast rows each column tile
@@ -152,10 +153,10 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
     A buffer is packed when every GEMM that reads it uses it as the vector operand, through the same single
     axis for the packed dimension, at a start that is always a multiple of the same panel (`_packing`): then
     the micro-kernel's offsets are a run-time base plus compile-time constants; unless the micro-kernel reads
-    each of its elements once per transfer, in whole vectors in place (`read_in_place`). Else, when the tensors are
-    `cache_resident`, it is a view if `_view` allows (in DRAM, tiles read in place stall the micro-kernel,
-    while a copy streams: measured 79 against 91 GFLOPS for GEMM 32768 x 256 x 128; in cache, 109 against 90
-    for 4096 x 64 x 64), a GEMM's C tile whose register tiles' rows share L1 sets there only with
+    each of its elements once per transfer, in whole vectors in place (`read_in_place`). Else, when tiles may be
+    held in place (`cache_resident`: the tensors stay in cache, or calibration measured views faster beyond
+    it, `Knobs.dram_views`), it is a view if `_view` allows (in cache, 109 against 90 GFLOPS for GEMM
+    4096 x 64 x 64 on a Zen 3), a GEMM's C tile whose register tiles' rows share L1 sets there only with
     `knobs.output_views` (`_output_rows_share_sets`: on a Zen 3, copies of such C tiles, rows 4 KiB apart, ran
     GEMMs 2 - 17% faster than views), and not a box GEMMs come back to (`_returning_boxes`) that an L2 of
     `l2` (bytes, ways) cannot hold in its sets (`_rows_overflow_l2_sets`). Else it is row-major (padded).

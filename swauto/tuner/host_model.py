@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 CALIBRATION_FILE = "host_machine.json"
 CACHE_LINE_BYTES = 64
-CALIBRATION_VERSION = 22  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
+CALIBRATION_VERSION = 23  # 6: the FMA peak, best-of-runs timings; 7: register tiles; 8: a parallel call's cost;
 # 9: the FMA latency and the loads of a K step, measured on panels in L1; 10: a map's bandwidth on tiles in L1;
 # 11: a panel's stream out of L2 and L3 into the micro-kernel, the loads of a K step clear of the FMA latency;
 # 12: the micro-kernel's rates timed in interleaved rounds (stored ones were up to 30% low), copies with
@@ -71,7 +71,7 @@ CALIBRATION_VERSION = 22  # 6: the FMA peak, best-of-runs timings; 7: register t
 # ranked by their times alone; 19: timings taken while the core reads quiet (`tuner/quiet`), register tiles
 # within the tolerance ranked by FMAs per load; 20: a transposing copy timed as the backend makes it (in-register
 # transposes), not NumPy's; 21: how a K step's FMAs and its panel stream overlap; 22: register tiles of
-# different widths explored
+# different widths explored; 23: whether tiles of tensors beyond the L3 are views or copies
 
 
 @dataclass(frozen=True)
@@ -131,23 +131,25 @@ class Machine:
     l3_stream_bandwidth: float
     dram_stream_bandwidth: float
     output_views: bool  # GEMMs read and write C tiles whose rows share L1 sets in place: faster than copies here
+    dram_views: bool  # tiles of tensors beyond the L3 in place: faster than copies here
 
     def knobs(self, micro_kernel: tuple[int, int] | None) -> Knobs:
         """What the host backend compiles a candidate with here: its register tile (`micro_kernel`; None:
         the instruction set's default) and its GEMMs' C tiles in place or copied, whichever calibration
-        measured faster (`output_views`)."""
+        measured faster (`output_views`), and tiles of tensors beyond the L3 in place or copied (`dram_views`)."""
         from swauto.backends.host.isa import select
         from swauto.backends.host.knobs import Knobs, default_knobs
 
         tile = default_knobs(select()) if micro_kernel is None else Knobs(*micro_kernel)
-        return replace(tile, output_views=self.output_views)
+        return replace(tile, output_views=self.output_views, dram_views=self.dram_views)
 
     def __post_init__(self) -> None:
         for name in ("cpu", "measured"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} is not a string")
-        if not isinstance(self.output_views, bool):
-            raise ValueError(f"output_views = {self.output_views!r} is not true or false")
+        for name in ("output_views", "dram_views"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} = {getattr(self, name)!r} is not true or false")
         # Stored as JSON lists; held as tuples, each a (rows, vectors) pair of positive integers.
         tiles = self.register_tiles
         if not isinstance(tiles, list | tuple) or not tiles or not all(
@@ -224,11 +226,12 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     tile = tile or machine.register_tiles[0]
     # Buffers the backend holds as views of their tensors (`backends/host/codegen.buffer_layouts`): their
     # transfers copy nothing, the micro-kernel reads and writes their bytes where they are, at the
-    # measured rate of tiles in place. Views are made only where the tensors are cache-resident: elsewhere
-    # the plan is not asked for (it is most of an estimate's time).
+    # measured rate of tiles in place. Views are made only where the tensors are cache-resident or
+    # calibration measured them faster beyond the L3 (`dram_views`): elsewhere the plan is not asked for
+    # (it is most of an estimate's time).
     l2 = (machine.l2_bytes, l2_ways())
     placed, views = buffer_layouts(module, machine.knobs(tile), machine.vector_lanes, machine.l3_bytes, l2) \
-        if _cache_resident(module, machine) else ({}, {})
+        if _in_place_allowed(module, machine) else ({}, {})
     # Buffers of a constant's tiles arranged once (`backends/host/prepack`): their gets copy nothing either,
     # and the micro-kernel streams each tile in from where the arrays live, as it streams a panel.
     packed = _prepacked(module, views)
@@ -393,7 +396,7 @@ def least_seconds(nest: Module, threads: int, machine: Machine) -> Callable[[int
     footprint = _footprint(nest)
     rates = [_level_bandwidth(footprint, machine), machine.l2_bandwidth, machine.transpose_bandwidth,
              _stream_bandwidth(footprint, machine)]
-    resident = _cache_resident(nest, machine)
+    resident = _in_place_allowed(nest, machine)
     if resident:  # a tile in place
         rates.append(_view_bandwidth(footprint, machine))
     if resident or any(tensor.is_constant for tensor in nest.tensors):  # rows in place, a prepacked tile
@@ -909,9 +912,11 @@ def _drained_in_place(body: Stmt, written: set[str] | frozenset[str]) -> frozens
     return frozenset(written) - excluded
 
 
-def _cache_resident(module: Module, machine: Machine) -> bool:
-    """Whether `module`'s tensors fit half the L3 (as `backends/host/codegen.buffer_layouts` decides)."""
-    return _footprint(module) <= machine.l3_bytes // 2
+def _in_place_allowed(module: Module, machine: Machine) -> bool:
+    """Whether the backend may hold `module`'s tiles in place (`backends/host/codegen.in_place_allowed`)."""
+    from swauto.backends.host.codegen import in_place_allowed
+
+    return in_place_allowed(module, machine.l3_bytes, machine.dram_views)
 
 
 def _trips(loops: tuple[For, ...]) -> int:
@@ -1151,6 +1156,7 @@ def _measure(cpu: str) -> Machine:
         peak_flops=peak,
         register_tiles=(tiles := register_tiles()),
         output_views=output_views(tiles[0]),
+        dram_views=dram_views(tiles[0], l3),
         parallel_call_seconds=_fork_join_seconds(),
         **_in_place_rates(l2, reach),
         **_stream_rates(l2, reach, l1_map),
@@ -1318,6 +1324,46 @@ def output_views(tile: tuple[int, int]) -> bool:
                                        for program in programs], runs=2, rounds=TILE_ROUNDS, ready=_gate.wait)
     in_place, copied = (math.prod(seconds[first::2]) ** (1 / len(TILE_BENCHMARKS)) for first in (0, 1))
     return in_place <= (1 + TILE_TOLERANCE) * copied
+
+
+def dram_views(tile: tuple[int, int], l3: int) -> bool:
+    """Whether the `DRAM_VIEW_BENCHMARKS` GEMMs (C = A B, N x K `DRAM_VIEW_GEMM`, M rows: tensors of about the
+    L3's `l3` bytes, twice the most whose tiles are views anyway), with register tile `tile`, run faster with
+    their tiles in place (views of A and C) than copied in and out: medians of rounds in turns, geometric
+    mean (as `output_views`). The copies stream, but C's move twice; in place, the micro-kernel waits on lines
+    from DRAM. On a Zen 3, GEMM 32768 x 256 x 128 ran 79 GFLOPS in place, 91 copied; on a Zen 5, in turns, the
+    model's pick 80% of the FMA peak copied, 90% in place, and GEMM 4096^3 in calls of 64 x 512 x 1024 88%
+    and 94%."""
+    from swauto.api import load
+    from swauto.backends.host import compile_module
+    from swauto.backends.host.knobs import Knobs
+    from swauto.machine import HostScratchpad
+    from swauto.pipeline import lower
+    from swauto.schedule.candidate import Candidate
+    from swauto.tuner.measure import median_seconds_in_turns
+
+    n, k = DRAM_VIEW_GEMM
+    m = -(-l3 // (4 * (n + k)) // 256) * 256
+    text = TILE_BENCHMARK_GEMM.replace("C += C", "C = C")
+    programs = []
+    for (tm, tn, tk), order in DRAM_VIEW_BENCHMARKS:
+        source = text.replace("TM", str(tm)).replace("TN", str(tn)).replace("TK", str(tk))
+        module = lower(load(source, {"M": m, "N": n, "K": k}),
+                       Candidate((("M", tm), ("N", tn), ("K", tk)), order, "M"), HostScratchpad())[-1][1]
+        programs += [compile_module(module, knobs=Knobs(*tile, dram_views=views)) for views in (True, False)]
+    rng = np.random.default_rng(0)
+    arrays = {"A": rng.standard_normal((m, k), dtype=np.float32),
+              "B": rng.standard_normal((k, n), dtype=np.float32), "C": np.zeros((m, n), np.float32)}
+    seconds = median_seconds_in_turns([lambda program=program: program.run(arrays, threads=1)
+                                       for program in programs], runs=2, rounds=TILE_ROUNDS, ready=_gate.wait)
+    in_place, copied = (math.prod(seconds[first::2]) ** (1 / len(DRAM_VIEW_BENCHMARKS)) for first in (0, 1))
+    return in_place < copied
+
+
+# N and K of `dram_views`' GEMMs, and their tiles and loop orders: C tiles kept over the K loop, or not.
+DRAM_VIEW_GEMM = (256, 128)
+DRAM_VIEW_BENCHMARKS = (((128, 32, 128), ("K_outer", "M_outer", "N_outer")),
+                        ((256, 256, 64), ("N_outer", "M_outer", "K_outer")))
 
 
 @functools.cache  # calibration times them twice: for the register tiles, then views against copies
