@@ -19,8 +19,8 @@ from swauto.backends.host import compile_module, parallel
 from swauto.backends.host.isa import ISAS, select
 from swauto.backends.host.knobs import Knobs, default_knobs, register_tile_choices
 from swauto.errors import ArgumentError
-from swauto.ir.expr import Const, Var
-from swauto.ir.nodes import Access, Call, Dma, Seq
+from swauto.ir.expr import BinOp, Const, Var
+from swauto.ir.nodes import Access, Call, Dma, For, Seq
 from swauto.ir.visitor import walk
 from swauto.machine import SUNWAY, HostScratchpad, local_memory_machine
 from swauto.passes.plan_local_memory import plan_local_memory
@@ -1104,6 +1104,22 @@ def test_a_transfer_moved_off_its_runs_restarts_them_and_one_moved_along_them_go
                                                     rel=0.01)
     bound = [host_model.estimate(module, 1, machine, ordered=False).seconds for module in modules]
     assert bound[0] == pytest.approx(bound[1])
+
+
+def test_a_box_moved_along_runs_shorter_than_the_prefetchers_follow_restarts_them():
+    """A C tile of 64 rows of C [32768, 1024] that the innermost loop moves along its rows by its width goes on
+    with its runs where they are `FOLLOWED_RUN_BYTES` long (restarted only where the loop starts over), and
+    restarts every one where they are shorter: 128-byte runs (N tiles of 32) ran GEMM 32768 x 256 x 128
+    slower than whole 1 KB rows on a Zen 5, which the model had priced the other way."""
+    def restarted(width: int) -> float:
+        columns = Var("N_outer")
+        loop = For("N_outer", Const(0), Const(1024 // width), 1, Seq(()))
+        box = Access("C", (Const(0), BinOp("*", columns, Const(width))), (64, width), ("M", "N"))
+        return host_model._restarted_runs(box, (32768, 1024), (loop,))
+
+    followed = host_model.FOLLOWED_RUN_BYTES // 4
+    assert restarted(followed) == 64 / (1024 // followed)
+    assert restarted(followed // 2) == restarted(32) == 64
 
 
 def test_stream_rates_are_a_tiled_maps_transfers_over_its_time_less_the_maps(monkeypatch):

@@ -633,13 +633,14 @@ def _restarted_runs(box: Access, shape: tuple[int, ...], loops: tuple[For, ...])
     """How many runs of `box` (its elements contiguous in its row-major array of `shape`) an execution
     inside `loops` starts where no run of the execution before ended, on average. The hardware
     prefetchers follow a run from line to line, so a box that the innermost loop of more than one trip
-    (`_innermost_loop`) moves along its runs, by at most their length, streams on; one it moves to other
-    rows or back starts every run anew, each waiting for its first lines (`Machine.l3_restart_seconds`);
-    and one it moves along its runs restarts them where that loop starts over (one execution of its
-    trips). The innermost loop alone decides, which the sketches' signatures name for each run of loops
-    that holds transfers (`swauto.tuner.sketch`). YOLOv2 conv1 at B = 1, C tiles of 16 image rows x 8
-    columns (16 runs of 1 KB in a 22 MB output): 8.2 - 9.1 ms with the rows' loop innermost around the
-    output's transfers, 5.0 - 6.4 with the columns' (medians, in turns); priced alike without this."""
+    (`_innermost_loop`) moves along its runs, by at most their length, streams on, where its runs are
+    `FOLLOWED_RUN_BYTES` long or more; one it moves to other rows or back, or along runs shorter than that,
+    starts every run anew, each waiting for its first lines (`Machine.l3_restart_seconds`); and one it
+    moves along its runs restarts them where that loop starts over (one execution of its trips). The
+    innermost loop alone decides, which the sketches' signatures name for each run of loops that holds
+    transfers (`swauto.tuner.sketch`). YOLOv2 conv1 at B = 1, C tiles of 16 image rows x 8 columns (16
+    runs of 1 KB in a 22 MB output): 8.2 - 9.1 ms with the rows' loop innermost around the output's
+    transfers, 5.0 - 6.4 with the columns' (medians, in turns); priced alike without this."""
     loop = _innermost_loop(loops)
     if loop is None:
         return 0.0
@@ -657,9 +658,18 @@ def _restarted_runs(box: Access, shape: tuple[int, ...], loops: tuple[For, ...])
         moves.append(form[0].get(loop.var, 0) * loop.stride)
     if not any(moves):
         return 0.0  # the box stays where it was: its lines are in the cache
-    if 0 < moves[axis] <= extents[axis] and not any(move for a, move in enumerate(moves) if a != axis):
+    followed = 4 * prod(extents[axis:]) >= FOLLOWED_RUN_BYTES
+    if followed and 0 < moves[axis] <= extents[axis] and not any(move for a, move in enumerate(moves) if a != axis):
         return runs / trip_count(loop)  # along its runs: anew only where the loop starts over
     return runs
+
+
+# The shortest runs a box moved along them streams on in (`_restarted_runs`). GEMM 32768 x 256 x 128 on a
+# Zen 5 (C = A B, 32 MB of C written in place, rows of 1 KB), one thread, in turns: calls under K > M > N
+# with N tiles of 32 and 64 (runs of 128 and 256 bytes, followed call after call) at 80 - 82% of the FMA
+# peak, of 128 at 80 - 89% (M tiles of 128, 32, 64), whole rows under N > K > M at 89 - 91%; priced 9.11 ms
+# against 9.24 while the shorter runs counted as followed, and the slowest picked.
+FOLLOWED_RUN_BYTES = 1024
 
 
 def _level(footprint: int, machine: Machine) -> str:
