@@ -387,9 +387,9 @@ def least_seconds(nest: Module, threads: int, machine: Machine) -> Callable[[int
     below `least(moved)` by `estimate`: the nest's compute (shared by the threads, or on one core where
     that is less: a module's transfers may leave it no loop to share, and sharing one costs the fork and
     join) plus those bytes at the fastest rate a transfer of its tensors gets (a copy, one the loops bring
-    back soon enough to find it in the L2 (`_revisited_share`), a transposing one, or, where the tensors
-    are cache-resident, a tile in place or broadcast rows in place: `_rows_in_place`; a constant's
-    prepacked tile streams in at that rate anywhere), shared by every thread; where output tiles may be
+    back soon enough to find it in the L2 (`_revisited_share`), a transposing one, or, where tiles may be
+    held in place (`_in_place_allowed`), a tile in place or broadcast rows in place: `_rows_in_place`; a
+    constant's prepacked tile streams in at that rate anywhere), shared by every thread; where output tiles may be
     written in place, the larger of the two, not their sum (their puts hide under the compute)."""
     compute = min(estimate(nest, count, machine, verify=False, ordered=False).seconds  # as sketches
                   for count in {1, threads})
@@ -1166,10 +1166,10 @@ def _measure(cpu: str) -> Machine:
         peak_flops=peak,
         register_tiles=(tiles := register_tiles()),
         output_views=output_views(tiles[0]),
-        dram_views=dram_views(tiles[0], l3),
+        dram_views=(beyond := dram_views(tiles[0], l3)),
         parallel_call_seconds=_fork_join_seconds(),
-        **_in_place_rates(l2, reach),
-        **_stream_rates(l2, reach, l1_map),
+        **_in_place_rates(l2, reach, beyond),
+        **_stream_rates(l2, reach, l1_map, beyond),
     )
 
 
@@ -1421,9 +1421,10 @@ def restart_modules(rows: int) -> list[Module]:
     return [lower(op, Candidate(RESTART_TILES, order, "M"), HostScratchpad())[-1][1] for order in RESTART_ORDERS]
 
 
-def _in_place_rates(l2: int, reach: int) -> dict[str, float]:
+def _in_place_rates(l2: int, reach: int, beyond_l3_in_place: bool) -> dict[str, float]:
     """The `restart_modules` with C in L2 (a quarter of it), in L3 (four times the L2, within half the
-    L3's reach) and beyond the reach (twice it), timed in interleaved rounds: `*_view_bandwidth`, the
+    L3's reach) and beyond the reach (twice it; C's tiles in place there as `beyond_l3_in_place`, the
+    calibration's `dram_views`, says), timed in interleaved rounds: `*_view_bandwidth`, the
     bytes of C read and written in place over the time of the order whose runs go on (the K = 1 GEMM
     does little else); `l3_restart_seconds` and `dram_restart_seconds`, the difference of the two
     orders' times over the difference of their restarted runs as the model counts them
@@ -1435,7 +1436,7 @@ def _in_place_rates(l2: int, reach: int) -> dict[str, float]:
         rows = max(1, c_bytes // (4 * RESTART_COLUMNS * 16)) * 16
         modules = restart_modules(rows)
         arrays = {tensor.name: np.ones(tensor.shape, np.float32) for tensor in modules[0].tensors}
-        programs = [compile_module(module) for module in modules]
+        programs = [compile_module(module, knobs=_default_knobs(beyond_l3_in_place)) for module in modules]
         seconds = _interleaved_best([lambda p=p, a=arrays: p.run(a, threads=1) for p in programs], runs=2)
         restarts = [sum(_trips(loops) * _restarted_runs(node.tensor, module.tensor(node.tensor.name).shape, loops)
                         for node, loops in walk(module.body) if isinstance(node, Dma)) for module in modules]
@@ -1471,9 +1472,10 @@ def _add_module(size: int, tile: int) -> Module:
     return lower(op, explore(op, HostScratchpad()).candidates[0], HostScratchpad())[-1][1]
 
 
-def _stream_rates(l2: int, reach: int, l1_map_bandwidth: float) -> dict[str, float]:
+def _stream_rates(l2: int, reach: int, l1_map_bandwidth: float, beyond_l3_in_place: bool) -> dict[str, float]:
     """`*_stream_bandwidth`: the add `z = x + y` as the backend compiles it, in tiles of `STREAM_TILE` (views
-    of the tensors where they are cache-resident, else copies: `backends/host/layout.plan`), its tensors
+    of the tensors where they are cache-resident, or beyond it with `beyond_l3_in_place`, the calibration's
+    `dram_views`, else copies: `backends/host/layout.plan`), its tensors
     filling the most each level holds as `_level` counts (half the L2, the L3's reach) and beyond the reach
     (twice it), run again and again for about 32 MB moved: the bytes its transfers move over its time less
     its map's operand bytes at `l1_map_bandwidth` (as `_node_cost` prices them on tiles in L1), the best
@@ -1489,7 +1491,8 @@ def _stream_rates(l2: int, reach: int, l1_map_bandwidth: float) -> dict[str, flo
         rest = [stmt for stmt in body if not isinstance(stmt, Alloc)]
         repeat = max(1, (32 << 20) // size)
         program = compile_module(replace(module, body=seq(*allocs, For("repeat", Const(0), Const(repeat), 1,
-                                                                          seq(*rest)))))
+                                                                          seq(*rest)))),
+                                 knobs=_default_knobs(beyond_l3_in_place))
         arrays = {tensor.name: np.ones(tensor.shape, np.float32) for tensor in module.tensors}
         moved = sum(4 * prod(node.tensor.extents) * _trips(loops)
                     for node, loops in walk(module.body) if isinstance(node, Dma))
@@ -1500,6 +1503,14 @@ def _stream_rates(l2: int, reach: int, l1_map_bandwidth: float) -> dict[str, flo
     rates["l3_stream_bandwidth"] = min(rates["l3_stream_bandwidth"], rates["l2_stream_bandwidth"])
     rates["dram_stream_bandwidth"] = min(rates["dram_stream_bandwidth"], rates["l3_stream_bandwidth"])
     return rates
+
+
+def _default_knobs(beyond_l3_in_place: bool) -> Knobs:
+    """The instruction set's default register tile, with tiles of tensors beyond the L3 in place or not."""
+    from swauto.backends.host.isa import select
+    from swauto.backends.host.knobs import default_knobs
+
+    return replace(default_knobs(select()), dram_views=beyond_l3_in_place)
 
 
 def parallel_call_seconds() -> float:
