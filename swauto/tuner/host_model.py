@@ -668,8 +668,9 @@ def _restarted_runs(box: Access, shape: tuple[int, ...], loops: tuple[For, ...])
 # Zen 5 (C = A B, 32 MB of C written in place, rows of 1 KB), one thread, in turns: calls under K > M > N
 # with N tiles of 32 and 64 (runs of 128 and 256 bytes, followed call after call) at 80 - 82% of the FMA
 # peak, of 128 at 80 - 89% (M tiles of 128, 32, 64), whole rows under N > K > M at 89 - 91%; priced 9.11 ms
-# against 9.24 while the shorter runs counted as followed, and the slowest picked. (A restart's calibrated cost,
-# measured on 1 KB runs, still prices 512-byte pieces below what they lose there: docs/host_journal.md.)
+# against 9.24 while the shorter runs counted as followed, and the slowest picked. (With K = 128 and C rows of
+# 1 KB, a 128- or 512-byte piece cost 2 - 2.7 ns more than whole rows, as a restarted run is calibrated there;
+# what calls of 32 rows in 512-byte pieces lose beyond that is not priced: docs/host_journal.md.)
 FOLLOWED_RUN_BYTES = 1024
 
 
