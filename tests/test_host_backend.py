@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from conftest import EXAMPLES, GEMM_SW, gemm_inputs, gemm_reference, relative_error, use_fresh_cache_dir
 from swauto.api import compile as swauto_compile
 from swauto.api import load
-from swauto.backends.host import HostProgram, Knobs, compile_module, layout
+from swauto.backends.host import HostProgram, Knobs, codegen, compile_module, layout
 from swauto.backends.host import threads as thread_pools
 from swauto.backends.host.codegen import buffer_layouts, generate, plan_kernel
 from swauto.backends.host.isa import ISAS, select
@@ -523,19 +523,19 @@ def test_tiles_of_cache_resident_tensors_are_views_and_others_copies():
     isa = select()
     knobs = Knobs(*HOST_MICRO_KERNELS[isa.name][0])
     ignored = frozenset(b.name for b in module.buffers if b.dtype == "float64")
-    placed, views = layout.plan(module, knobs, isa.width, ignored, cache_resident=True)
+    placed, views = layout.plan(module, knobs, isa.width, ignored, views_allowed=True)
     gemm = next(node for node, _ in walk(module.body) if isinstance(node, Call))
     vector = layout.gemm_roles(gemm)["vector"][1].name
     # The C tile is read and written in place; the vector operand stays packed (a copy).
     assert views[gemm.operand("C").name] == "C" and vector not in views and len(placed[vector].axes[-1].extents) == 2
-    assert layout.plan(module, knobs, isa.width, ignored, cache_resident=False)[1] == {}
+    assert layout.plan(module, knobs, isa.width, ignored, views_allowed=False)[1] == {}
     # A zero-filled transfer whose box stays inside the tensor moves what a plain one does: still a view.
     zero_filled = replace(module, body=Rewrite().rewrite(module.body))
-    assert layout.plan(zero_filled, knobs, isa.width, ignored, cache_resident=True)[1] == views
+    assert layout.plan(zero_filled, knobs, isa.width, ignored, views_allowed=True)[1] == views
     # One whose box may leave it (a boundary tile) is no view where a GEMM reads it: its buffer holds zeros
     # the tensor lacks, which only maps make up for (`layout.clipped_axes`).
     leaving = replace(module, body=Rewrite(shift=-1).rewrite(module.body))
-    assert layout.plan(leaving, knobs, isa.width, ignored, cache_resident=True)[1] == {}
+    assert layout.plan(leaving, knobs, isa.width, ignored, views_allowed=True)[1] == {}
 
 
 
@@ -664,7 +664,7 @@ def test_an_overwritten_output_tile_is_written_in_place_before_its_put(tile_k):
                                           for node, _ in walk(module.body)) == 1
     isa = select()
     knobs = Knobs(*HOST_MICRO_KERNELS[isa.name][0])
-    assert layout.plan(module, knobs, isa.width, frozenset(), cache_resident=True)[1][c_tile] == "C"
+    assert layout.plan(module, knobs, isa.width, frozenset(), views_allowed=True)[1][c_tile] == "C"
     arrays = gemm_inputs(256, 384, 128, seed=11)
     expected = arrays["A"].astype(np.float64) @ arrays["B"]
     program = compile_module(module, knobs=knobs)
@@ -694,10 +694,10 @@ def test_an_overwritten_output_tile_is_written_in_place_before_its_put(tile_k):
     met = Insert(other, first=False).rewrite(module.body)
     assert layout.written_view_start(block_of_put(met), put) is None
     read = replace(module, body=Insert(replace(other, direction="get"), first=True).rewrite(module.body))
-    assert c_tile not in layout.plan(read, knobs, isa.width, frozenset(), cache_resident=True)[1]
+    assert c_tile not in layout.plan(read, knobs, isa.width, frozenset(), views_allowed=True)[1]
     # A map's output tile alone stays a copy: `z = x + y` reads x and y in place and copies z out.
     add = host_model._add_module(4 * host_model.STREAM_TILE, host_model.STREAM_TILE)
-    assert layout.plan(add, knobs, isa.width, frozenset(), cache_resident=True)[1] == {"x_tile": "x", "y_tile": "y"}
+    assert layout.plan(add, knobs, isa.width, frozenset(), views_allowed=True)[1] == {"x_tile": "x", "y_tile": "y"}
 
 
 def test_tiles_of_tensors_beyond_the_l3_are_views_only_where_calibration_measured_them_faster(monkeypatch):
@@ -715,8 +715,6 @@ def test_tiles_of_tensors_beyond_the_l3_are_views_only_where_calibration_measure
 
     assert views(False, small_l3) == {}
     assert views(True, small_l3) == views(False, 64 << 20) != {}
-    import swauto.backends.host.codegen as codegen
-
     monkeypatch.setattr(codegen, "cache_sizes", lambda: (48 << 10, 1 << 20, small_l3))
     for dram_views in (False, True):
         calibration = replace(host_model.machine(), dram_views=dram_views, l3_bytes=small_l3)
@@ -744,7 +742,7 @@ def test_without_output_views_c_tiles_whose_rows_share_l1_sets_are_copies_and_th
         return module, gemm.output.name, layout.gemm_roles(gemm)["broadcast"][1].name
 
     def plan(module: Module, output_views: bool) -> tuple[dict[str, layout.Layout], dict[str, str]]:
-        return layout.plan(module, Knobs(4, 2, output_views), 8, frozenset(), cache_resident=True)
+        return layout.plan(module, Knobs(4, 2, output_views), 8, frozenset(), views_allowed=True)
 
     sharing, c_tile, broadcast = modules(512)  # C's rows 2 KiB apart
     assert plan(sharing, True)[1] == {c_tile: "C", broadcast: "A"}
@@ -1335,7 +1333,7 @@ def test_an_output_tile_whose_lanes_are_apart_in_the_tensor_is_copied_not_viewed
     knobs = Knobs(*HOST_MICRO_KERNELS[isa.name][0])
     gemm = next(node for node, _ in walk(module.body) if isinstance(node, Call) and node.signature.kind == "gemm")
     ignored = frozenset(b.name for b in module.buffers if b.dtype == "float64")
-    assert gemm.output.name not in layout.plan(module, knobs, isa.width, ignored, cache_resident=True)[1]
+    assert gemm.output.name not in layout.plan(module, knobs, isa.width, ignored, views_allowed=True)[1]
     assert f"llvm.fma.v{min(isa.width, 16)}f32" in str(generate(module, isa, knobs))
     rng = np.random.default_rng(7)
     arrays = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in op.seed.tensors}
@@ -1364,7 +1362,7 @@ def test_a_broadcast_operand_whose_k_steps_share_l1_sets_is_copied_padded_not_vi
     assert view[1].axes[k_step].strides[0] == 128  # the tensor's rows: where a view would read them
     isa = select()
     placed, views = layout.plan(module, Knobs(*HOST_MICRO_KERNELS[isa.name][0]), isa.width, frozenset(),
-                                cache_resident=True)
+                                views_allowed=True)
     assert broadcast.name not in views and placed[broadcast.name].axes[k_step].strides[0] % 128 != 0
     rng = np.random.default_rng(3)
     declared = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in op.seed.tensors}

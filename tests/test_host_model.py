@@ -1138,7 +1138,7 @@ def test_stream_rates_are_a_tiled_maps_transfers_over_its_time_less_the_maps(mon
         return max(1, (32 << 20) // size) * (moved / machine.l1_map_bandwidth + moved / next(rates_wanted))
 
     monkeypatch.setattr(host_model, "_best_seconds", fake_best)
-    rates = host_model._stream_rates(machine.l2_bytes, machine.l3_reach, machine.l1_map_bandwidth, False)
+    rates = host_model._stream_rates(machine.l2_bytes, machine.l3_reach, machine.l1_map_bandwidth, machine.knobs(None))
     assert rates["l2_stream_bandwidth"] == pytest.approx(50e9)  # the add's map moves as many bytes as its transfers
     assert rates["l3_stream_bandwidth"] == rates["l2_stream_bandwidth"]  # a disturbed L2 reading: not faster in L3
     assert rates["dram_stream_bandwidth"] == pytest.approx(10e9)
@@ -1152,7 +1152,7 @@ def test_in_place_rates_are_what_the_tiles_moved_and_the_restarted_runs_take(mon
     extra = iter([0.0, 1e-3, 0.5e-3])
     monkeypatch.setattr(host_model, "_interleaved_best", lambda functions, runs: [0.01 + next(extra), 0.01])
     machine = quiet_machine()
-    rates = host_model._in_place_rates(machine.l2_bytes, machine.l3_reach, False)
+    rates = host_model._in_place_rates(machine.l2_bytes, machine.l3_reach, machine.knobs(None))
     rows = [max(1, size // (4 * host_model.RESTART_COLUMNS * 16)) * 16
             for size in (machine.l2_bytes // 4, 4 * machine.l2_bytes, 2 * machine.l3_reach)]
     assert rates["l2_view_bandwidth"] == pytest.approx(8 * rows[0] * host_model.RESTART_COLUMNS / 0.01)
@@ -1162,7 +1162,7 @@ def test_in_place_rates_are_what_the_tiles_moved_and_the_restarted_runs_take(mon
     assert rates["l3_restart_seconds"] == pytest.approx(1e-3 / restarts, rel=0.01)  # C's restarts, and A's and B's
     assert rates["dram_restart_seconds"] == rates["l3_restart_seconds"]
     monkeypatch.setattr(host_model, "_interleaved_best", lambda functions, runs: [0.01, 0.02])
-    rates = host_model._in_place_rates(machine.l2_bytes, machine.l3_reach, False)
+    rates = host_model._in_place_rates(machine.l2_bytes, machine.l3_reach, machine.knobs(None))
     assert rates["l3_restart_seconds"] == rates["dram_restart_seconds"] == 0.0
 
 

@@ -8,8 +8,8 @@ The broadcast operand is not packed: its rows stream as well in place, and packi
 transposing copy. When the tensors are cache-resident (or beyond the L3, where calibration measured
 views faster there: `Knobs.dram_views`), a buffer that would hold a plain copy of one tensor box is a
 *view* of the tensor in place, its DMAs mere pointer moves (no copy of C tiles in and out, a C tile the
-calls overwrite written where it lies, no copy of the broadcast operand), unless a
-GEMM's C tile would have its lanes apart there, or its register tiles' rows in a few L1 sets where
+calls overwrite written where it lies, no copy of the broadcast operand), unless a GEMM's C tile would
+have its lanes apart there, or its register tiles' rows in a few L1 sets where
 calibration found such tiles faster copied, or a broadcast operand's K steps would be a multiple of
 512 bytes apart (lines in a few L1 sets), or a box the GEMMs come back to (broadcast rows each column tile
 reads again, a C tile several calls accumulate into) would put more lines in one L2 set than it has ways.
@@ -146,7 +146,7 @@ def gemm_roles(gemm: Call) -> dict[str, tuple[str, Access]]:
 
 
 def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
-         cache_resident: bool, l2: tuple[int, int] | None = None) -> tuple[dict[str, Layout], dict[str, str]]:
+         views_allowed: bool, l2: tuple[int, int] | None = None) -> tuple[dict[str, Layout], dict[str, str]]:
     """A layout for every buffer of `module` not in `ignored`, and for every tensor (row-major); and
     the buffers that are views, each with the tensor it shows.
 
@@ -154,20 +154,21 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
     axis for the packed dimension, at a start that is always a multiple of the same panel (`_packing`): then
     the micro-kernel's offsets are a run-time base plus compile-time constants; unless the micro-kernel reads
     each of its elements once per transfer, in whole vectors in place (`read_in_place`). Else, when tiles may be
-    held in place (`cache_resident`: the tensors stay in cache, or calibration measured views faster beyond
-    it, `Knobs.dram_views`), it is a view if `_view` allows (in cache, 109 against 90 GFLOPS for GEMM
-    4096 x 64 x 64 on a Zen 3), a GEMM's C tile whose register tiles' rows share L1 sets there only with
-    `knobs.output_views` (`_output_rows_share_sets`: on a Zen 3, copies of such C tiles, rows 4 KiB apart, ran
-    GEMMs 2 - 17% faster than views), and not a box GEMMs come back to (`_returning_boxes`) that an L2 of
-    `l2` (bytes, ways) cannot hold in its sets (`_rows_overflow_l2_sets`). Else it is row-major (padded).
+    held in place (`views_allowed`: the tensors stay in cache, or calibration measured views faster beyond
+    the L3, `Knobs.dram_views`: `codegen.in_place_allowed`), it is a view if `_view` allows (in cache, 109
+    against 90 GFLOPS for GEMM 4096 x 64 x 64 on a Zen 3), a GEMM's C tile whose register tiles' rows share
+    L1 sets there only with `knobs.output_views` (`_output_rows_share_sets`: on a Zen 3, copies of such C
+    tiles, rows 4 KiB apart, ran GEMMs 2 - 17% faster than views), and not a box GEMMs come back to
+    (`_returning_boxes`) that an L2 of `l2` (bytes, ways) cannot hold in its sets (`_rows_overflow_l2_sets`).
+    Else it is row-major (padded).
     """
     uses = _uses(module, knobs, width)
     moves = _moves(module)
-    kept = _kept_for_several_calls(module) if cache_resident else {"vector": set(), "C": set()}
-    in_place = read_in_place(module, knobs, width, cache_resident, uses, moves, kept)
+    kept = _kept_for_several_calls(module) if views_allowed else {"vector": set(), "C": set()}
+    in_place = read_in_place(module, knobs, width, views_allowed, uses, moves, kept)
     layouts = {tensor.name: row_major(tensor.shape) for tensor in module.tensors}
     views: dict[str, str] = {}
-    returning = _returning_boxes(knobs, width, moves, kept["C"]) if cache_resident and l2 is not None else {}
+    returning = _returning_boxes(knobs, width, moves, kept["C"]) if views_allowed and l2 is not None else {}
     for buffer in module.buffers:
         if buffer.name in ignored:
             continue
@@ -176,7 +177,7 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
                 and only[1] is not None:
             _, axis, panel = only
             layouts[buffer.name] = packed(buffer.shape, axis, panel, _k_axes(module, buffer.name))
-        elif cache_resident and (view := _view(module, buffer.name, buffer.shape, moves)) is not None \
+        elif views_allowed and (view := _view(module, buffer.name, buffer.shape, moves)) is not None \
                 and _lanes_contiguous(accumulating := moves.gemms.get(buffer.name, ()), view[1]) \
                 and (knobs.output_views or not _output_rows_share_sets(accumulating, view[1])) \
                 and not _broadcast_rows_share_sets(moves.broadcasts.get(buffer.name, ()), view[1]) \
@@ -207,13 +208,13 @@ def _uses(module: Module, knobs: Knobs, width: int) -> _Uses:
     return uses
 
 
-def read_in_place(module: Module, knobs: Knobs, width: int, cache_resident: bool, uses: _Uses | None = None,
+def read_in_place(module: Module, knobs: Knobs, width: int, views_allowed: bool, uses: _Uses | None = None,
                   moves: _Moves | None = None, kept: Mapping[str, set[str]] | None = None) -> frozenset[str]:
     """The vector operands `plan` could pack that it leaves in place as views, because packing would not
     pay (every GEMM reading them has `one_row_tile`, and no tile is kept for several calls) and their lanes
     are contiguous in the tensor: their transfers copy nothing (the host model charges the micro-kernel's
     one read of them)."""
-    if not cache_resident:
+    if not views_allowed:
         return frozenset()
     uses = _uses(module, knobs, width) if uses is None else uses
     moves = _moves(module) if moves is None else moves

@@ -1130,6 +1130,7 @@ def _quiet_probe() -> Callable[[], float]:
 def _measure(cpu: str) -> Machine:
     """`calibrate`'s one pass over every constant."""
     from swauto.backends.host.isa import cache_sizes, select
+    from swauto.backends.host.knobs import default_knobs
 
     l1, l2, l3 = cache_sizes()
     peak, rate = fma_peak(), _kernel_rate()
@@ -1170,8 +1171,8 @@ def _measure(cpu: str) -> Machine:
         output_views=output_views(tiles[0]),
         dram_views=(beyond := dram_views(tiles[0], l3)),
         parallel_call_seconds=_fork_join_seconds(),
-        **_in_place_rates(l2, reach, beyond),
-        **_stream_rates(l2, reach, l1_map, beyond),
+        **_in_place_rates(l2, reach, knobs := replace(default_knobs(select()), dram_views=beyond)),
+        **_stream_rates(l2, reach, l1_map, knobs),
     )
 
 
@@ -1325,16 +1326,10 @@ def output_views(tile: tuple[int, int]) -> bool:
     (`layout._output_rows_share_sets`; C tiles whose rows do not are views wherever the tensors stay in
     cache). On a Zen 3 the copies (rows padded) ran two of them 3 - 13% faster; on a Zen 4 views ran GEMM
     4096 x 64 x 64 21% faster."""
-    from swauto.backends.host import compile_module
     from swauto.backends.host.knobs import Knobs
-    from swauto.tuner.measure import median_seconds_in_turns
 
-    arrays = _tile_benchmark_arrays()
-    programs = [compile_module(module, knobs=Knobs(*tile, views)) for module in _tile_benchmark_modules()
-                for views in (True, False)]
-    seconds = median_seconds_in_turns([lambda program=program: program.run(arrays, threads=1)
-                                       for program in programs], runs=2, rounds=TILE_ROUNDS, ready=_gate.wait)
-    in_place, copied = (math.prod(seconds[first::2]) ** (1 / len(TILE_BENCHMARKS)) for first in (0, 1))
+    in_place, copied = _in_place_and_copied(_tile_benchmark_modules(), _tile_benchmark_arrays(),
+                                            lambda views: Knobs(*tile, views))
     return in_place <= (1 + TILE_TOLERANCE) * copied
 
 
@@ -1346,30 +1341,46 @@ def dram_views(tile: tuple[int, int], l3: int) -> bool:
     from DRAM. On a Zen 3, GEMM 32768 x 256 x 128 ran 79 GFLOPS in place, 91 copied; on a Zen 5, in turns, the
     model's pick 80% of the FMA peak copied, 90% in place, and GEMM 4096^3 in calls of 64 x 512 x 1024 88%
     and 94%."""
-    from swauto.api import load
-    from swauto.backends.host import compile_module
     from swauto.backends.host.knobs import Knobs
-    from swauto.machine import HostScratchpad
-    from swauto.pipeline import lower
-    from swauto.schedule.candidate import Candidate
-    from swauto.tuner.measure import median_seconds_in_turns
 
     n, k = DRAM_VIEW_GEMM
-    m = -(-l3 // (4 * (n + k)) // 256) * 256
-    text = TILE_BENCHMARK_GEMM.replace("C += C", "C = C")
-    programs = []
-    for (tm, tn, tk), order in DRAM_VIEW_BENCHMARKS:
-        source = text.replace("TM", str(tm)).replace("TN", str(tn)).replace("TK", str(tk))
-        module = lower(load(source, {"M": m, "N": n, "K": k}),
-                       Candidate((("M", tm), ("N", tn), ("K", tk)), order, "M"), HostScratchpad())[-1][1]
-        programs += [compile_module(module, knobs=Knobs(*tile, dram_views=views)) for views in (True, False)]
+    m = 256 * math.ceil(l3 / (4 * (n + k) * 256))
+    modules = [_benchmark_gemm(tiles, order, "M", {"M": m, "N": n, "K": k}, overwrite=True)
+               for tiles, order in DRAM_VIEW_BENCHMARKS]
     rng = np.random.default_rng(0)
     arrays = {"A": rng.standard_normal((m, k), dtype=np.float32),
               "B": rng.standard_normal((k, n), dtype=np.float32), "C": np.zeros((m, n), np.float32)}
+    in_place, copied = _in_place_and_copied(modules, arrays, lambda views: Knobs(*tile, dram_views=views))
+    return in_place < copied
+
+
+def _in_place_and_copied(modules: Sequence[Module], arrays: dict[str, np.ndarray],
+                         knobs: Callable[[bool], Knobs]) -> tuple[float, float]:
+    """The geometric means of `modules`' times compiled with `knobs(True)` (tiles in place) and with
+    `knobs(False)` (copied), on `arrays`, one core: medians of `TILE_ROUNDS` rounds in turns."""
+    from swauto.backends.host import compile_module
+    from swauto.tuner.measure import median_seconds_in_turns
+
+    programs = [compile_module(module, knobs=knobs(views)) for module in modules for views in (True, False)]
     seconds = median_seconds_in_turns([lambda program=program: program.run(arrays, threads=1)
                                        for program in programs], runs=2, rounds=TILE_ROUNDS, ready=_gate.wait)
-    in_place, copied = (math.prod(seconds[first::2]) ** (1 / len(DRAM_VIEW_BENCHMARKS)) for first in (0, 1))
-    return in_place < copied
+    return tuple(math.prod(seconds[first::2]) ** (1 / len(modules)) for first in (0, 1))  # type: ignore[return-value]
+
+
+def _benchmark_gemm(tiles: tuple[int, int, int], order: tuple[str, ...], vectorized: str,
+                    params: Mapping[str, int], overwrite: bool = False) -> Module:
+    """The host IR of `TILE_BENCHMARK_GEMM` at `params` (its defaults where absent), in tiles of M, N, K of
+    `tiles`, in loop `order`; with `overwrite`, C = A B instead of C += A B."""
+    from swauto.api import load
+    from swauto.machine import HostScratchpad
+    from swauto.pipeline import lower
+    from swauto.schedule.candidate import Candidate
+
+    text = TILE_BENCHMARK_GEMM.replace("C += C", "C = C") if overwrite else TILE_BENCHMARK_GEMM
+    for name, size in zip(("TM", "TN", "TK"), tiles, strict=True):
+        text = text.replace(name, str(size))
+    candidate = Candidate(tuple(zip("MNK", tiles, strict=True)), order, vectorized)
+    return lower(load(text, params), candidate, HostScratchpad())[-1][1]
 
 
 # N and K of `dram_views`' GEMMs, and their tiles and loop orders: C tiles kept over the K loop, or not.
@@ -1381,17 +1392,7 @@ DRAM_VIEW_BENCHMARKS = (((128, 32, 128), ("K_outer", "M_outer", "N_outer")),
 @functools.cache  # calibration times them twice: for the register tiles, then views against copies
 def _tile_benchmark_modules() -> tuple[Module, ...]:
     """The host IR of each of the `TILE_BENCHMARKS` GEMMs."""
-    from swauto.api import load
-    from swauto.machine import HostScratchpad
-    from swauto.pipeline import lower
-    from swauto.schedule.candidate import Candidate
-
-    modules = []
-    for (tm, tn, tk), order, vectorized in TILE_BENCHMARKS:
-        text = TILE_BENCHMARK_GEMM.replace("TM", str(tm)).replace("TN", str(tn)).replace("TK", str(tk))
-        modules.append(lower(load(text, {}), Candidate((("M", tm), ("N", tn), ("K", tk)), order, vectorized),
-                             HostScratchpad())[-1][1])
-    return tuple(modules)
+    return tuple(_benchmark_gemm(tiles, order, vectorized, {}) for tiles, order, vectorized in TILE_BENCHMARKS)
 
 
 def _tile_benchmark_arrays() -> dict[str, np.ndarray]:
@@ -1411,22 +1412,15 @@ def restart_modules(rows: int) -> list[Module]:
     """The host IR of the GEMM C += A B, C of `rows` x `RESTART_COLUMNS`, K = 1, in `RESTART_TILES`, in each
     of the `RESTART_ORDERS`: its C tiles' transfers restart their runs at every execution, or where the
     columns' loop starts over."""
-    from swauto.api import load
-    from swauto.machine import HostScratchpad
-    from swauto.pipeline import lower
-    from swauto.schedule.candidate import Candidate
-
-    text = TILE_BENCHMARK_GEMM
-    for name, (_, size) in zip(("TM", "TN", "TK"), RESTART_TILES, strict=True):
-        text = text.replace(name, str(size))
-    op = load(text, {"M": rows, "N": RESTART_COLUMNS, "K": RESTART_TILES[2][1]})
-    return [lower(op, Candidate(RESTART_TILES, order, "M"), HostScratchpad())[-1][1] for order in RESTART_ORDERS]
+    tiles = tuple(size for _, size in RESTART_TILES)
+    params = {"M": rows, "N": RESTART_COLUMNS, "K": tiles[2]}
+    return [_benchmark_gemm(tiles, order, "M", params) for order in RESTART_ORDERS]  # type: ignore[arg-type]
 
 
-def _in_place_rates(l2: int, reach: int, beyond_l3_in_place: bool) -> dict[str, float]:
-    """The `restart_modules` with C in L2 (a quarter of it), in L3 (four times the L2, within half the
-    L3's reach) and beyond the reach (twice it; C's tiles in place there as `beyond_l3_in_place`, the
-    calibration's `dram_views`, says), timed in interleaved rounds: `*_view_bandwidth`, the
+def _in_place_rates(l2: int, reach: int, knobs: Knobs) -> dict[str, float]:
+    """The `restart_modules`, compiled with `knobs` (the calibration's: beyond the L3 its tiles are in
+    place as `dram_views` says), with C in L2 (a quarter of it), in L3 (four times the L2, within half the
+    L3's reach) and beyond the reach (twice it), timed in interleaved rounds: `*_view_bandwidth`, the
     bytes of C read and written in place over the time of the order whose runs go on (the K = 1 GEMM
     does little else); `l3_restart_seconds` and `dram_restart_seconds`, the difference of the two
     orders' times over the difference of their restarted runs as the model counts them
@@ -1438,7 +1432,7 @@ def _in_place_rates(l2: int, reach: int, beyond_l3_in_place: bool) -> dict[str, 
         rows = max(1, c_bytes // (4 * RESTART_COLUMNS * 16)) * 16
         modules = restart_modules(rows)
         arrays = {tensor.name: np.ones(tensor.shape, np.float32) for tensor in modules[0].tensors}
-        programs = [compile_module(module, knobs=_default_knobs(beyond_l3_in_place)) for module in modules]
+        programs = [compile_module(module, knobs=knobs) for module in modules]
         seconds = _interleaved_best([lambda p=p, a=arrays: p.run(a, threads=1) for p in programs], runs=2)
         restarts = [sum(_trips(loops) * _restarted_runs(node.tensor, module.tensor(node.tensor.name).shape, loops)
                         for node, loops in walk(module.body) if isinstance(node, Dma)) for module in modules]
@@ -1474,10 +1468,10 @@ def _add_module(size: int, tile: int) -> Module:
     return lower(op, explore(op, HostScratchpad()).candidates[0], HostScratchpad())[-1][1]
 
 
-def _stream_rates(l2: int, reach: int, l1_map_bandwidth: float, beyond_l3_in_place: bool) -> dict[str, float]:
-    """`*_stream_bandwidth`: the add `z = x + y` as the backend compiles it, in tiles of `STREAM_TILE` (views
-    of the tensors where they are cache-resident, or beyond it with `beyond_l3_in_place`, the calibration's
-    `dram_views`, else copies: `backends/host/layout.plan`), its tensors
+def _stream_rates(l2: int, reach: int, l1_map_bandwidth: float, knobs: Knobs) -> dict[str, float]:
+    """`*_stream_bandwidth`: the add `z = x + y` as the backend compiles it with `knobs`, in tiles of
+    `STREAM_TILE` (views of the tensors where they are cache-resident, or beyond it where `knobs.dram_views`,
+    else copies: `backends/host/layout.plan`), its tensors
     filling the most each level holds as `_level` counts (half the L2, the L3's reach) and beyond the reach
     (twice it), run again and again for about 32 MB moved: the bytes its transfers move over its time less
     its map's operand bytes at `l1_map_bandwidth` (as `_node_cost` prices them on tiles in L1), the best
@@ -1494,7 +1488,7 @@ def _stream_rates(l2: int, reach: int, l1_map_bandwidth: float, beyond_l3_in_pla
         repeat = max(1, (32 << 20) // size)
         program = compile_module(replace(module, body=seq(*allocs, For("repeat", Const(0), Const(repeat), 1,
                                                                           seq(*rest)))),
-                                 knobs=_default_knobs(beyond_l3_in_place))
+                                 knobs=knobs)
         arrays = {tensor.name: np.ones(tensor.shape, np.float32) for tensor in module.tensors}
         moved = sum(4 * prod(node.tensor.extents) * _trips(loops)
                     for node, loops in walk(module.body) if isinstance(node, Dma))
@@ -1505,14 +1499,6 @@ def _stream_rates(l2: int, reach: int, l1_map_bandwidth: float, beyond_l3_in_pla
     rates["l3_stream_bandwidth"] = min(rates["l3_stream_bandwidth"], rates["l2_stream_bandwidth"])
     rates["dram_stream_bandwidth"] = min(rates["dram_stream_bandwidth"], rates["l3_stream_bandwidth"])
     return rates
-
-
-def _default_knobs(beyond_l3_in_place: bool) -> Knobs:
-    """The instruction set's default register tile, with tiles of tensors beyond the L3 in place or not."""
-    from swauto.backends.host.isa import select
-    from swauto.backends.host.knobs import default_knobs
-
-    return replace(default_knobs(select()), dram_views=beyond_l3_in_place)
 
 
 def parallel_call_seconds() -> float:
