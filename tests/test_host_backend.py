@@ -764,6 +764,32 @@ def test_without_output_views_c_tiles_whose_rows_share_l1_sets_are_copies_and_th
     assert not any(tensor == "C" for tensor in kernel.program.plan.views.values())
 
 
+def test_broadcast_rows_whose_register_tile_overflows_an_l1_set_are_copies():
+    """A register tile whose broadcast rows, read in place, put more lines in one L1 set than it has ways
+    (A's rows 4 KiB apart: every row in the same set of a 32 KiB, 8-way L1) has them copied, padded off
+    those sets; a tile of fewer rows than ways, or rows that fall in different sets (K = 1040), keeps the
+    view; a kernel compiled with a tile that copies computes the same product."""
+    def module(k: int) -> Module:
+        op = load(GEMM_SW, {"M": 256, "N": 128, "K": k})
+        return lower(op, Candidate((("K", 256), ("M", 128), ("N", 128)), ("K_outer", "M_outer", "N_outer"), "M"),
+                     local_memory_machine("host"))[-1][1]
+
+    def planned(k: int, rows: int) -> tuple[layout.Layout, bool]:
+        lowered = module(k)
+        gemm = next(node for node, _ in walk(lowered.body) if isinstance(node, Call))
+        broadcast = layout.gemm_roles(gemm)["broadcast"][1].name
+        placed, views = layout.plan(lowered, Knobs(rows, 2), 16, frozenset(), views_allowed=True, l1=(32 << 10, 8))
+        return placed[broadcast], broadcast in views
+
+    copied, viewed = planned(1024, 14)
+    assert not viewed and copied.axes[0].strides[0] % 1024 != 0
+    assert planned(1024, 8)[1] and planned(1040, 14)[1]
+    arrays = gemm_inputs(256, 128, 1024)
+    expected = gemm_reference(arrays)
+    compile_module(module(1024), knobs=Knobs(12, 1)).run(arrays, threads=1)
+    assert relative_error(arrays["C"], expected) <= TOLERANCE
+
+
 def test_calls_of_one_program_from_two_threads_plan_its_steps_one_at_a_time(monkeypatch):
     """The first call for a thread count plans its steps, allocating the workspaces every call then shares:
     two Python threads calling one program at once plan under its lock, one after the other (planned

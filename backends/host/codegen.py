@@ -48,7 +48,7 @@ from swauto.ir.visitor import Visitor
 
 from . import layout as layouts
 from . import parallel, threads
-from .isa import Isa, cache_sizes, l2_ways
+from .isa import Isa, cache_sizes, l1_ways, l2_ways
 from .knobs import Knobs
 from .prepack import Prepacked, Section, prepacked
 from .primitives import accumulated_taps, emit_call, emit_map, tap_values, zeroed_sum
@@ -89,14 +89,15 @@ class Plan:
     arguments: tuple[str, ...]  # the arrays every function takes a pointer to: the tensors, then the prepacked ones
 
 
-def buffer_layouts(module: Module, knobs: Knobs, width: int, l3_bytes: int, l2: tuple[int, int]
-                   ) -> tuple[dict[str, layouts.Layout], dict[str, str]]:
+def buffer_layouts(module: Module, knobs: Knobs, width: int, l3_bytes: int, l2: tuple[int, int],
+                   l1: tuple[int, int] | None = None) -> tuple[dict[str, layouts.Layout], dict[str, str]]:
     """`layouts.plan` of `module` as the backend takes it (and the host model asks it): the float64
     copies left out (`is_ignored_buffer`), tiles held in place where the tensors fit half of an L3 of
     `l3_bytes` (they stay cache-resident) or, beyond it, where calibration measured tiles in place faster
-    there than copies (`knobs.dram_views`), in an L2 of `l2` (bytes, ways)."""
+    there than copies (`knobs.dram_views`), in an L2 of `l2` and an L1 of `l1` (bytes, ways)."""
     ignored = frozenset(b.name for b in module.buffers if is_ignored_buffer(b))
-    return layouts.plan(module, knobs, width, ignored, in_place_allowed(module, l3_bytes, knobs.dram_views), l2)
+    return layouts.plan(module, knobs, width, ignored, in_place_allowed(module, l3_bytes, knobs.dram_views), l2,
+                        l1)
 
 
 def in_place_allowed(module: Module, l3_bytes: int, dram_views: bool) -> bool:
@@ -111,8 +112,8 @@ def plan_kernel(module: Module, isa: Isa, knobs: Knobs) -> Plan:
     Raises `CodegenError` for non-float32 data, and for IR the verifier refuses (a bug in swauto).
     """
     _check_dtypes(module)
-    _, l2_bytes, l3_bytes = cache_sizes()
-    placed, views = buffer_layouts(module, knobs, isa.width, l3_bytes, (l2_bytes, l2_ways()))
+    l1_bytes, l2_bytes, l3_bytes = cache_sizes()
+    placed, views = buffer_layouts(module, knobs, isa.width, l3_bytes, (l2_bytes, l2_ways()), (l1_bytes, l1_ways()))
     packed = prepacked(module, views, placed)
     clipped = layouts.clipped_axes(module, views)
     pointed = (*views, *packed)  # buffers a get points at data elsewhere: no room in the workspace

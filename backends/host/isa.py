@@ -107,6 +107,12 @@ def cache_sizes() -> tuple[int, int, int]:
 
 
 @cache
+def l1_ways() -> int:
+    """The L1d's associativity (from Linux's sysfs; a Zen 4's 8 elsewhere)."""
+    return _sysfs_caches().get(1, (0, 0))[1] or 8
+
+
+@cache
 def l2_ways() -> int:
     """The L2's associativity: how many lines one of its sets holds (from Linux's sysfs; a Zen 4's 8
     elsewhere)."""

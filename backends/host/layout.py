@@ -145,8 +145,9 @@ def gemm_roles(gemm: Call) -> dict[str, tuple[str, Access]]:
     return {"vector": (v, vector), "broadcast": (u, broadcast), "C": (u, gemm.operand("C"))}
 
 
-def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
-         views_allowed: bool, l2: tuple[int, int] | None = None) -> tuple[dict[str, Layout], dict[str, str]]:
+def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str], views_allowed: bool,
+         l2: tuple[int, int] | None = None, l1: tuple[int, int] | None = None
+         ) -> tuple[dict[str, Layout], dict[str, str]]:
     """A layout for every buffer of `module` not in `ignored`, and for every tensor (row-major); and
     the buffers that are views, each with the tensor it shows.
 
@@ -159,8 +160,9 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
     against 90 GFLOPS for GEMM 4096 x 64 x 64 on a Zen 3), a GEMM's C tile whose register tiles' rows share
     L1 sets there only with `knobs.output_views` (`_output_rows_share_sets`: on a Zen 3, copies of such C
     tiles, rows 4 KiB apart, ran GEMMs 2 - 17% faster than views), and not a box GEMMs come back to
-    (`_returning_boxes`) that an L2 of `l2` (bytes, ways) cannot hold in its sets (`_rows_overflow_l2_sets`).
-    Else it is row-major (padded).
+    (`_returning_boxes`) that an L2 of `l2` (bytes, ways) cannot hold in its sets (`_rows_overflow_l2_sets`),
+    nor broadcast rows whose register tile of `knobs.rows` rows puts more lines in one set of an L1 of `l1`
+    than it has ways (`_tile_rows_overflow_l1_sets`). Else it is row-major (padded).
     """
     uses = _uses(module, knobs, width)
     moves = _moves(module)
@@ -181,6 +183,7 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str],
                 and _lanes_contiguous(accumulating := moves.gemms.get(buffer.name, ()), view[1]) \
                 and (knobs.output_views or not _output_rows_share_sets(accumulating, view[1])) \
                 and not _broadcast_rows_share_sets(moves.broadcasts.get(buffer.name, ()), view[1]) \
+                and not _tile_rows_overflow_l1_sets(moves.broadcasts.get(buffer.name, ()), view[1], knobs.rows, l1) \
                 and not _rows_overflow_l2_sets(returning.get(buffer.name, ()), view[1], l2):
             views[buffer.name], layouts[buffer.name] = view[0], view[1]
         else:
@@ -294,6 +297,30 @@ def _broadcast_rows_share_sets(accesses: Sequence[Access], layout: Layout) -> bo
     they are fetched again for every row tile. A view of a convolution's weight [K = 96 channels, N = 256]
     at B = 8 has its rows 1 KiB apart (4 of 64 sets): AlexNet conv2 ran 124 ms on it, 101 on a padded copy."""
     return any(_steps_a_multiple_apart(access, "K", layout, SET_ALIASING_ELEMENTS) for access in accesses)
+
+
+def _tile_rows_overflow_l1_sets(accesses: Sequence[Access], layout: Layout, rows: int,
+                                l1: tuple[int, int] | None) -> bool:
+    """Whether a register tile of `rows` rows of any of `accesses` (GEMMs' broadcast operands in a view of
+    `layout`) reads, at one K step, more lines in one set of an L1 of `l1` (bytes, ways) than the set holds:
+    the rows then evict one another at every K step, and every broadcast comes from L2. The tile's rows
+    are its first `rows` indices of the broadcast dimension, innermost axis first. GEMM 1024^3 on a Zen 4
+    (L1 of 8 ways, sets 4 KiB apart), calls of 64 x 512 x 1024 reading A's rows in place (4 KiB apart):
+    the 14-row tile at 61 - 78 GFLOPS, the 5-row one at 98 - 108; with A's rows 4160 bytes apart (K =
+    1040) both at 101."""
+    if l1 is None:
+        return False
+    size, ways = l1
+    strides = tuple(axis.strides[0] for axis in layout.axes)
+    for access in accesses:
+        extents, left = [1] * len(access.dims), rows
+        for axis in reversed(range(len(access.dims))):  # the broadcast dimension's axes, innermost first
+            if access.dims[axis] != "K" and left > 1:
+                extents[axis] = min(left, access.extents[axis])
+                left = -(-left // extents[axis])
+        if lines_per_set(tuple(extents), strides, size // ways // CACHE_LINE_BYTES) > ways:
+            return True
+    return False
 
 
 def _rows_overflow_l2_sets(accesses: Sequence[Access], layout: Layout, l2: tuple[int, int] | None) -> bool:

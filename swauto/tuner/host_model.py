@@ -215,7 +215,7 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     (`_revisited_accumulators`), no transfer's runs started anew (`_restarted_runs`): a bound over every
     order of a nest's loops."""
     from swauto.backends.host.codegen import buffer_layouts
-    from swauto.backends.host.isa import l2_ways
+    from swauto.backends.host.isa import l1_ways, l2_ways
     from swauto.backends.host.layout import written_in_place
     from swauto.backends.host.parallel import segments
     from swauto.backends.host.primitives import taps_around
@@ -230,7 +230,8 @@ def estimate(module: Module, threads: int, machine: Machine, peeled: Mapping[str
     # calibration measured them faster beyond the L3 (`dram_views`): elsewhere the plan is not asked for
     # (it is most of an estimate's time).
     l2 = (machine.l2_bytes, l2_ways())
-    placed, views = buffer_layouts(module, machine.knobs(tile), machine.vector_lanes, machine.l3_bytes, l2) \
+    placed, views = buffer_layouts(module, machine.knobs(tile), machine.vector_lanes, machine.l3_bytes, l2,
+                                   (machine.l1_bytes, l1_ways())) \
         if _in_place_allowed(module, machine) else ({}, {})
     # Buffers of a constant's tiles arranged once (`backends/host/prepack`): their gets copy nothing either,
     # and the micro-kernel streams each tile in from where the arrays live, as it streams a panel.
