@@ -182,8 +182,8 @@ def plan(module: Module, knobs: Knobs, width: int, ignored: frozenset[str], view
         elif views_allowed and (view := _view(module, buffer.name, buffer.shape, moves)) is not None \
                 and _lanes_contiguous(accumulating := moves.gemms.get(buffer.name, ()), view[1]) \
                 and (knobs.output_views or not _output_rows_share_sets(accumulating, view[1])) \
-                and not _broadcast_rows_share_sets(moves.broadcasts.get(buffer.name, ()), view[1]) \
-                and not _tile_rows_overflow_l1_sets(moves.broadcasts.get(buffer.name, ()), view[1], knobs.rows, l1) \
+                and not _broadcast_rows_share_sets(broadcasts := moves.broadcasts.get(buffer.name, ()), view[1]) \
+                and not _tile_rows_overflow_l1_sets(broadcasts, view[1], knobs.rows, l1) \
                 and not _rows_overflow_l2_sets(returning.get(buffer.name, ()), view[1], l2):
             views[buffer.name], layouts[buffer.name] = view[0], view[1]
         else:
@@ -306,8 +306,8 @@ def _tile_rows_overflow_l1_sets(accesses: Sequence[Access], layout: Layout, rows
     the rows then evict one another at every K step, and every broadcast comes from L2. The tile's rows
     are its first `rows` indices of the broadcast dimension, innermost axis first. GEMM 1024^3 on a Zen 4
     (L1 of 8 ways, sets 4 KiB apart), calls of 64 x 512 x 1024 reading A's rows in place (4 KiB apart):
-    the 14-row tile at 61 - 78 GFLOPS, the 5-row one at 98 - 108; with A's rows 4160 bytes apart (K =
-    1040) both at 101."""
+    the 14-row tile at 61 - 78 GFLOPS, the 5-row one at 105 - 108; with A's rows 4160 bytes apart (K =
+    1040) both at 100 - 102."""
     if l1 is None:
         return False
     size, ways = l1
